@@ -1,0 +1,43 @@
+"""User-facing errors: one line on stderr naming the culprit, exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+
+class UsageError(Exception):
+    """Bad input from the user (file, shard, flag, URI, value).  The message is shown as-is, on one line.
+
+    Raise it anywhere below the CLI; `cli_entry` turns it into `tfbertperf: error: <message>` and exit 2.
+    The message must already be redacted of secrets (see tfbertperf.redact).
+    """
+
+
+def _one_line(msg: str) -> str:
+    return " ".join(str(msg).split())
+
+
+def fail(msg: str, code: int = 2) -> "NoReturn":  # noqa: F821
+    """Print one line on stderr and exit (used by entry points only)."""
+    from tfbertperf.redact import redact_text
+
+    sys.stderr.write(f"tfbertperf: error: {redact_text(_one_line(msg))}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def cli_entry(fn):
+    """Decorator for CLI entry points: UsageError → one line + exit 2; Ctrl-C → exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as e:
+            fail(str(e))
+        except KeyboardInterrupt:
+            sys.stderr.write("tfbertperf: interrupted\n")
+            raise SystemExit(130)
+
+    return wrapper

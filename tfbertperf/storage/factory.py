@@ -1,0 +1,38 @@
+"""Backend and shard-source factory: chosen by URI scheme (adding a backend is adding one module)."""
+
+from __future__ import annotations
+
+from tfbertperf.errors import UsageError
+from tfbertperf.redact import redact_text
+from tfbertperf.storage.base import Backend, ShardSource, split_uri
+
+
+def open_backend(uri: str, data_cfg=None) -> Backend:
+    """Return the backend for `uri` ('', a path, file://, gs://, az://).  `data_cfg` (DataConfig) supplies the
+    emulated-latency knobs for local data."""
+    scheme, _, _ = split_uri(uri)
+    if scheme == "file":
+        from tfbertperf.storage.local import LocalBackend
+
+        lat = getattr(data_cfg, "read_latency_ms", 0.0) if data_cfg is not None else 0.0
+        bw = getattr(data_cfg, "read_bandwidth_mbps", 0.0) if data_cfg is not None else 0.0
+        return LocalBackend(lat, bw)
+    if scheme == "gs":
+        from tfbertperf.storage.gcs import GCSBackend  # noqa: F401  (added by the cloud-storage issue)
+
+        return GCSBackend(uri, data_cfg)
+    if scheme == "az":
+        from tfbertperf.storage.azure import AzureBackend  # noqa: F401
+
+        return AzureBackend(uri, data_cfg)
+    raise UsageError(f"{redact_text(uri)}: unknown URI scheme {scheme!r} (use a path, file://, gs:// or az://)")
+
+
+def open_shards(uris: list[str], data_cfg, backend: Backend, record_bytes_hint: int = 2048) -> ShardSource:
+    """The ShardSource for `data_cfg.mode` on `backend` (local files: always 'local')."""
+    if backend.name == "local":
+        return backend.shard_source(uris, record_bytes_hint=record_bytes_hint)
+    mode = getattr(data_cfg, "mode", "stream")
+    if mode == "local":
+        mode = "stream"
+    return backend.shard_source(uris, mode=mode, data_cfg=data_cfg, record_bytes_hint=record_bytes_hint)

@@ -1,0 +1,109 @@
+"""Local disk backend, with optional emulated slow storage (fixed latency + bandwidth cap per read).
+
+The emulation exists so ground truth can be injected without cloud access: every read of `READ_BYTES` of a
+shard (the first one is the open) blocks its tf.data thread for `read_latency_ms + bytes / bandwidth`, the way
+a blocking remote read would — it costs wall time, not CPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+
+from tfbertperf.errors import UsageError
+from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, split_uri
+
+READ_BYTES = 256 * 1024  # one emulated read request
+
+
+def local_path(uri: str) -> str:
+    return split_uri(uri)[2]
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, read_latency_ms: float = 0.0, read_bandwidth_mbps: float = 0.0) -> None:
+        super().__init__()
+        self.read_latency_ms = float(read_latency_ms)
+        self.read_bandwidth_mbps = float(read_bandwidth_mbps)
+
+    def _delay(self, nbytes: int) -> None:
+        d = self.read_latency_ms / 1000.0
+        if self.read_bandwidth_mbps > 0:
+            d += nbytes / (self.read_bandwidth_mbps * 1e6)
+        if d > 0:
+            time.sleep(d)
+
+    def list(self, prefix_uri: str) -> list[ObjectInfo]:
+        p = local_path(prefix_uri)
+        if os.path.isdir(p):
+            files = [os.path.join(dp, f) for dp, _, fs in os.walk(p) for f in fs]
+        else:
+            files = glob.glob(p + "*")
+        return sorted((ObjectInfo(f, os.path.getsize(f)) for f in files if os.path.isfile(f)), key=lambda o: o.uri)
+
+    def stat(self, uri: str) -> ObjectInfo:
+        p = local_path(uri)
+        if not os.path.isfile(p):
+            raise UsageError(f"{uri}: no such file")
+        return ObjectInfo(p, os.path.getsize(p))
+
+    def exists(self, uri: str) -> bool:
+        return os.path.exists(local_path(uri))
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        t0 = time.perf_counter()
+        with open(local_path(uri), "rb") as f:
+            f.seek(start)
+            data = f.read(length)
+        self._delay(len(data))
+        self.metrics.record(len(data), (time.perf_counter() - t0) * 1000.0)
+        return data
+
+    def upload(self, local_file: str, uri: str) -> None:
+        dst = local_path(uri)
+        os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        if os.path.abspath(local_file) != os.path.abspath(dst):
+            tmp = dst + ".part"
+            shutil.copyfile(local_file, tmp)
+            os.replace(tmp, dst)
+
+    def join(self, prefix_uri: str, name: str) -> str:
+        return os.path.join(local_path(prefix_uri), name)
+
+    # ---- tf.data ------------------------------------------------------------------------------------------
+    def shard_source(self, uris: list[str], record_bytes_hint: int = 2048) -> ShardSource:
+        """TFRecordDataset per shard; with emulated latency/bandwidth each READ_BYTES read blocks as above."""
+        import tensorflow as tf
+
+        paths = [local_path(u) for u in uris]
+        for p in paths:
+            if not os.path.isfile(p):
+                raise UsageError(f"shard {p}: no such file")
+        metrics = self.metrics
+        slow = self.read_latency_ms > 0 or self.read_bandwidth_mbps > 0
+        per_read = max(1, READ_BYTES // max(1, int(record_bytes_hint)))
+
+        def _sleep_for(nbytes):
+            t0 = time.perf_counter()
+            self._delay(int(nbytes))
+            metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0)
+            return nbytes
+
+        def read(filename):
+            ds = tf.data.TFRecordDataset(filename, buffer_size=READ_BYTES)
+            if not slow:
+                return ds
+
+            def _block(records):
+                nbytes = tf.reduce_sum(tf.cast(tf.strings.length(records), tf.int64))
+                done = tf.py_function(_sleep_for, [nbytes], tf.int64)
+                with tf.control_dependencies([done]):
+                    return tf.identity(records)
+
+            return ds.batch(per_read).map(_block).unbatch()
+
+        return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local")

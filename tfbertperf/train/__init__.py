@@ -1,0 +1,1 @@
+"""Training: strategy (placement), precision, determinism, the step loop with profiler step markers."""
