@@ -1,0 +1,1 @@
+"""data stage (see shared/DESIGN.md)."""

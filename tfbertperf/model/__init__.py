@@ -1,0 +1,1 @@
+"""model stage (see shared/DESIGN.md)."""

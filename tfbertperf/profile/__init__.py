@@ -1,0 +1,1 @@
+"""profile stage (see shared/DESIGN.md)."""
