@@ -8,6 +8,7 @@ Validation happens once, here, up front: a bad key, type or value raises UsageEr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -23,12 +24,24 @@ IntOrAuto = Union[int, str]  # an int, or the string "autotune"
 WORKLOAD_DIR = Path(__file__).parent / "workloads"
 
 
-def default_data_dir() -> str:
-    """Where the embedded default data set lives (prepared on first use)."""
-    root = os.environ.get("TFBERTPERF_DATA_HOME") or os.path.join(
+def data_home() -> str:
+    """Root of locally prepared default data sets ($TFBERTPERF_DATA_HOME, else ~/.cache/tfbertperf)."""
+    return os.environ.get("TFBERTPERF_DATA_HOME") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfbertperf"
     )
-    return os.path.join(root, "default-pretrain")
+
+
+def default_data_dir(cfg: "RunConfig | None" = None) -> str:
+    """Where the embedded default data set for `cfg` lives (prepared on first use).  The directory name carries
+    every preparation knob, so changing one prepares a new set instead of silently reusing a mismatched one."""
+    if cfg is None:
+        cfg = RunConfig()
+    d = cfg.data
+    corpus = "topics" if not d.corpus else "c" + hashlib.sha256(d.corpus.encode()).hexdigest()[:10]
+    vocab = "" if not d.vocab else "-uv" + hashlib.sha256(d.vocab.encode()).hexdigest()[:10]
+    key = (f"{cfg.model.task}-{corpus}{vocab}-s{d.seq_len}-p{d.max_predictions}-v{d.vocab_size}"
+           f"-d{d.dupe_factor}-n{d.num_shards}-seed{d.seed}")
+    return os.path.join(data_home(), key)
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,7 @@ class RunConfig:
         return parse_window(self.profile.steps, self.train.steps)
 
     def resolved_data_uri(self) -> str:
-        return self.data.uri or default_data_dir()
+        return self.data.uri or default_data_dir(self)
 
     def uses_default_data(self) -> bool:
         return not self.data.uri

@@ -1,0 +1,5 @@
+import sys
+
+from tfbertperf.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""Plots people would rather see than read: the step-time breakdown as stacked bars."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+CATEGORY_ORDER = [
+    "input", "host_to_device", "device_compute", "host_compute", "kernel_launch",
+    "device_to_device", "collectives", "output", "compile", "other",
+]
+COLORS = {
+    "input": "#d62728", "host_to_device": "#ff7f0e", "device_compute": "#2ca02c", "host_compute": "#98df8a",
+    "kernel_launch": "#9467bd", "device_to_device": "#8c564b", "collectives": "#e377c2", "output": "#7f7f7f",
+    "compile": "#bcbd22", "other": "#c7c7c7",
+}
+
+
+def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time breakdown") -> bytes:
+    """Stacked bars, one per run: `bars` = [(label, breakdown_ms dict)], in ms per step.  Returns PNG bytes.
+
+    When a bar's report also has a what-if figure, pass it as breakdown["_what_if_input_ms"] and it is drawn as a
+    marker (the input cost measured against the compute-only probe, for comparison with the direct figure).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(1, len(bars))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n + 3.0), 4.5), dpi=110)
+    used = [c for c in CATEGORY_ORDER if any((b or {}).get(c, 0) > 0 for _, b in bars)]
+    xs = list(range(len(bars)))
+    bottoms = [0.0] * len(bars)
+    for cat in used:
+        vals = [float((b or {}).get(cat, 0.0)) for _, b in bars]
+        ax.bar(xs, vals, bottom=bottoms, color=COLORS[cat], label=cat.replace("_", " "), width=0.6)
+        bottoms = [a + v for a, v in zip(bottoms, vals)]
+    for i, (_, b) in enumerate(bars):
+        w = (b or {}).get("_what_if_input_ms")
+        if w is not None:
+            ax.plot([i - 0.3, i + 0.3], [w, w], color="black", linestyle="--", linewidth=1.2,
+                    label="what-if input cost" if i == 0 else None)
+        ax.text(i, bottoms[i], f"{bottoms[i]:.1f} ms", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([lbl for lbl, _ in bars], rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center",
+                       fontsize=8)
+    ax.set_ylabel("ms per step (profiled window)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_step_breakdown(path: str | Path, bars: list[tuple[str, dict]], title: str = "Step-time breakdown") -> Path:
+    from tfbertperf.report.io import atomic_write_bytes
+
+    return atomic_write_bytes(path, step_breakdown_png(bars, title))
