@@ -1,0 +1,115 @@
+"""End to end on local disk: prepare → tf.data → tiny BERT → profiled window → xprof attribution → run dir."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfbertperf.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    from tfbertperf.data.prepare import prepare_data
+
+    d = tmp_path_factory.mktemp("data") / "shards"
+    prepare_data(load_config(sets=SMALL_DATA), str(d), progress=False)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tuned_run(data_dir, tmp_path_factory):
+    from tfbertperf.run import run
+
+    out = tmp_path_factory.mktemp("runs")
+    cfg = load_config(data_uri=str(data_dir),
+                      sets=SMALL_DATA + ["train.steps=30", "profile.steps=8:20", "profile.probe_steps=6",
+                                         f"run.out={out}"])
+    return run(cfg, progress=False)
+
+
+def test_run_directory_has_every_artifact(tuned_run):
+    run_dir, report = tuned_run
+    for name in ("report.json", "report.md", "config.yaml", "environment.json", "plots/step_breakdown.png"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "tensorboard").rglob("*.xplane.pb"))
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")), "TensorBoard scalars missing"
+    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+    on_disk = json.loads((run_dir / "report.json").read_text())
+    assert on_disk["schema"] == "tfbertperf.report/1"
+    assert on_disk["run_id"] == run_dir.name
+
+
+def test_report_follows_the_design_schema(tuned_run):
+    _, r = tuned_run
+    for key in ("schema", "run_id", "created", "workload", "config", "environment", "model", "training",
+                "throughput", "attribution", "step_timer", "accelerator_utilization", "storage", "verdict",
+                "artifacts"):
+        assert key in r, key
+    m = r["model"]
+    assert m["size"] == "tiny" and m["task"] == "pretrain" and m["layers"] == 2 and m["hidden"] == 128
+    assert m["heads"] == 2 and m["parameters"] > 100_000
+    assert r["throughput"]["steps"] == 30 and r["throughput"]["examples_per_sec"] > 0
+    assert len(r["training"]["loss_trajectory"]) == 30
+    assert r["storage"]["backend"] == "local"
+    assert r["verdict"]["bottleneck"] in ("input", "compute", "transfer", "other")
+    st = r["step_timer"]
+    assert st["steps"] > 0 and 0.0 <= st["input_wait_fraction"] <= 1.0
+
+
+def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
+    _, r = tuned_run
+    a = r["attribution"]
+    assert a["source"] == "xprof"
+    assert a["steps_profiled"] >= 10
+    assert abs(sum(a["fractions"].values()) - 1.0) <= 0.01
+    assert set(a["breakdown_ms"]) >= {"input", "host_to_device", "device_compute", "host_compute", "other"}
+    assert abs(sum(a["breakdown_ms"].values()) - a["step_time_ms"]) <= 0.02 * a["step_time_ms"] + 0.01
+    assert 0.0 <= a["input_bound_fraction"] <= 1.0
+    assert a["input_cost_fraction"] is not None and -1.0 < a["input_cost_fraction"] < 1.0
+    assert set(a["input_ops_us"]) == {"storage_read", "preprocessing", "enqueue"}
+
+
+def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
+    from xprof.convert import raw_to_tool_data
+
+    run_dir, r = tuned_run
+    xplanes = sorted((run_dir / "tensorboard").rglob("*.xplane.pb"))
+    data = raw_to_tool_data.xspace_to_tool_data([str(xplanes[0])], "input_pipeline_analyzer", {})
+    data = data[0] if isinstance(data, tuple) else data
+    doc = json.loads(data)
+    tables = doc if isinstance(doc, list) else [doc]
+    step_rows = max(len(t.get("rows", [])) for t in tables if isinstance(t, dict))
+    assert step_rows == r["attribution"]["steps_profiled"]
+
+
+def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tuned_run, tmp_path):
+    from tfbertperf.run import run
+
+    _, tuned = tuned_run
+    cfg = load_config(data_uri=str(data_dir),
+                      sets=SMALL_DATA + ["pipeline.preset=naive", "train.steps=30", "profile.steps=8:20",
+                                         "profile.probe_steps=6", f"run.out={tmp_path}",
+                                         # slow storage makes the contrast robust on a noisy 2-core machine
+                                         "data.read_latency_ms=2"])
+    _, naive = run(cfg, progress=False)
+    assert naive["config"]["pipeline"]["preset"] == "naive"
+    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"]
+
+
+def test_main_job_cli_prints_the_table_and_writes_the_report(data_dir, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run(
+        [sys.executable, "-m", "tfbertperf.run", "--data", str(data_dir), "--set", "train.steps=24",
+         "--set", "profile.steps=6:18", "--set", "profile.probe_steps=4", "--set", f"run.out={tmp_path}"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ms/step" in r.stdout and "verdict:" in r.stdout
+    reports = list(tmp_path.glob("*/report.json"))
+    assert len(reports) == 1
