@@ -28,7 +28,14 @@ def split_uri(uri: str) -> tuple[str, str, str]:
 
 
 class StorageMetrics:
-    """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors."""
+    """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors.
+
+    Definitions (report.json `storage`): `requests` = successful data reads (ranged GETs; listing/stat calls
+    are not counted), `bytes_read` = payload bytes they returned, `request_latency_ms` = wall time of each
+    successful read, `retries` = attempts repeated after a transient failure (5xx, 429, connection reset,
+    short read), `errors` = attempts that failed (transient or not).  `read_mb_per_sec` = bytes_read / the
+    span from the first read's start to the last read's end.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -40,6 +47,7 @@ class StorageMetrics:
         self.read_seconds = 0.0  # summed wall time inside reads
         self.first_read: float | None = None
         self.last_read: float | None = None
+        self.counters: dict[str, int] = {}  # additive report keys (cache_hits, cache_misses, staged_bytes, …)
 
     def record(self, nbytes: int, latency_ms: float) -> None:
         now = time.perf_counter()
@@ -52,6 +60,15 @@ class StorageMetrics:
                 self.first_read = now - latency_ms / 1000.0
             self.last_read = now
 
+    def add_bytes(self, nbytes: int) -> None:
+        """Bytes read outside our own requests (native mode: TF's filesystem made the requests)."""
+        now = time.perf_counter()
+        with self._lock:
+            self.bytes_read += int(nbytes)
+            if self.first_read is None:
+                self.first_read = now
+            self.last_read = now
+
     def retry(self) -> None:
         with self._lock:
             self.retries += 1
@@ -59,6 +76,11 @@ class StorageMetrics:
     def error(self) -> None:
         with self._lock:
             self.errors += 1
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add `n` to an extra counter reported under `name` (e.g. cache_hits)."""
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + int(n)
 
     def summary(self) -> dict:
         """report.json `storage` counters (backend/mode/uri are added by the caller)."""
@@ -76,6 +98,7 @@ class StorageMetrics:
                 },
                 "retries": int(self.retries),
                 "errors": int(self.errors),
+                **{k: int(v) for k, v in sorted(self.counters.items())},
             }
 
 
@@ -102,8 +125,14 @@ class Backend:
     def read(self, uri: str) -> bytes:
         return self.read_range(uri, 0, self.stat(uri).size)
 
-    def upload(self, local_path: str, uri: str) -> None:
+    def upload(self, local_path: str, uri: str, sha256: str | None = None) -> None:
+        """Write a local file to `uri`; `sha256` (hex), when given, is stored with the object for
+        idempotent re-uploads (see checksum)."""
         raise NotImplementedError
+
+    def checksum(self, uri: str) -> str | None:
+        """The sha256 (hex) recorded for `uri` by upload, or None when unknown or missing."""
+        return None
 
     def join(self, prefix_uri: str, name: str) -> str:
         return prefix_uri.rstrip("/") + "/" + name

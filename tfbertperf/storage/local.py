@@ -8,6 +8,7 @@ a blocking remote read would — it costs wall time, not CPU.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 import time
@@ -16,6 +17,15 @@ from tfbertperf.errors import UsageError
 from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, split_uri
 
 READ_BYTES = 256 * 1024  # one emulated read request
+
+
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a local file (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def local_path(uri: str) -> str:
@@ -63,13 +73,17 @@ class LocalBackend(Backend):
         self.metrics.record(len(data), (time.perf_counter() - t0) * 1000.0)
         return data
 
-    def upload(self, local_file: str, uri: str) -> None:
+    def upload(self, local_file: str, uri: str, sha256: str | None = None) -> None:
         dst = local_path(uri)
         os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         if os.path.abspath(local_file) != os.path.abspath(dst):
             tmp = dst + ".part"
             shutil.copyfile(local_file, tmp)
             os.replace(tmp, dst)
+
+    def checksum(self, uri: str) -> str | None:
+        p = local_path(uri)
+        return file_sha256(p) if os.path.isfile(p) else None
 
     def join(self, prefix_uri: str, name: str) -> str:
         return os.path.join(local_path(prefix_uri), name)

@@ -1,0 +1,352 @@
+"""What GCS and Azure Blob share: bounded retries with per-request metrics, and the three remote read modes.
+
+    stream  SDK ranged reads of `data.chunk_mb` chunks (up to `data.concurrency` in flight, read ahead of the
+            parser), TFRecord framing parsed in Python with both CRC checks, fed to tf.data with one
+            `from_generator` per shard so the pipeline's interleave reads shards in parallel.
+    stage   background workers download shards `data.lookahead` ahead of consumption into a bounded local cache
+            (`data.cache_dir`, `data.cache_mb`); TFRecordDataset reads the local copies.  Cache hits counted.
+    native  TF's own filesystem (gs:// only): TFRecordDataset on the URI.  Bytes are counted from the records.
+
+Every data read runs inside `tf.profiler.experimental.Trace("storage_read", …)` so it shows in the trace viewer
+next to the tf.data ops it feeds.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator
+
+from tfbertperf.errors import UsageError
+from tfbertperf.redact import redact_text
+from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource
+from tfbertperf.storage.local import file_sha256
+
+MB = 1024 * 1024
+
+
+class TransientError(Exception):
+    """A failure worth retrying (5xx, 429, connection reset, short read)."""
+
+
+def _trace(name: str, **kw):
+    """tf.profiler TraceMe context (a no-op when TF is not imported yet: storage must not force the import)."""
+    import sys
+
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        return tf.profiler.experimental.Trace(name, **kw)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+class RemoteBackend(Backend):
+    """Base of the SDK backends.  Subclasses implement `_classify(exc)` and the raw `_read/_stat/…` calls."""
+
+    max_attempts = 8  # per request; 5 % injected faults need ~3 in the worst case seen, 8 leaves a wide margin
+    backoff_s = 0.05  # first retry delay; doubles each attempt (with jitter), capped at backoff_cap_s
+    backoff_cap_s = 2.0
+
+    def __init__(self, uri: str, data_cfg=None) -> None:
+        super().__init__()
+        self.uri = uri
+        self.data_cfg = data_cfg
+        self.shown_uri = redact_text(uri)
+
+    # ---- retry ------------------------------------------------------------------------------------------
+    def _classify(self, exc: BaseException, what: str) -> BaseException:
+        """Return TransientError to retry, or the exception to raise (a UsageError for the user's mistakes)."""
+        raise NotImplementedError
+
+    def call(self, what: str, fn: Callable, *, count_bytes: bool = False):
+        """Run `fn()` with bounded exponential-backoff retries on transient failures.
+
+        `what` names the object for errors (it is redacted).  With `count_bytes`, the result's length and the
+        wall time of the successful attempt are recorded as one request in `metrics`.
+        """
+        delay = self.backoff_s
+        for attempt in range(1, self.max_attempts + 1):
+            t0 = time.perf_counter()
+            try:
+                out = fn()
+            except UsageError:
+                self.metrics.error()
+                raise
+            except Exception as e:  # noqa: BLE001 — classified below, never swallowed
+                self.metrics.error()
+                verdict = self._classify(e, what)
+                if not isinstance(verdict, TransientError):
+                    raise verdict from None
+                if attempt == self.max_attempts:
+                    raise UsageError(
+                        f"{redact_text(what)}: storage request failed after {attempt} attempts ({verdict})"
+                    ) from None
+                self.metrics.retry()
+                time.sleep(min(self.backoff_cap_s, delay) * (0.5 + random.random()))
+                delay *= 2
+                continue
+            if count_bytes:
+                self.metrics.record(len(out), (time.perf_counter() - t0) * 1000.0)
+            return out
+        raise AssertionError("unreachable")
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        """`length` bytes of `uri` from byte `start` (fewer only at the end of the object); retried, counted."""
+
+        def once():
+            data = self._read_range(uri, start, length)
+            if len(data) < length and start + len(data) < self._size_hint(uri, start + len(data)):
+                raise TransientError(f"short read: {len(data)} of {length} bytes")
+            return data
+
+        with _trace("storage_read", uri=redact_text(uri), offset=start, bytes=length):
+            return self.call(uri, once, count_bytes=True)
+
+    def _size_hint(self, uri: str, at_least: int) -> int:
+        """Object size when known (shard sources pre-stat their shards); `at_least` otherwise."""
+        return self._sizes.get(uri, at_least) if hasattr(self, "_sizes") else at_least
+
+    def _read_range(self, uri: str, start: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    # ---- shard sources ----------------------------------------------------------------------------------
+    def shard_source(self, uris: list[str], mode: str = "stream", data_cfg=None, record_bytes_hint: int = 2048):
+        """ShardSource reading `uris` in `mode` (stream | stage | native); see the module docstring."""
+        data_cfg = data_cfg if data_cfg is not None else self.data_cfg
+        if not uris:
+            raise UsageError(f"{self.shown_uri}: no shards to read")
+        if mode == "native":
+            return self._native_source(uris, record_bytes_hint)
+        infos = self._stat_all(uris, data_cfg)
+        self._sizes = {i.uri: i.size for i in infos}
+        if mode == "stream":
+            return StreamReader(self, infos, data_cfg).source()
+        if mode == "stage":
+            return Stager(self, infos, data_cfg).source()
+        raise UsageError(f"--set data.mode={mode}: expected one of local, native, stream, stage")
+
+    def _stat_all(self, uris: list[str], data_cfg) -> list[ObjectInfo]:
+        workers = max(1, int(getattr(data_cfg, "concurrency", 4) or 4))
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(self.stat, uris))
+
+    def _native_source(self, uris: list[str], record_bytes_hint: int) -> ShardSource:
+        raise UsageError(
+            f"{self.shown_uri}: data.mode=native reads through TensorFlow's own filesystem, which exists for gs:// "
+            "only (tensorflow-io's az:// does not load on TF 2.21); use data.mode=stream or stage"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+class StreamReader:
+    """Stream mode: ranged reads of chunk_mb, `concurrency` requests in flight across all shards."""
+
+    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg) -> None:
+        self.backend = backend
+        self.sizes = {i.uri: i.size for i in infos}
+        self.uris = [i.uri for i in infos]
+        self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
+        self.concurrency = max(1, int(getattr(data_cfg, "concurrency", 4)))
+        # Read-ahead per shard: enough to keep the pool busy when few shards are open at once.
+        self.ahead = max(2, self.concurrency)
+        self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tfbertperf-stream")
+
+    def chunks(self, uri: str) -> Iterator[bytes]:
+        """The shard's bytes in order, `ahead` ranged reads in flight."""
+        size = self.sizes[uri]
+        starts = list(range(0, size, self.chunk_bytes))
+        pending: collections.deque[Future] = collections.deque()
+        nxt = 0
+        try:
+            while nxt < len(starts) or pending:
+                while nxt < len(starts) and len(pending) < self.ahead:
+                    s = starts[nxt]
+                    pending.append(self.pool.submit(self.backend.read_range, uri, s, min(self.chunk_bytes, size - s)))
+                    nxt += 1
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+    def generator(self, uri_bytes) -> Iterator:
+        import numpy as np
+
+        from tfbertperf.storage.tfrecord import iter_record_batches
+
+        uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
+        if uri not in self.sizes:
+            raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
+        for batch in iter_record_batches(self.chunks(uri), redact_text(uri)):
+            yield np.array(batch, dtype=object)
+
+    def source(self) -> ShardSource:
+        import tensorflow as tf
+
+        def read(filename):
+            # One generator per shard (interleave opens several at once); records cross into tf.data a chunk at
+            # a time and are unbatched in C++.
+            ds = tf.data.Dataset.from_generator(
+                self.generator, args=(filename,), output_signature=tf.TensorSpec([None], tf.string)
+            )
+            return ds.unbatch()
+
+        return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stream",
+                           close=lambda: self.pool.shutdown(wait=False, cancel_futures=True))
+
+
+# ---------------------------------------------------------------------------------------------------------
+class Stager:
+    """Stage mode: a bounded local cache filled `lookahead` shards ahead of the reader by background workers.
+
+    The pipeline asks for shards in the order of `uris` (repeating); asking for shard i (a py_function inside
+    the interleave) returns its local path — waiting for it when it is not there yet (a miss) — and schedules
+    shards i+1 … i+lookahead.  When the cache would exceed `cache_mb`, the least recently handed-out files are
+    deleted; a file handed out less than GRACE_S ago is kept, because TFRecordDataset opens it just after the
+    py_function returns (once open, deleting it is harmless on POSIX).
+    """
+
+    GRACE_S = 5.0
+
+    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg) -> None:
+        self.backend = backend
+        self.infos = {i.uri: i for i in infos}
+        self.uris = [i.uri for i in infos]
+        self.index = {u: k for k, u in enumerate(self.uris)}
+        self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
+        self.lookahead = int(getattr(data_cfg, "lookahead", 4))
+        self.cache_bytes = int(getattr(data_cfg, "cache_mb", 2048)) * MB
+        cache_dir = getattr(data_cfg, "cache_dir", "") or ""
+        self.own_dir = not cache_dir
+        self.dir = cache_dir or tempfile.mkdtemp(prefix="tfbertperf-stage-")
+        os.makedirs(self.dir, exist_ok=True)
+        self.lock = threading.Condition()
+        self.ready: dict[str, str] = {}  # uri -> local path (complete files only)
+        self.inflight: dict[str, Future] = {}
+        self.handed_out: dict[str, float] = {}  # uri -> monotonic time last handed to the reader
+        self.pool = ThreadPoolExecutor(max(1, int(getattr(data_cfg, "concurrency", 4))),
+                                       thread_name_prefix="tfbertperf-stage")
+        self.closed = False
+        for uri in self.uris:  # files a previous run left in a persistent cache dir count as cached
+            p = self._path(uri)
+            if os.path.isfile(p) and os.path.getsize(p) == self.infos[uri].size:
+                self.ready[uri] = p
+
+    def _path(self, uri: str) -> str:
+        key = hashlib.sha1(uri.encode()).hexdigest()[:16]
+        return os.path.join(self.dir, f"{key}-{self.infos[uri].size}-{os.path.basename(uri.split('?')[0])}")
+
+    def _used_bytes(self) -> int:
+        return sum(self.infos[u].size for u in self.ready) + sum(self.infos[u].size for u in self.inflight)
+
+    def _make_room(self, need: int, protect: set[str]) -> bool:
+        """Evict least recently handed-out files until `need` more bytes fit; False if it cannot."""
+        now = time.monotonic()
+        while self._used_bytes() + need > self.cache_bytes:
+            victims = [u for u in self.ready if u not in protect and now - self.handed_out.get(u, 0.0) > self.GRACE_S]
+            if not victims:
+                return False
+            v = min(victims, key=lambda u: self.handed_out.get(u, 0.0))
+            path = self.ready.pop(v)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            self.backend.metrics.count("cache_evictions")
+        return True
+
+    def _download(self, uri: str) -> str:
+        size = self.infos[uri].size
+        final = self._path(uri)
+        part = final + f".part{threading.get_ident()}"
+        with open(part, "wb") as f:
+            for start in range(0, size, self.chunk_bytes):
+                if self.closed:
+                    raise UsageError(f"shard {redact_text(uri)}: staging stopped")
+                f.write(self.backend.read_range(uri, start, min(self.chunk_bytes, size - start)))
+        os.replace(part, final)
+        self.backend.metrics.count("staged_bytes", size)
+        return final
+
+    def _schedule(self, uri: str, demand: bool) -> Future | None:
+        """Start downloading `uri` unless cached/in flight (caller holds the lock).  Look-ahead downloads are
+        skipped when the cache is full of files still in use; demand downloads always go ahead."""
+        if uri in self.ready:
+            return None
+        if uri in self.inflight:
+            return self.inflight[uri]
+        window = self._window_after(uri)
+        if not self._make_room(self.infos[uri].size, protect=window | {uri}) and not demand:
+            return None
+
+        def job():
+            try:
+                path = self._download(uri)
+            finally:
+                with self.lock:
+                    self.inflight.pop(uri, None)
+            with self.lock:
+                self.ready[uri] = path
+                self.lock.notify_all()
+            return path
+
+        fut = self.pool.submit(job)
+        self.inflight[uri] = fut
+        return fut
+
+    def _window_after(self, uri: str) -> set[str]:
+        k = self.index[uri]
+        n = len(self.uris)
+        return {self.uris[(k + j) % n] for j in range(1, min(self.lookahead, n - 1) + 1)}
+
+    def get(self, uri_bytes) -> bytes:
+        """Local path of the shard (downloading it now on a miss); schedules the look-ahead window."""
+        uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
+        if hasattr(uri_bytes, "numpy"):
+            uri = uri_bytes.numpy().decode()
+        if uri not in self.infos:
+            raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
+        with self.lock:
+            hit = uri in self.ready
+            self.backend.metrics.count("cache_hits" if hit else "cache_misses")
+            fut = None if hit else self._schedule(uri, demand=True)
+            self.handed_out[uri] = time.monotonic()
+            k = self.index[uri]
+            for j in range(1, self.lookahead + 1):
+                nxt = self.uris[(k + j) % len(self.uris)]
+                if nxt != uri:
+                    self._schedule(nxt, demand=False)
+        if fut is not None:
+            fut.result()  # re-raises the download's error (already a one-line UsageError when it is the user's)
+        with self.lock:
+            path = self.ready.get(uri)
+            self.handed_out[uri] = time.monotonic()
+        if path is None:  # evicted between download and now: only possible with a cache smaller than a shard
+            path = self._download(uri)
+            with self.lock:
+                self.ready[uri] = path
+        return path.encode()
+
+    def close(self) -> None:
+        self.closed = True
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def source(self) -> ShardSource:
+        import tensorflow as tf
+
+        def read(filename):
+            local = tf.py_function(self.get, [filename], tf.string)
+            local.set_shape([])
+            return tf.data.TFRecordDataset(local, buffer_size=min(self.chunk_bytes, 4 * MB))
+
+        return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stage", close=self.close)
