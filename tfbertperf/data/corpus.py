@@ -1,0 +1,160 @@
+"""Corpus → documents of sentences, the input of every data-preparation path.
+
+A *document* is a list of sentence strings plus a *group* name (the topic it came from); sentence order matters
+(next-sentence prediction pairs consecutive sentences).  Two sources:
+
+- the default: Python's bundled `pydoc_data.topics` (~465 KB of real English about the language).  Each topic is
+  split into documents at its section headings; prose paragraphs are unwrapped and split into sentences; indented
+  blocks (grammar, code, tables) contribute one "sentence" per line.
+- user text files (`data.corpus`, comma-separated): the google-research/bert format — one sentence per line,
+  a blank line between documents.  The group of a document is its file name and document index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+
+from tfbertperf.errors import UsageError
+
+DEFAULT_CORPUS = "pydoc_data.topics"
+
+# A heading's underline: a line made only of one of these characters (reST style, as topics.py renders them).
+_UNDERLINE = re.compile(r"^([*=\-~^\"'`#+])\1{2,}\s*$")
+# Sentence end: . ! ? (optionally followed by a closing quote/bracket), then whitespace, then what starts a
+# sentence.  Abbreviations such as "e.g. x" are rare enough in this corpus not to matter.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"”’)\]]))\s+(?=[A-Z0-9\"“‘(*])")
+_TABLE_RULE = re.compile(r"^[+=\-\s]+$")
+_BULLET = re.compile(r"^(\*|-|\d+\.|[a-z]\))\s+")
+
+
+@dataclass(frozen=True)
+class Document:
+    group: str  # topic (default corpus) or "<file>#<n>" (user files)
+    sentences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    documents: tuple[Document, ...]
+    description: str  # "pydoc_data.topics" or the comma-separated file names
+    sha256: str  # of the raw text read, so the manifest says exactly which text was used
+
+    @property
+    def num_sentences(self) -> int:
+        return sum(len(d.sentences) for d in self.documents)
+
+    def all_sentences(self) -> list[str]:
+        return [s for d in self.documents for s in d.sentences]
+
+
+def _split_prose(paragraph: str) -> list[str]:
+    text = " ".join(line.strip() for line in paragraph.splitlines() if line.strip())
+    text = _BULLET.sub("", text)
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def _paragraph_sentences(paragraph: str) -> list[str]:
+    """Prose is unwrapped and split into sentences; an indented block (grammar, code) gives one per line."""
+    lines = paragraph.splitlines()
+    first = next((ln for ln in lines if ln.strip()), "")
+    indent = len(first) - len(first.lstrip())
+    if first.lstrip()[:1] in ("+", "|"):  # a grid table: one "sentence" per row line, borders dropped
+        rows = (" ".join(ln.replace("|", " ").split()) for ln in lines)
+        return [r for r in rows if r and not _TABLE_RULE.match(r)]
+    if indent >= 3 and not _BULLET.match(first.strip()):
+        return [ln.strip() for ln in lines if ln.strip()]
+    return _split_prose(paragraph)
+
+
+def split_topic(text: str) -> list[list[str]]:
+    """One pydoc topic → documents (sections split at headings) of sentences; the headings themselves start
+    their section as its first sentence."""
+    lines = text.splitlines()
+    sections: list[list[str]] = [[]]
+    i = 0
+    while i < len(lines):
+        if i + 1 < len(lines) and lines[i].strip() and _UNDERLINE.match(lines[i + 1]):
+            sections.append([lines[i]])
+            i += 2
+            continue
+        sections[-1].append(lines[i])
+        i += 1
+    docs = []
+    for sec in sections:
+        sentences: list[str] = []
+        for para in re.split(r"\n\s*\n", "\n".join(sec)):
+            if para.strip():
+                sentences.extend(_paragraph_sentences(para))
+        if sentences:
+            docs.append(sentences)
+    return docs
+
+
+def load_default_corpus() -> Corpus:
+    """Python's bundled pydoc topics, split into sections (documents) of sentences.  Topics in key order."""
+    from pydoc_data import topics
+
+    docs = []
+    h = hashlib.sha256()
+    for name in sorted(topics.topics):
+        text = topics.topics[name]
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
+        for sentences in split_topic(text):
+            docs.append(Document(name, tuple(sentences)))
+    if not docs:  # a stripped-down Python; say so rather than train on nothing
+        raise UsageError(f"{DEFAULT_CORPUS}: bundled corpus is empty; pass --set data.corpus=FILE")
+    return Corpus(tuple(docs), DEFAULT_CORPUS, h.hexdigest())
+
+
+def corpus_files(spec: str) -> list[str]:
+    """`data.corpus` (comma-separated paths) → list of paths; UsageError naming a missing one."""
+    files = [p.strip() for p in spec.split(",") if p.strip()]
+    for p in files:
+        if not os.path.isfile(p):
+            raise UsageError(f"corpus file {p}: no such file (--set data.corpus=…)")
+    if not files:
+        raise UsageError(f"--set data.corpus={spec!r}: no file names given")
+    return files
+
+
+def read_text_file(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise UsageError(f"corpus file {path}: cannot read ({e.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"corpus file {path}: not UTF-8 text (byte {e.start})") from None
+
+
+def load_text_files(spec: str) -> Corpus:
+    """User corpus: one sentence per line, blank line between documents (google-research/bert format)."""
+    docs = []
+    h = hashlib.sha256()
+    for path in corpus_files(spec):
+        text = read_text_file(path)
+        h.update(os.path.basename(path).encode() + b"\0" + text.encode() + b"\0")
+        n_before = len(docs)
+        current: list[str] = []
+        for line in text.splitlines() + [""]:
+            line = line.strip()
+            if line:
+                current.append(line)
+            elif current:
+                docs.append(Document(f"{os.path.basename(path)}#{len(docs) - n_before}", tuple(current)))
+                current = []
+        if len(docs) == n_before:
+            raise UsageError(f"corpus file {path}: empty (expected one sentence per line, blank line between documents)")
+    return Corpus(tuple(docs), ",".join(os.path.basename(p) for p in corpus_files(spec)), h.hexdigest())
+
+
+def load_corpus(corpus_spec: str) -> Corpus:
+    """`data.corpus` → Corpus ("" = the bundled pydoc topics)."""
+    if not corpus_spec.strip():
+        return load_default_corpus()
+    return load_text_files(corpus_spec)

@@ -1,0 +1,137 @@
+"""manifest.json: what a prepared data directory holds, read back through any storage backend.
+
+Keys (written by prepare.py; a reader may rely on these):
+  schema "tfbertperf.manifest/1", task (pretrain|classify), seq_len, max_predictions, vocab_size (real size),
+  vocab_size_target, vocab_sha256, vocab_file ("vocab.txt"), special_ids {token: id}, tokenizer, seed,
+  dupe_factor, masked_lm_prob, short_seq_prob, num_examples, record_bytes_mean (bytes per serialized
+  pre-tokenized record), text_record_bytes_mean, features {name: [dtype, shape]},
+  shards / text_shards [{"name", "examples", "bytes"}], corpus, corpus_sha256, vocab_source, stats {…};
+  pretrain: num_documents, num_sentences, num_corpus_tokens; classify: num_labels, labels, pair, classify_source.
+`load_manifest` adds "uri": the data directory it was read from (not stored in the file).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tfbertperf.errors import UsageError
+from tfbertperf.redact import redact_text
+
+MANIFEST_SCHEMA = "tfbertperf.manifest/1"
+MANIFEST_FILE = "manifest.json"
+VOCAB_FILE = "vocab.txt"
+REQUIRED_KEYS = (
+    "schema", "task", "seq_len", "max_predictions", "vocab_size", "vocab_sha256", "vocab_file", "seed",
+    "dupe_factor", "num_examples", "record_bytes_mean", "shards",
+)
+
+
+def shard_name(task: str, index: int, num_shards: int, text: bool = False) -> str:
+    """'pretrain-00000-of-00008.tfrecord' (pre-tokenized) or 'pretrain-text-00000-of-00008.tfrecord'."""
+    kind = f"{task}-text" if text else task
+    return f"{kind}-{index:05d}-of-{num_shards:05d}.tfrecord"
+
+
+def _basename(uri: str) -> str:
+    return uri.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+def load_manifest(uri: str, backend) -> dict:
+    """Read and check `<uri>/manifest.json` through `backend` (a tfbertperf.storage Backend).
+
+    Checks: the directory and manifest exist, the JSON parses with the expected schema and keys, and every
+    pre-tokenized shard it lists exists with the recorded size (a half-finished upload is caught here).
+    Returns the manifest dict plus "uri" = `uri`.
+    Raises UsageError naming the data dir, manifest or shard.
+    """
+    shown = redact_text(uri)
+    hint = f"(run `tfbertperf prepare --out {shown}`)"
+    if backend.name == "local":
+        import os
+
+        from tfbertperf.storage.local import local_path
+
+        if not os.path.isdir(local_path(uri)):
+            raise UsageError(f"data dir {shown}: no such directory {hint}")
+    mpath = backend.join(uri, MANIFEST_FILE)
+    if not backend.exists(mpath):
+        raise UsageError(f"data dir {shown}: no {MANIFEST_FILE} {hint}")
+    raw = backend.read(mpath)
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{redact_text(mpath)}: not UTF-8 JSON {hint}") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{redact_text(mpath)}: not valid JSON (line {e.lineno}: {e.msg}) {hint}") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{redact_text(mpath)}: expected a JSON object {hint}")
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        raise UsageError(f"{redact_text(mpath)}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA!r} {hint}")
+    missing = [k for k in REQUIRED_KEYS if k not in manifest]
+    if missing:
+        raise UsageError(f"{redact_text(mpath)}: missing key(s) {', '.join(missing)} {hint}")
+    if manifest["task"] not in ("pretrain", "classify"):
+        raise UsageError(f"{redact_text(mpath)}: unknown task {manifest['task']!r}")
+    shards = manifest["shards"]
+    if not isinstance(shards, list) or not shards or not all(isinstance(s, dict) and "name" in s for s in shards):
+        raise UsageError(f"{redact_text(mpath)}: 'shards' must be a non-empty list of {{name, examples, bytes}}")
+    _check_shards(uri, backend, shards, hint)
+    manifest = dict(manifest)
+    manifest["uri"] = uri
+    return manifest
+
+
+def _check_shards(uri: str, backend, shards: list[dict], hint: str) -> None:
+    present = {_basename(o.uri): o.size for o in backend.list(uri)}
+    for s in shards:
+        name = s["name"]
+        shown = redact_text(backend.join(uri, name))
+        if name not in present:
+            raise UsageError(f"shard {shown}: listed in {MANIFEST_FILE} but missing {hint}")
+        if "bytes" in s and int(s["bytes"]) != present[name]:
+            raise UsageError(
+                f"shard {shown}: {present[name]} bytes, {MANIFEST_FILE} says {s['bytes']} (incomplete copy?) {hint}"
+            )
+
+
+def check_compatible(cfg, manifest: dict) -> None:
+    """UsageError if the prepared data does not fit the run (task, seq_len, max_predictions)."""
+    where = f"data dir {redact_text(manifest.get('uri', '?'))}"
+    hint = "re-run `tfbertperf prepare` with the same --set values"
+    if manifest["task"] != cfg.model.task:
+        raise UsageError(f"{where}: prepared for task {manifest['task']!r} but model.task={cfg.model.task!r}; {hint}")
+    if int(manifest["seq_len"]) != cfg.data.seq_len:
+        raise UsageError(f"{where}: prepared with seq_len {manifest['seq_len']} but data.seq_len={cfg.data.seq_len}; {hint}")
+    if cfg.model.task == "pretrain" and int(manifest["max_predictions"]) != cfg.data.max_predictions:
+        raise UsageError(
+            f"{where}: prepared with max_predictions {manifest['max_predictions']} but "
+            f"data.max_predictions={cfg.data.max_predictions}; {hint}"
+        )
+
+
+def shard_uris(cfg, manifest: dict, backend) -> tuple[list[str], int]:
+    """(shard URIs to read, mean record bytes) for `cfg.pipeline.tokenize`: the pre-tokenized shards, or the
+    raw-text shards for `inline`.  Pass both to `tfbertperf.storage.open_shards`."""
+    uri = manifest["uri"]
+    if cfg.pipeline.tokenize == "inline":
+        text = manifest.get("text_shards")
+        if not text:
+            raise UsageError(
+                f"data dir {redact_text(uri)}: no raw-text shards for pipeline.tokenize=inline "
+                f"(re-run `tfbertperf prepare --out {redact_text(uri)}`)"
+            )
+        return [backend.join(uri, s["name"]) for s in text], int(manifest.get("text_record_bytes_mean") or 1024)
+    return [backend.join(uri, s["name"]) for s in manifest["shards"]], int(manifest["record_bytes_mean"])
+
+
+def load_vocab(manifest: dict, backend) -> list[str]:
+    """The vocab of a prepared data dir (checked against the manifest's sha256)."""
+    from tfbertperf.data.vocab import parse_vocab, vocab_sha256
+
+    path = backend.join(manifest["uri"], manifest.get("vocab_file", VOCAB_FILE))
+    if not backend.exists(path):
+        raise UsageError(f"vocab {redact_text(path)}: missing from the data dir")
+    tokens = parse_vocab(backend.read(path).decode("utf-8"), redact_text(path))
+    if vocab_sha256(tokens) != manifest["vocab_sha256"]:
+        raise UsageError(f"vocab {redact_text(path)}: sha256 differs from {MANIFEST_FILE} (re-run prepare)")
+    return tokens

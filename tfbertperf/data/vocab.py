@@ -1,0 +1,113 @@
+"""WordPiece vocabulary (learned with tensorflow-text, or the user's vocab.txt) and the one tokenizer every path
+uses: tensorflow-text's FastBertTokenizer, lower-casing (NFD + accent strip, as uncased BERT).
+
+The same `make_tokenizer(vocab)` serves data preparation (pre-tokenized shards) and `pipeline.tokenize=inline`
+(tokenization inside tf.data), so both paths produce identical ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from tfbertperf.errors import UsageError
+
+# Reserved tokens come first, so [PAD] = 0 (the padding id of every feature) and the ids below are fixed.
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+
+# Learning the vocab costs ~4 s on the 465 KB default corpus (2 cores); bigger user corpora are sampled down to
+# about this much text so `prepare` stays well under a minute.
+VOCAB_SAMPLE_BYTES = 2_000_000
+
+
+def vocab_sha256(tokens: list[str]) -> str:
+    """sha256 of the vocab file content as written by `vocab_text` (one token per line, trailing newline)."""
+    return hashlib.sha256(vocab_text(tokens).encode("utf-8")).hexdigest()
+
+
+def vocab_text(tokens: list[str]) -> str:
+    return "".join(t + "\n" for t in tokens)
+
+
+def parse_vocab(text: str, name: str) -> list[str]:
+    """vocab.txt content → token list (line i = id i).  Checks the special tokens the examples need."""
+    tokens = [line.rstrip("\r") for line in text.split("\n")]
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    if not tokens:
+        raise UsageError(f"vocab {name}: empty")
+    missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in tokens]
+    if missing:
+        raise UsageError(f"vocab {name}: missing special token(s) {', '.join(missing)}")
+    if tokens[0] != "[PAD]":
+        raise UsageError(f"vocab {name}: [PAD] must be id 0 (line 1), found {tokens[0]!r}")
+    if len(set(tokens)) != len(tokens):
+        dup = next(t for i, t in enumerate(tokens) if t in tokens[:i])
+        raise UsageError(f"vocab {name}: duplicate token {dup!r}")
+    return tokens
+
+
+def special_ids(tokens: list[str]) -> dict[str, int]:
+    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] in `tokens` (a user vocab may order them differently)."""
+    return {t: tokens.index(t) for t in RESERVED_TOKENS}
+
+
+def load_vocab_file(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_vocab(f.read(), path)
+    except FileNotFoundError:
+        raise UsageError(f"vocab {path}: no such file (--set data.vocab=…)") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"vocab {path}: not UTF-8 text") from None
+
+
+def learn_vocab(sentences: list[str], vocab_size: int) -> list[str]:
+    """Learn a lower-cased WordPiece vocab of about `vocab_size` tokens from `sentences` with tensorflow-text's
+    `bert_vocab_from_dataset`; reserved tokens first ([PAD]=0).  A small corpus yields fewer tokens than asked
+    (the learner cannot invent words): the manifest records the real size.
+
+    Deterministic: a sample (every k-th sentence) is taken when the text exceeds VOCAB_SAMPLE_BYTES."""
+    import tensorflow as tf
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvd
+
+    total = sum(len(s) for s in sentences)
+    if total > VOCAB_SAMPLE_BYTES:
+        step = -(-total // VOCAB_SAMPLE_BYTES)
+        sentences = sentences[::step]
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(sentences, dtype=tf.string)).batch(1024)
+    # lower_thresh=1 lets the learner's threshold search go down to words seen once: a ~0.5 MB corpus has only a
+    # few thousand distinct words, and the default (10) would stop near 1,200 tokens.
+    vocab = bvd.bert_vocab_from_dataset(
+        ds,
+        vocab_size=vocab_size,
+        reserved_tokens=list(RESERVED_TOKENS),
+        bert_tokenizer_params=dict(lower_case=True),
+        learn_params=dict(lower_thresh=1),
+    )
+    return list(vocab)
+
+
+def make_tokenizer(tokens: list[str]):
+    """The FastBertTokenizer used everywhere: lower-case + NFD + strip accents, '##' continuation, int64 ids."""
+    import tensorflow as tf
+    import tensorflow_text as tft
+
+    return tft.FastBertTokenizer(
+        vocab=list(tokens),
+        suffix_indicator="##",
+        token_out_type=tf.int64,
+        unknown_token="[UNK]",
+        lower_case_nfd_strip_accents=True,
+    )
+
+
+def tokenize_sentences(tokenizer, sentences: list[str], batch: int = 4096) -> list[list[int]]:
+    """Token ids of each sentence (wordpieces of all its words, in order), as Python lists."""
+    import tensorflow as tf
+
+    out: list[list[int]] = []
+    for i in range(0, len(sentences), batch):
+        ids = tokenizer.tokenize(tf.constant(sentences[i : i + batch], dtype=tf.string))  # [B, (tokens)]
+        out.extend(ids.to_list())
+    return out
