@@ -1,1 +1,12 @@
-"""model stage (see shared/DESIGN.md)."""
+"""model stage (see shared/DESIGN.md): Keras 3 BERT encoder + task heads, sizes tiny … large."""
+
+from tfbertperf.model.bert import (  # noqa: F401
+    SIZES,
+    BertConfig,
+    build_encoder,
+    build_model,
+    config_for,
+    describe,
+    encoder_parameters,
+    parameter_line,
+)

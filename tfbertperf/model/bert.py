@@ -1,0 +1,312 @@
+"""BERT in Keras 3, readable top to bottom (after google-research/bert and Devlin et al. 2018).
+
+Reading order: the config and named sizes (data, not code) → embeddings → self-attention → feed-forward →
+transformer block (post-LN, as in the paper) → encoder + pooler → the two task heads → `build_model`.
+
+Shapes are commented where they change: B = batch, T = seq_len, H = hidden, nh = heads, hs = H / nh,
+P = max_predictions (masked positions per example), V = vocab size.
+
+With a 30,522-token vocabulary the encoder + pooler has exactly 109,482,240 parameters for `base` and
+335,141,888 for `large` — the published BERT-Base/Large counts (tests/test_model.py pins both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+from keras import layers, ops
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = 30522  # WordPiece vocabulary (from the data's vocab.txt)
+    num_layers: int = 2  # transformer blocks (L)
+    hidden: int = 128  # model width (H)
+    num_heads: int = 2  # attention heads (A); H must divide by it
+    intermediate: int = 512  # feed-forward width, 4H in every published size
+    max_positions: int = 512  # learned position embeddings
+    type_vocab_size: int = 2  # segment (token type) ids: sentence A / sentence B
+    dropout: float = 0.1  # hidden and attention-probability dropout
+    layer_norm_eps: float = 1e-12  # as in the original TF implementation
+    initializer_range: float = 0.02  # stddev of the truncated-normal weight init
+
+
+# Named sizes (L, H, A) of the BERT family (Turc et al. 2019 for the small ones); FFN = 4H everywhere.
+SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+def config_for(size: str, vocab_size: int, dropout: float = 0.1) -> BertConfig:
+    """The BertConfig of a named size ('tiny' … 'large') for a vocabulary of `vocab_size` tokens."""
+    if size not in SIZES:
+        from tfbertperf.errors import UsageError
+
+        raise UsageError(f"--set model.size={size!r}: expected one of {', '.join(SIZES)}")
+    num_layers, hidden, heads = SIZES[size]
+    return BertConfig(
+        vocab_size=vocab_size, num_layers=num_layers, hidden=hidden, num_heads=heads,
+        intermediate=4 * hidden, dropout=dropout,
+    )
+
+
+def _init(cfg: BertConfig):
+    return keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
+
+
+def gelu(x):
+    # BERT's GELU is the exact erf form, not the tanh approximation.
+    return keras.activations.gelu(x, approximate=False)
+
+
+# ---- embeddings ------------------------------------------------------------------------------------------
+
+
+class Embeddings(layers.Layer):
+    """word + position + token-type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: BertConfig, **kw):
+        super().__init__(**kw)
+        self.cfg = cfg
+        self.word = layers.Embedding(cfg.vocab_size, cfg.hidden, embeddings_initializer=_init(cfg), name="word")
+        self.token_type = layers.Embedding(
+            cfg.type_vocab_size, cfg.hidden, embeddings_initializer=_init(cfg), name="token_type"
+        )
+        self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="norm")
+        self.drop = layers.Dropout(cfg.dropout)
+
+    def build(self, input_shape):
+        # Positions are a plain weight (not an Embedding lookup): the first T rows are sliced, no gather needed.
+        self.position = self.add_weight(
+            shape=(self.cfg.max_positions, self.cfg.hidden), initializer=_init(self.cfg), name="position"
+        )
+
+    def call(self, input_ids, segment_ids, training=None):
+        seq_len = ops.shape(input_ids)[1]
+        x = self.word(input_ids)  # (B, T, H)
+        x = x + self.token_type(segment_ids)  # (B, T, H)
+        x = x + ops.cast(self.position[None, :seq_len, :], x.dtype)  # (1, T, H) broadcast over B
+        return self.drop(self.norm(x), training=training)
+
+
+# ---- transformer block -----------------------------------------------------------------------------------
+
+
+class SelfAttention(layers.Layer):
+    """Multi-head scaled dot-product self-attention with a padding mask; one fused Q/K/V projection."""
+
+    def __init__(self, cfg: BertConfig, **kw):
+        super().__init__(**kw)
+        assert cfg.hidden % cfg.num_heads == 0, "hidden must divide by num_heads"
+        self.nh, self.hs = cfg.num_heads, cfg.hidden // cfg.num_heads
+        # One (H, 3H) matmul instead of three (H, H): same parameters as BERT's separate q/k/v, fewer kernels.
+        self.qkv = layers.Dense(3 * cfg.hidden, kernel_initializer=_init(cfg), name="qkv")
+        self.out = layers.Dense(cfg.hidden, kernel_initializer=_init(cfg), name="out")
+        self.attn_drop = layers.Dropout(cfg.dropout)
+
+    def call(self, x, mask_bias, training=None):
+        B, T = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(self.qkv(x), (B, T, 3, self.nh, self.hs))  # (B, T, 3, nh, hs)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, nh, hs)
+        scores = ops.einsum("bqhd,bkhd->bhqk", q, k) * (1.0 / self.hs**0.5)  # (B, nh, T, T)
+        scores = scores + ops.cast(mask_bias, scores.dtype)  # (B, 1, 1, T): -1e4 on padding keys
+        if scores.dtype != "float32":
+            # fp16/bf16 softmax over long rows loses precision; do it in float32 like the reference models.
+            probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
+        else:
+            probs = ops.softmax(scores, axis=-1)
+        probs = self.attn_drop(probs, training=training)
+        y = ops.einsum("bhqk,bkhd->bqhd", probs, v)  # (B, T, nh, hs)
+        return self.out(ops.reshape(y, (B, T, self.nh * self.hs)))  # (B, T, H)
+
+
+class FeedForward(layers.Layer):
+    """Position-wise MLP: H → 4H (GELU) → H."""
+
+    def __init__(self, cfg: BertConfig, **kw):
+        super().__init__(**kw)
+        self.up = layers.Dense(cfg.intermediate, activation=gelu, kernel_initializer=_init(cfg), name="up")
+        self.down = layers.Dense(cfg.hidden, kernel_initializer=_init(cfg), name="down")
+
+    def call(self, x):
+        return self.down(self.up(x))  # (B, T, 4H) → (B, T, H)
+
+
+class Block(layers.Layer):
+    """Post-LN transformer block (BERT): x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+
+    def __init__(self, cfg: BertConfig, **kw):
+        super().__init__(**kw)
+        self.attn = SelfAttention(cfg, name="attention")
+        self.attn_norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="attention_norm")
+        self.ffn = FeedForward(cfg, name="ffn")
+        self.ffn_norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="ffn_norm")
+        self.drop = layers.Dropout(cfg.dropout)
+
+    def call(self, x, mask_bias, training=None):
+        x = self.attn_norm(x + self.drop(self.attn(x, mask_bias, training=training), training=training))
+        return self.ffn_norm(x + self.drop(self.ffn(x), training=training))  # (B, T, H)
+
+
+# ---- encoder + pooler ------------------------------------------------------------------------------------
+
+
+class BertEncoder(layers.Layer):
+    """Embeddings → L blocks → (sequence output (B, T, H), pooled [CLS] output (B, H))."""
+
+    def __init__(self, cfg: BertConfig, **kw):
+        super().__init__(**kw)
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg, name="embeddings")
+        self.blocks = [Block(cfg, name=f"block_{i}") for i in range(cfg.num_layers)]
+        self.pooler = layers.Dense(cfg.hidden, activation="tanh", kernel_initializer=_init(cfg), name="pooler")
+
+    def call(self, input_ids, input_mask, segment_ids, training=None):
+        x = self.embeddings(input_ids, segment_ids, training=training)  # (B, T, H)
+        # Padding keys get -1e4 before the softmax (representable in fp16/bf16, unlike -inf arithmetic).
+        mask_bias = (1.0 - ops.cast(input_mask, x.dtype))[:, None, None, :] * -10000.0  # (B, 1, 1, T)
+        for block in self.blocks:
+            x = block(x, mask_bias, training=training)
+        pooled = self.pooler(x[:, 0, :])  # (B, H): tanh(dense([CLS]))
+        return x, pooled
+
+
+# ---- heads -----------------------------------------------------------------------------------------------
+
+
+class MaskedLMHead(layers.Layer):
+    """dense + GELU + LN on the masked positions, then logits against the (tied) word embeddings + a bias."""
+
+    def __init__(self, cfg: BertConfig, word_embeddings: layers.Embedding, **kw):
+        super().__init__(**kw)
+        self.word_embeddings = word_embeddings  # tied: the decoder matrix is the input embedding matrix
+        self.transform = layers.Dense(cfg.hidden, activation=gelu, kernel_initializer=_init(cfg), name="transform")
+        self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="norm")
+        self.vocab_size = cfg.vocab_size
+
+    def build(self, input_shape):
+        self.output_bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="output_bias")
+
+    def call(self, sequence_output, positions):
+        # Gather first: only P of the T positions need the (H × V) decoder, the expensive part of pretraining.
+        h = ops.take_along_axis(sequence_output, ops.cast(positions, "int32")[:, :, None], axis=1)  # (B, P, H)
+        h = self.norm(self.transform(h))  # (B, P, H)
+        table = ops.cast(self.word_embeddings.embeddings, h.dtype)  # (V, H)
+        logits = ops.einsum("bph,vh->bpv", h, table) + ops.cast(self.output_bias, h.dtype)  # (B, P, V)
+        return ops.cast(logits, "float32")  # losses in float32 under mixed precision
+
+
+FEATURES = {
+    # name: (dtype, length key) — the google-research/bert TFRecord feature spec, as model inputs
+    "pretrain": {
+        "input_ids": "seq_len", "input_mask": "seq_len", "segment_ids": "seq_len",
+        "masked_lm_positions": "max_predictions",
+    },
+    "classify": {"input_ids": "seq_len", "input_mask": "seq_len", "segment_ids": "seq_len"},
+}
+
+
+def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int = 20) -> keras.Model:
+    """Build BERT with the task head named by `model_cfg.task` (a tfbertperf.config.ModelConfig).
+
+    Returns a functional keras.Model taking a dict of int features (extra keys in a batch are ignored by the
+    train step, which passes only `model.input_names`-like keys):
+      pretrain → {"mlm_logits": (B, P, V) float32, "nsp_logits": (B, 2) float32}
+      classify → {"logits": (B, num_labels) float32}
+    The weights exist on return (built symbolically; no batch is run). The global Keras dtype policy at call
+    time decides the compute dtype (mixed precision).
+    """
+    from tfbertperf.errors import UsageError
+
+    cfg = config_for(model_cfg.size, vocab_size, getattr(model_cfg, "dropout", 0.1))
+    if seq_len > cfg.max_positions:
+        raise UsageError(f"--set data.seq_len={seq_len}: BERT has {cfg.max_positions} positions")
+    if model_cfg.task not in FEATURES:
+        raise UsageError(f"--set model.task={model_cfg.task!r}: expected one of {', '.join(FEATURES)}")
+    lengths = {"seq_len": seq_len, "max_predictions": max_predictions}
+    inputs = {
+        name: keras.Input(shape=(lengths[length],), dtype="int32", name=name)
+        for name, length in FEATURES[model_cfg.task].items()
+    }
+    encoder = BertEncoder(cfg, name="bert")
+    sequence, pooled = encoder(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
+    if model_cfg.task == "pretrain":
+        mlm = MaskedLMHead(cfg, encoder.embeddings.word, name="mlm")(sequence, inputs["masked_lm_positions"])
+        nsp = layers.Dense(2, kernel_initializer=_init(cfg), dtype="float32", name="nsp")(pooled)  # (B, 2)
+        outputs = {"mlm_logits": mlm, "nsp_logits": nsp}
+    else:
+        x = layers.Dropout(cfg.dropout)(pooled)
+        logits = layers.Dense(model_cfg.num_labels, kernel_initializer=_init(cfg), dtype="float32", name="classifier")(x)
+        outputs = {"logits": logits}  # (B, num_labels)
+    model = keras.Model(inputs, outputs, name=f"bert_{model_cfg.size}_{model_cfg.task}")
+    # What describe() and the report need, kept on the model so a built model describes itself.
+    model.bert_config = cfg
+    model.bert_size = model_cfg.size
+    model.bert_task = model_cfg.task
+    model.encoder = encoder
+    return model
+
+
+def build_encoder(size: str, vocab_size: int, seq_len: int = 128) -> BertEncoder:
+    """Just the encoder + pooler (what the published parameter counts cover), built symbolically."""
+    enc = BertEncoder(config_for(size, vocab_size), name="bert")
+    ids = keras.Input(shape=(seq_len,), dtype="int32")
+    enc(ids, ids, ids)
+    return enc
+
+
+def encoder_parameters(cfg: BertConfig) -> int:
+    """Closed-form parameter count of encoder + pooler (checks the built model; no weights needed)."""
+    H, I = cfg.hidden, cfg.intermediate
+    embeddings = (cfg.vocab_size + cfg.max_positions + cfg.type_vocab_size) * H + 2 * H  # tables + LN
+    block = (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H
+    pooler = H * H + H
+    return embeddings + cfg.num_layers * block + pooler
+
+
+def head_parameters(cfg: BertConfig, task: str, num_labels: int = 2) -> int:
+    """Closed-form parameter count of a task head (the MLM decoder matrix is tied, so not counted again)."""
+    H = cfg.hidden
+    if task == "pretrain":
+        return (H * H + H) + 2 * H + cfg.vocab_size + (H * 2 + 2)  # transform, LN, output bias, NSP
+    return H * num_labels + num_labels
+
+
+def describe(model_or_cfg, vocab_size: int | None = None) -> dict:
+    """What the report's `model` block holds: {"size","task","parameters","layers","hidden","heads"}.
+
+    `parameters` = every trainable weight of the model incl. its task head (tied MLM decoder counted once).
+    Accepts a model from build_model, or a ModelConfig (+ `vocab_size`, default 30,522) for a closed-form count.
+    """
+    if isinstance(model_or_cfg, keras.Model):
+        cfg = model_or_cfg.bert_config
+        size, task = model_or_cfg.bert_size, model_or_cfg.bert_task
+        params = int(model_or_cfg.count_params())
+    else:
+        size, task = model_or_cfg.size, model_or_cfg.task
+        cfg = config_for(size, vocab_size or 30522)
+        params = encoder_parameters(cfg) + head_parameters(cfg, task, getattr(model_or_cfg, "num_labels", 2))
+    return {
+        "size": size, "task": task, "parameters": params,
+        "layers": cfg.num_layers, "hidden": cfg.hidden, "heads": cfg.num_heads,
+    }
+
+
+def parameter_line(info: dict) -> str:
+    """'number of parameters: 4.39M (tiny, pretrain: L2/H128/A2)' — what a user wants to check first."""
+    return (
+        f"number of parameters: {info['parameters'] / 1e6:.2f}M "
+        f"({info['size']}, {info['task']}: L{info['layers']}/H{info['hidden']}/A{info['heads']})"
+    )
+
+
+__all__ = [
+    "BertConfig", "SIZES", "config_for", "build_model", "build_encoder", "describe", "encoder_parameters",
+    "head_parameters", "parameter_line",
+]
