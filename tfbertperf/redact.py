@@ -28,6 +28,13 @@ _PATTERNS = [
     (re.compile(r"(?i)\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
     # key=value for obviously secret keys in free text
     (re.compile(r"(?i)\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*)=([^\s;&\"']+)"), r"\1=" + REDACTED),
+    # (added for the environment fingerprint) passwords in URL userinfo: scheme://user:pass@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"']+):([^/\s@\"']+)@"), r"\1:" + REDACTED + "@"),
+    # PEM private keys (a credentials JSON pasted into a value or an error message)
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), REDACTED),
+    # "private_key": "..." / 'client_secret': '...' / "refresh_token": "..." inside JSON or repr text
+    (re.compile(r"(?i)([\"'](?:private_key(?:_id)?|client_secret|refresh_token|access_token|id_token)[\"']\s*:\s*)"
+                r"([\"'])(?:\\.|(?!\2).)*\2"), r"\1\2" + REDACTED + r"\2"),
 ]
 
 
@@ -62,3 +69,35 @@ def redact_obj(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     return obj
+
+
+# Parts of an Azure Storage connection string that name an endpoint or account (safe to show); every other part
+# (AccountKey, SharedAccessSignature, anything unknown) is replaced.  A whitelist, so a new secret field is
+# redacted by default.
+_CONN_STR_SAFE_PARTS = {
+    "defaultendpointsprotocol", "accountname", "blobendpoint", "queueendpoint", "tableendpoint",
+    "fileendpoint", "dfsendpoint", "endpointsuffix", "usedevelopmentstorage", "developmentstorageproxyuri",
+}
+
+
+def redact_connection_string(conn: str) -> str:
+    """Return an Azure Storage connection string with key names kept and secret values replaced.
+
+    `AccountName`, endpoints and the protocol stay visible (they say *where* the data is, e.g. Azurite on
+    127.0.0.1:10000); `AccountKey`, `SharedAccessSignature` and any unrecognised part become <redacted>.
+    """
+    if not isinstance(conn, str) or not conn:
+        return conn
+    parts = []
+    for part in conn.split(";"):
+        if not part.strip():
+            continue
+        name, eq, value = part.partition("=")
+        if not eq:
+            parts.append(REDACTED)
+        elif name.strip().lower() in _CONN_STR_SAFE_PARTS:
+            # endpoints are URLs: drop any query string (a SAS token may ride along)
+            parts.append(f"{name}={redact_text(value.split('?', 1)[0])}")
+        else:
+            parts.append(f"{name}={REDACTED}")
+    return ";".join(parts)
