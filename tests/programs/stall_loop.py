@@ -1,0 +1,147 @@
+"""A small foreign TF program (not BERT, not ours) that writes a profile with step markers.
+
+It is what a user's own custom training loop looks like: a Keras MLP, a tf.data pipeline, and each step inside
+`tf.profiler.experimental.Trace("train", step_num=i, _r=1)` with `next(iterator)` inside the block.
+
+Modes (the input pipeline in front of the same model):
+  stall    a CPU-heavy map in the pipeline (runs in parallel, with prefetch): the input pipeline is the
+           bottleneck and also steals CPU from the model's compute — the case direct measures underestimate.
+  sleep    a `tf.py_function` sleep per batch (blocks without using CPU).
+  compute  a cheap pipeline in front of a larger model: compute-bound.
+  memory   the stall mode's model fed `Dataset.from_tensors(batch).repeat()`: the compute-only truth T_c.
+  compute_memory  the compute mode's model fed from memory (its T_c).
+  nomarkers  like stall, profiled, but without step markers (for the "how to add markers" error).
+
+Prints one JSON line per mode: {"mode", "logdir", "step_time_ms" (mean over the measured steps),
+"input_wait_ms" (mean wall time blocked in next()), "steps"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+FEATURES = 256
+BATCH = 64
+
+
+def make_model(hidden: int, layers: int) -> tf.keras.Model:
+    inputs = tf.keras.Input((FEATURES,))
+    x = inputs
+    for _ in range(layers):
+        x = tf.keras.layers.Dense(hidden, activation="relu")(x)
+    outputs = tf.keras.layers.Dense(10)(x)
+    return tf.keras.Model(inputs, outputs)
+
+
+def heavy_map(x, y, rounds: int):
+    # Per-example CPU work that a real pipeline might do (decode/augment): repeated small matmuls.
+    m = tf.reshape(x, (16, 16))
+    for _ in range(rounds):
+        m = tf.tanh(tf.matmul(m, m) * 0.01 + m)
+    return tf.reshape(m, (FEATURES,)), y
+
+
+def sleep_batch(x, y, sleep_ms: float):
+    def _sleep(a):
+        time.sleep(sleep_ms / 1000.0)
+        return a
+
+    x = tf.py_function(_sleep, [x], tf.float32)
+    x.set_shape((None, FEATURES))
+    return x, y
+
+
+def make_dataset(mode: str, rounds: int, sleep_ms: float) -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((4096, FEATURES)).astype("float32")
+    ys = rng.integers(0, 10, size=(4096,)).astype("int64")
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
+    if mode in ("stall", "nomarkers"):
+        # Fixed parallelism and buffer (not AUTOTUNE) so the stall is the same from run to run.
+        ds = ds.map(lambda x, y: heavy_map(x, y, rounds), num_parallel_calls=2)
+        ds = ds.batch(BATCH, drop_remainder=True)
+    elif mode == "sleep":
+        ds = ds.batch(BATCH, drop_remainder=True).map(lambda x, y: sleep_batch(x, y, sleep_ms))
+    else:
+        ds = ds.batch(BATCH, drop_remainder=True)
+    if mode in ("memory", "compute_memory"):
+        batch = next(iter(ds))
+        ds = tf.data.Dataset.from_tensors(batch).repeat()
+    return ds.prefetch(2)
+
+
+def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int, sleep_ms: float,
+        hidden: int, layers: int) -> dict:
+    tf.keras.utils.set_random_seed(0)
+    model = make_model(hidden, layers)
+    opt = tf.keras.optimizers.SGD(0.01)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    it = iter(make_dataset(mode, rounds, sleep_ms))
+    step_ms, wait_ms = [], []
+    start, stop = window
+    for i in range(steps):
+        if i == start:
+            tf.profiler.experimental.start(logdir)
+        t0 = time.perf_counter()
+        if mode == "nomarkers":
+            x, y = next(it)
+            t1 = time.perf_counter()
+            step(x, y).numpy()
+        else:
+            with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                x, y = next(it)
+                t1 = time.perf_counter()
+                step(x, y).numpy()
+        t2 = time.perf_counter()
+        if i == stop - 1:
+            tf.profiler.experimental.stop()
+        if i >= start:  # measure the same steps the profile holds, plus the rest after warm-up
+            step_ms.append((t2 - t0) * 1e3)
+            wait_ms.append((t1 - t0) * 1e3)
+    return {
+        "mode": mode,
+        "logdir": logdir,
+        "steps": len(step_ms),
+        "step_time_ms": float(np.mean(step_ms)),
+        "input_wait_ms": float(np.mean(wait_ms)),
+    }
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="directory; each mode writes a logdir OUT/<mode>")
+    p.add_argument("--modes", default="stall,memory,compute")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--window", default="10:25", help="profiled steps START:STOP")
+    p.add_argument("--rounds", type=int, default=100, help="stall: matmul rounds per example")
+    p.add_argument("--sleep-ms", type=float, default=30.0)
+    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--layers", type=int, default=3)
+    a = p.parse_args(argv)
+    start, stop = (int(v) for v in a.window.split(":"))
+    for mode in a.modes.split(","):
+        big = mode.startswith("compute")
+        hidden, layers = (a.hidden * 3 // 2, a.layers + 1) if big else (a.hidden, a.layers)
+        res = run(mode, os.path.join(a.out, mode), a.steps, (start, stop), a.rounds, a.sleep_ms, hidden, layers)
+        print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()

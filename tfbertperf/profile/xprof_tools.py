@@ -1,0 +1,159 @@
+"""Finding profiles on disk and converting them with xprof's own converters (the only xplane parser we use).
+
+A TensorFlow profile is a TensorBoard logdir holding `plugins/profile/<session>/<host>.xplane.pb`, one file per
+host of a capture session.  `find_xplanes` turns whatever the user points at into that list of files;
+`convert` runs one of xprof's tools in-process and returns its parsed JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tfbertperf.errors import UsageError
+
+XPLANE_SUFFIX = ".xplane.pb"
+
+# The xprof tools this package reads.  "trace_viewer" is the legacy Chrome-trace JSON (every host event with
+# thread names); "trace_viewer@" is the streaming variant TensorBoard uses.
+TOOLS = ("input_pipeline_analyzer", "overview_page", "framework_op_stats", "trace_viewer", "trace_viewer@")
+
+
+def host_of(xplane: Path | str) -> str:
+    """Host name of one xplane file (`<host>.xplane.pb`)."""
+    name = Path(xplane).name
+    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else Path(xplane).stem
+
+
+def _sessions(profile_dir: Path) -> list[Path]:
+    return sorted((p for p in profile_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
+
+
+def _check_files(files: list[Path], where: str) -> list[Path]:
+    if not files:
+        raise UsageError(f"{where}: empty profile session (no *{XPLANE_SUFFIX} files)")
+    for f in files:
+        if f.stat().st_size == 0:
+            raise UsageError(f"{f}: empty {XPLANE_SUFFIX} file (the profiler was interrupted?)")
+    return sorted(files)
+
+
+def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> list[Path]:
+    """Resolve PATH to the xplane files of one profile session.
+
+    Args:
+      path: a TensorBoard logdir (searched for `plugins/profile/<session>/`; several logdirs below it are
+        searched too), a session directory, one `.xplane.pb` file, or a list of `.xplane.pb` files.
+      session: session directory name to pick (default: the newest, by name — xprof names sessions by
+        their UTC start time, so the name order is the time order).
+    Returns:
+      The session's `.xplane.pb` files (one per host), sorted.
+    Raises:
+      UsageError (one line naming the path) when there is no profile, the session is empty or unknown.
+    """
+    if isinstance(path, (list, tuple)):
+        files = [Path(p) for p in path]
+        for f in files:
+            if not f.is_file():
+                raise UsageError(f"{f}: no such profile file")
+            if not f.name.endswith(XPLANE_SUFFIX):
+                raise UsageError(f"{f}: not a {XPLANE_SUFFIX} file")
+        return _check_files(files, str(path))
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such file or directory")
+    if p.is_file():
+        if not p.name.endswith(XPLANE_SUFFIX):
+            raise UsageError(f"{p}: not a {XPLANE_SUFFIX} file or a TensorBoard logdir")
+        return _check_files([p], str(p))
+    # A session directory: holds xplane files directly.
+    direct = list(p.glob(f"*{XPLANE_SUFFIX}"))
+    if direct and session is None:
+        return _check_files(direct, str(p))
+    # A logdir: find every plugins/profile directory below it.
+    profile_dirs = [d for d in p.rglob("plugins/profile") if d.is_dir()]
+    if p.name == "profile" and p.parent.name == "plugins":
+        profile_dirs.append(p)
+    if not profile_dirs:
+        raise UsageError(
+            f"{p}: no profile found (expected plugins/profile/<session>/*{XPLANE_SUFFIX} under a TensorBoard "
+            "logdir; capture one with tf.profiler.experimental.start/stop)"
+        )
+    sessions = [s for d in profile_dirs for s in _sessions(d)]
+    if not sessions:
+        raise UsageError(f"{p}: the profile directory holds no sessions")
+    if session is not None:
+        chosen = [s for s in sessions if s.name == session]
+        if not chosen:
+            known = ", ".join(sorted({s.name for s in sessions})[-5:])
+            raise UsageError(f"--session {session}: no such session under {p} (newest: {known})")
+        s = chosen[-1]
+    else:
+        s = max(sessions, key=lambda s: (s.name, str(s)))
+    return _check_files(list(s.glob(f"*{XPLANE_SUFFIX}")), str(s))
+
+
+def _raw_convert(xplanes: list[Path], tool: str, params: dict) -> bytes | str | None:
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    # xprof caches its intermediate result (ALL_HOSTS.op_stats*.pb) next to the inputs, even when told not to
+    # reuse it.  Converting links in a private temp dir keeps the user's profile directory untouched (it may be
+    # read-only) and stops a cached all-hosts result from answering a per-host question.
+    tmp = tempfile.mkdtemp(prefix="tfbertperf-xprof-")
+    try:
+        links = []
+        for i, x in enumerate(xplanes):
+            link = Path(tmp) / f"{i}" / Path(x).name
+            link.parent.mkdir()
+            try:
+                link.symlink_to(Path(x).resolve())
+            except OSError:
+                shutil.copyfile(x, link)
+            links.append(str(link))
+        out = xspace_to_tool_data(links, tool, {"use_saved_result": False, **params})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    data = out[0] if isinstance(out, tuple) else out
+    return data
+
+
+def convert(xplanes: list[Path] | Path | str, tool: str, params: dict | None = None):
+    """Run one xprof tool on xplane files, in-process, and return its parsed JSON.
+
+    Args:
+      xplanes: xplane files of one session (several hosts are combined by xprof).
+      tool: one of TOOLS ("input_pipeline_analyzer", "overview_page", "framework_op_stats", "trace_viewer",
+        "trace_viewer@").
+      params: extra xprof tool options.
+    Returns:
+      The tool's JSON document (gviz-style list of tables for the analyzers; Chrome trace dict for the traces).
+    Raises:
+      UsageError naming the file when xprof cannot read it (corrupt or not an XSpace).
+    """
+    if tool not in TOOLS:
+        raise ValueError(f"unknown xprof tool {tool!r} (known: {', '.join(TOOLS)})")
+    files = [Path(xplanes)] if isinstance(xplanes, (str, os.PathLike)) else [Path(x) for x in xplanes]
+    data = _raw_convert(files, tool, params or {})
+    if data is None or (isinstance(data, (bytes, str)) and not data.strip()):
+        # Find the culprit: convert each file on its own.
+        for f in files:
+            if len(files) == 1 or _raw_convert([f], tool, params or {}) is None:
+                raise UsageError(f"{f}: corrupt or unreadable {XPLANE_SUFFIX} (xprof could not parse it)")
+        raise UsageError(f"{files[0].parent}: xprof could not convert these profiles with {tool}")
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", errors="replace")
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError:
+        raise UsageError(f"{files[0]}: xprof's {tool} returned no JSON (corrupt profile?)") from None
+
+
+def by_host(xplanes: list[Path]) -> dict[str, list[Path]]:
+    """Group a session's xplane files by host name (one file per host is the usual layout)."""
+    hosts: dict[str, list[Path]] = {}
+    for x in xplanes:
+        hosts.setdefault(host_of(x), []).append(Path(x))
+    return hosts
