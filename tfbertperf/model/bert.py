@@ -250,6 +250,7 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
     model.bert_size = model_cfg.size
     model.bert_task = model_cfg.task
     model.encoder = encoder
+    model.feature_names = list(inputs)  # the batch keys the model reads (others are labels/weights)
     return model
 
 
