@@ -7,9 +7,11 @@ host of a capture session.  `find_xplanes` turns whatever the user points at int
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -96,8 +98,35 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
     return _check_files(list(s.glob(f"*{XPLANE_SUFFIX}")), str(s))
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hold back the C++ log lines (absl/TF) xprof writes to fd 2 while converting.
+
+    A failure is reported by us as one line; xprof's own "Can't parse …" noise would make it several.  What was
+    held back is replayed when TFBERTPERF_DEBUG is set.
+    """
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (e.g. captured by a test runner)
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            if os.environ.get("TFBERTPERF_DEBUG"):
+                held.seek(0)
+                sys.stderr.write(held.read().decode("utf-8", errors="replace"))
+
+
 def _raw_convert(xplanes: list[Path], tool: str, params: dict) -> bytes | str | None:
-    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+    with _quiet_native_stderr():  # importing xprof loads TF's native libraries, which log on import
+        from xprof.convert.raw_to_tool_data import xspace_to_tool_data
 
     # xprof caches its intermediate result (ALL_HOSTS.op_stats*.pb) next to the inputs, even when told not to
     # reuse it.  Converting links in a private temp dir keeps the user's profile directory untouched (it may be
@@ -113,7 +142,8 @@ def _raw_convert(xplanes: list[Path], tool: str, params: dict) -> bytes | str | 
             except OSError:
                 shutil.copyfile(x, link)
             links.append(str(link))
-        out = xspace_to_tool_data(links, tool, {"use_saved_result": False, **params})
+        with _quiet_native_stderr():
+            out = xspace_to_tool_data(links, tool, {"use_saved_result": False, **params})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data = out[0] if isinstance(out, tuple) else out
