@@ -84,8 +84,13 @@ def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
     }
     doc["collect_ms"] = round((time.perf_counter() - t0) * 1e3, 1)  # excludes the TF import
     doc["tf_import_ms"] = round((t0 - t_import) * 1e3, 1)  # ~0 when TF was already imported
-    # Belt and braces: every collector already redacts, this catches a secret in an unexpected place.
-    return redact_obj(doc)
+    # Belt and braces: every collector already redacts, this catches a secret in an unexpected place.  The env
+    # section is exempt from the by-name pass only: its collector already replaced every secret-named value and
+    # keeps the endpoint parts of connection strings visible (Azurite vs a real account); values still go
+    # through the by-pattern pass.
+    return {k: ({n: redact_obj(v) if not isinstance(v, str) else redact_text(v) for n, v in sec.items()}
+                if k == "env" and isinstance(sec, dict) else redact_obj(sec))
+            for k, sec in doc.items()}
 
 
 # ---- loading A and B ----------------------------------------------------------------------------------------
@@ -147,7 +152,7 @@ def _env_of(doc: dict) -> dict:
 def diff(a: dict, b: dict) -> list[dict]:
     """Differences between two fingerprints (or two reports, or one of each), most impactful first.
 
-    Each entry: {"key": dotted key ("cpu.flags.avx512f", "config.train.precision" …), "group": devices|config|
+    Each entry: {"name": dotted key ("cpu.flags.avx512f", "config.train.precision" …), "group": devices|config|
     framework|precision|cpu|threads|data|env|system, "a", "b": the two values, "score": 0-100 likely impact,
     "impact": high|medium|low, "affects": ["speed"] and/or ["numerics"], "why": one sentence}.
     With two report.json documents the run configs are compared too (keys "config.*").
@@ -189,7 +194,7 @@ def format_diff(doc: dict, show_low: bool = True) -> str:
                 continue
             aff = "+".join(d["affects"])
             lines.append(f"{i:3d}. [{d['impact']:<6} {aff:<15}] {d['why']}")
-            lines.append(f"       {d['key']}: A={_short(d['a'])}  B={_short(d['b'])}")
+            lines.append(f"       {d['name']}: A={_short(d['a'])}  B={_short(d['b'])}")
     sbs = doc.get("side_by_side")
     if sbs:
         lines.append("")
@@ -265,8 +270,9 @@ def format_fingerprint(doc: dict) -> str:
         ("env vars", ", ".join(sorted(g("env") or {})) or "none relevant"),
     ]
     width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + f"\n(collected in {doc.get('collect_ms')} ms; " \
-                                                             f"--json for everything)"
+    tail = (f"(collected in {doc.get('collect_ms')} ms after a {doc.get('tf_import_ms')} ms TF import; "
+            f"--json for everything)")
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows) + "\n" + tail
 
 
 def _yes(v: Any) -> str:

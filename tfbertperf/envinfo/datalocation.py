@@ -159,12 +159,26 @@ def _pick_files(path: str, limit: int = 4) -> list[tuple[str, int]]:
     return pool[:limit]
 
 
-def _drop_cache(fd: int, offset: int, length: int) -> bool:
-    """Ask the kernel to drop cached pages of a range so the next read goes to the device (clean pages only;
-    no root needed).  Returns False where posix_fadvise is unavailable."""
+SYNC_MAX_BYTES = 256 << 20  # flush files up to this size before dropping their pages (see _drop_cache)
+
+
+def _drop_cache(fd: int, offset: int, length: int, size: int) -> bool:
+    """Ask the kernel to drop cached pages of a range so the next read goes to the device; no root needed.
+
+    Only clean pages can be dropped, and freshly prepared shards are still dirty, so small files are flushed
+    first (fdatasync of data the kernel would write back within seconds anyway).  Returns False when the pages
+    may still be cached (no posix_fadvise, or a large file that was not flushed)."""
+    synced = True
+    if size <= SYNC_MAX_BYTES:
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            synced = False
+    else:
+        synced = False
     try:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-        return True
+        return synced
     except (AttributeError, OSError):
         return False
 
@@ -203,7 +217,7 @@ def probe_reads(path: str, budget_s: float = PROBE_BUDGET_S, max_bytes: int = PR
         except OSError:
             continue
         try:
-            cold &= _drop_cache(fd, off, LATENCY_READ_BYTES)
+            cold &= _drop_cache(fd, off, LATENCY_READ_BYTES, size)
             os.close(fd)
             t0 = time.perf_counter()
             fd = os.open(name, os.O_RDONLY)
@@ -223,7 +237,7 @@ def probe_reads(path: str, budget_s: float = PROBE_BUDGET_S, max_bytes: int = PR
         fd = os.open(name, os.O_RDONLY)
         try:
             span = min(size, max_bytes)
-            cold &= _drop_cache(fd, 0, span)
+            cold &= _drop_cache(fd, 0, span, size)
             seq_deadline = t_start + budget_s
             t0 = time.perf_counter()
             while nbytes < span and time.perf_counter() < seq_deadline:
