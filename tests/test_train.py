@@ -1,0 +1,105 @@
+"""Training loop: xprof finds the profiled steps, the step timer and probe are filled, scalars are written,
+loss falls for both tasks, precision/jit variants train, bad placement is a one-line UsageError."""
+
+import glob
+import json
+import math
+import os
+
+import pytest
+
+from tfbertperf.config import load_config
+from tfbertperf.errors import UsageError
+from tfbertperf.train.loop import train
+from tfbertperf.train.synthetic import synthetic_dataset_fn
+
+VOCAB = 600
+
+
+def _cfg(**over):
+    base = {
+        "train.steps": 12, "train.batch_size": 8, "data.seq_len": 32, "data.max_predictions": 5,
+        "profile.steps": "none", "profile.probe_steps": 0, "train.warmup_steps": 2, "train.log_every": 100,
+    }
+    base.update(over)
+    return load_config(overrides=base)
+
+
+def _xprof_steps(logdir):
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    xplanes = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
+    assert xplanes, f"no .xplane.pb under {logdir}"
+    raw = xspace_to_tool_data(xplanes, "input_pipeline_analyzer", {})
+    raw = raw[0] if isinstance(raw, tuple) else raw
+    tables = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    step_table = next(t for t in tables if t.get("cols") and t["cols"][0]["id"] == "stepnum")
+    # stepnum cells look like "train 6" (marker name + step_num)
+    return [int(str(row["c"][0]["v"]).split()[-1]) for row in step_table["rows"]]
+
+
+def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_path):
+    cfg = _cfg(**{"train.steps": 30, "profile.steps": "5:25", "profile.probe_steps": 4, "train.log_every": 10})
+    lines = []
+    result = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, str(tmp_path), progress=lines.append)
+
+    steps = _xprof_steps(tmp_path)
+    assert len(steps) >= 10, steps
+    assert all(5 <= s < 25 for s in steps)  # the window, nothing outside it
+
+    assert result.steps == 30 and len(result.step_times_ms) == 30 and len(result.input_wait_ms) == 30
+    assert len(result.loss_trajectory) == 30 and result.final_loss == result.loss_trajectory[-1][1]
+    # wait time is part of step time, never more
+    assert all(0 <= w <= s for w, s in zip(result.input_wait_ms, result.step_times_ms))
+    assert result.profile_window == (5, 25) and result.warmup_steps == 2
+    assert result.compute_only_step_ms > 0 and result.probe_steps == 4
+    assert result.extra["model"]["parameters"] > 0 and result.extra["per_replica_batch_size"] == 8
+    assert "mlm_accuracy" in result.metrics
+    assert any(line.startswith("number of parameters:") for line in lines)
+    assert sum(line.startswith("step ") for line in lines) == 3
+
+
+def test_tensorboard_scalars_for_loss_throughput_and_step_time_are_written(tmp_path):
+    import tensorflow as tf
+
+    cfg = _cfg(**{"train.steps": 4})
+    train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, str(tmp_path), progress=None)
+    tags = {}
+    for f in glob.glob(str(tmp_path / "train" / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(f):
+            for v in event.summary.value:
+                tags[v.tag] = tags.get(v.tag, 0) + 1
+    for tag in ("loss", "examples_per_sec", "step_time_ms", "mlm_accuracy"):
+        assert tags.get(tag) == 4, tags
+
+
+@pytest.mark.parametrize("task", ["pretrain", "classify"])
+def test_loss_falls_on_a_short_run(task):
+    # A small pool of fixed batches: a working model+optimizer must fit it within a few dozen steps.
+    cfg = _cfg(**{"model.task": task, "train.steps": 40, "train.learning_rate": 1e-3, "model.dropout": 0.0})
+    result = train(cfg, synthetic_dataset_fn(cfg, VOCAB, pool=2), VOCAB, None, progress=None)
+    losses = [loss for _, loss in result.loss_trajectory]
+    first, last = sum(losses[:4]) / 4, sum(losses[-4:]) / 4
+    assert all(math.isfinite(x) for x in losses)
+    assert last < 0.8 * first, (first, last)
+
+
+@pytest.mark.parametrize("over", [{"train.precision": "mixed_float16"}, {"train.precision": "mixed_bfloat16"},
+                                  {"train.jit": True}])
+def test_precision_and_xla_variants_train_and_restore_the_policy(over):
+    import keras
+
+    cfg = _cfg(**{"train.steps": 4, **over})
+    result = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None)
+    assert all(math.isfinite(loss) for _, loss in result.loss_trajectory)
+    assert result.extra["precision"] == cfg.train.precision and result.extra["jit"] == cfg.train.jit
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_absent_tpu_and_unknown_device_are_usage_errors():
+    cfg = _cfg(**{"train.strategy": "tpu"})
+    with pytest.raises(UsageError, match="train.strategy=tpu: no TPU"):
+        train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None)
+    cfg = _cfg(**{"train.strategy": "one_device", "train.device": "/gpu:3"})
+    with pytest.raises(UsageError, match="train.device=/gpu:3"):
+        train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None)
