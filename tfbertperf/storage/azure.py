@@ -157,8 +157,26 @@ class AzureBackend(RemoteBackend):
     def _read_range(self, uri: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        name = self._name(uri)
-        return self.container.download_blob(name, offset=start, length=length, max_concurrency=1).readall()
+        from azure.core.exceptions import HttpResponseError
+        from azure.core.rest import HttpRequest
+
+        blob = self.container.get_blob_client(self._name(uri))
+        # One plain ranged GET through the client's pipeline (auth, headers), not download_blob: its downloader
+        # retries truncated bodies by itself (3 tries, 1 s sleeps), which would hide retries from our metrics.
+        req = HttpRequest("GET", blob.url, headers={"x-ms-range": f"bytes={start}-{start + length - 1}",
+                                                    "x-ms-version": blob.api_version})
+        # stream=True: the pipeline must not try to decode the payload as text; we read it below (a truncated
+        # body raises IncompleteReadError there, which is transient).
+        resp = blob._client._send_request(req, stream=True)
+        try:
+            body = resp.read()
+        finally:
+            resp.close()
+        if resp.status_code == 416:  # range starts at/after the end of the blob
+            return b""
+        if resp.status_code not in (200, 206):
+            raise HttpResponseError(response=resp)
+        return body
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         return super().read_range(_strip_query(uri)[0], start, length)

@@ -235,6 +235,8 @@ class Stager:
         self.pool = ThreadPoolExecutor(max(1, int(getattr(data_cfg, "concurrency", 4))),
                                        thread_name_prefix="tfbertperf-stage")
         self.closed = False
+        for key in ("cache_hits", "cache_misses", "cache_evictions", "staged_bytes"):
+            self.backend.metrics.count(key, 0)  # reported even when zero
         for uri in self.uris:  # files a previous run left in a persistent cache dir count as cached
             p = self._path(uri)
             if os.path.isfile(p) and os.path.getsize(p) == self.infos[uri].size:
@@ -309,9 +311,9 @@ class Stager:
 
     def get(self, uri_bytes) -> bytes:
         """Local path of the shard (downloading it now on a miss); schedules the look-ahead window."""
+        if hasattr(uri_bytes, "numpy"):  # an EagerTensor from tf.py_function
+            uri_bytes = uri_bytes.numpy()
         uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
-        if hasattr(uri_bytes, "numpy"):
-            uri = uri_bytes.numpy().decode()
         if uri not in self.infos:
             raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
         with self.lock:
