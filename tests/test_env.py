@@ -151,7 +151,7 @@ def test_diff_ranks_planted_differences_and_explains_each(fp):
     b = _plant(fp)
     diffs = envmod.diff(fp, b)
     by_key = {d["name"]: d for d in diffs}
-    planted = ["devices.gpu_count", "devices.gpus.0.device_name", "devices.gpus.0.compute_capability", "packages.tensorflow", "precision.keras_policy",
+    planted = ["devices.gpu_count", "devices.gpus.0.device_name", "packages.tensorflow", "precision.keras_policy",
                "data.kind", "data.fstype", "data.probe.first_byte_latency_ms.p50", "threads.intra_op",
                "onednn.enabled", "cpu.flags.avx512f"]
     for k in planted:

@@ -46,7 +46,7 @@ def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
     """Fingerprint this machine: everything that changes BERT training speed or numerics, secrets redacted.
 
     Args:
-      data_uri: the data location to describe (a path, file://, gs://…, az://…); None = the embedded default
+      data_uri: the data location to describe (a path, file://, gs://…, az://…); None or "" = the embedded default
         data directory (tfbertperf.config.default_data_dir()).
       probe: run the short read probe on local data (<= 0.6 s: cold 4 KiB first-byte latency and sequential
         MB/s, 10^6 bytes/s).  Remote URIs are never probed (no network calls here).
@@ -59,7 +59,7 @@ def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
 
     t0 = time.perf_counter()
 
-    if data_uri is None:
+    if not data_uri:  # None or "" (RunConfig's "embedded default")
         from tfbertperf.config import default_data_dir
 
         data_uri = default_data_dir()
@@ -206,6 +206,8 @@ def format_diff(doc: dict, show_low: bool = True) -> str:
         if sbs["fractions"]:
             lines.append(f"  {'attribution fractions':<32}")
             for f in sbs["fractions"]:
+                if not f["a"] and not f["b"]:
+                    continue  # a category neither run spends time in
                 delta = f["delta"]
                 lines.append(f"    {f['name']:<30}{_cell(f['a']):>14}{_cell(f['b']):>14}"
                              f"{(f'{delta:+.3f}' if delta is not None else ''):>8}")
@@ -218,7 +220,7 @@ def format_diff(doc: dict, show_low: bool = True) -> str:
             lines.append(f"  {'loss at step':<32}")
             step = max(1, len(common) // 8)  # at most ~8 rows
             for s_, va, vb in common[::step][:8] + ([common[-1]] if (len(common) - 1) % step else []):
-                lines.append(f"    {s_:<30}{_cell(va):>14}{_cell(vb):>14}")
+                lines.append(f"    {s_:<30}{_cell(va, 7):>14}{_cell(vb, 7):>14}")
         lines.append("Numerics: " + sbs["numerics"]["verdict"])
     return "\n".join(lines)
 
@@ -228,9 +230,9 @@ def _short(v: Any, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Any, digits: int = 4) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.{digits}g}"
     return fmt(v)
 
 
@@ -265,6 +267,7 @@ def format_fingerprint(doc: dict) -> str:
         ("precision", f"policy {fmt(g('precision', 'keras_policy'))}; TF32 {fmt(g('precision', 'tf32_enabled'))}; "
                       f"op determinism {fmt(g('determinism', 'op_determinism'))}"),
         ("data", f"{data.get('uri')}: {data.get('kind')} ({fmt(data.get('fstype') or data.get('scheme'))})"
+                 + (f"; emulator {data['emulator']}" if data.get("emulator") else "")
                  + (f"; first byte {lat:.3g} ms, {probe.get('read_mb_per_sec')} MB/s cold"
                     if lat is not None else f"; probe: {probe.get('skipped', 'n/a')}")),
         ("env vars", ", ".join(sorted(g("env") or {})) or "none relevant"),

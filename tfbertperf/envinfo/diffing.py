@@ -26,7 +26,8 @@ IGNORED = re.compile(
     r"^(schema|collected|collect_ms|tf_import_ms|tensorflow\.(version|git_version)|precision\.keras_version"
     r"|onednn\.(TF_ENABLE_ONEDNN_OPTS|source)|data\.probe\.(elapsed_ms|bytes_read|latency_samples|files|skipped"
     r"|first_byte_latency_ms\.(p90|max))|config\.run\..*|config\.train\.log_every|config\.workload"
-    r"|devices\.physical.*|devices\.gpus\.\d+\.name|env\.(OMP_NUM_THREADS|MKL_NUM_THREADS|TF_NUM_INTRAOP_THREADS|TF_NUM_INTEROP_THREADS"
+    r"|devices\.physical.*|devices\.gpus\.\d+\.name"
+    r"|env\.(OMP_NUM_THREADS|MKL_NUM_THREADS|TF_NUM_INTRAOP_THREADS|TF_NUM_INTEROP_THREADS"
     r"|KMP_BLOCKTIME|KMP_AFFINITY|OMP_PROC_BIND|TF_GPU_THREAD_MODE|XLA_FLAGS|TF_XLA_FLAGS|TF_DETERMINISTIC_OPS"
     r"|TF_CUDNN_DETERMINISTIC|PYTHONHASHSEED|TF_ENABLE_ONEDNN_OPTS)|.*\.error)$"
 )
@@ -120,8 +121,8 @@ def _ratio_rule(threshold: float, lo: int, hi: int, sentence: Callable[[Any, Any
 
     def rule(k, a, b):
         r = _ratio(a, b)
-        if r is None:
-            return (sentence(a, b, 0.0), lo) if (a is None) != (b is None) else None
+        if r is None:  # measured on one side only (probe skipped there): data.exists / data.probe say why
+            return None
         if r < threshold or abs(_num(a) - _num(b)) < min_abs:
             return None
         return sentence(a, b, r), min(hi, int(lo + (hi - lo) * min(1.0, math.log(r) / math.log(20))))
@@ -213,10 +214,12 @@ RULES: list[tuple[str, str, list[str], Explain]] = [
     # devices
     (r"devices\.(gpu|tpu)_count", "devices", S, _gpu_count),
     (r"devices\.gpus\.\d+\.device_name", "devices", SN,
-     lambda k, a, b: (f"GPU model {fmt(a)} vs {fmt(b)}: different memory bandwidth, tensor cores and clocks", 90)),
+     lambda k, a, b: (f"GPU model {fmt(a)} vs {fmt(b)}: different memory bandwidth, tensor cores and clocks", 90)
+     if a and b else (f"{'B' if b else 'A'}'s extra GPU is a {fmt(a or b)}", 60)),
     (r"devices\.gpus\.\d+\.compute_capability", "devices", SN,
+     # one side without the GPU: already said by gpu_count/device_name
      lambda k, a, b: (f"GPU compute capability {fmt(a)} vs {fmt(b)}: TF32 and bf16 tensor cores exist only on "
-                      f">= 8.0, so matmul speed and precision differ", 70)),
+                      f">= 8.0, so matmul speed and precision differ", 70) if a and b else None),
     (r"devices\.nvidia_smi\.driver_version", "devices", S,
      lambda k, a, b: (f"NVIDIA driver {fmt(a)} vs {fmt(b)}: the driver bounds the usable CUDA version", 50)),
     (r"devices\.nvidia_smi\.gpus\.\d+\.memory\.total", "devices", S,
