@@ -11,6 +11,7 @@ Modes (the input pipeline in front of the same model):
   memory   the stall mode's model fed `Dataset.from_tensors(batch).repeat()`: the compute-only truth T_c.
   compute_memory  the compute mode's model fed from memory (its T_c).
   nomarkers  like stall, profiled, but without step markers (for the "how to add markers" error).
+  truth    no profile: the stall mode's what-if truth from alternating stall / memory blocks (what_if_truth).
 
 Prints one JSON line per mode: {"mode", "logdir", "step_time_ms" (mean over the measured steps),
 "input_wait_ms" (mean wall time blocked in next()), "steps"}.
@@ -42,11 +43,14 @@ def make_model(hidden: int, layers: int) -> tf.keras.Model:
 
 
 def heavy_map(x, y, rounds: int):
-    # Per-example CPU work that a real pipeline might do (decode/augment): repeated small matmuls.
-    m = tf.reshape(x, (16, 16))
+    # CPU work a real pipeline might do per batch (decode/augment), vectorized over the batch so the profiler
+    # records few, large ops (tracing thousands of tiny ops would itself inflate the input pipeline's cost):
+    # `rounds` batched 64×64 matmuls on an outer product of each example's first 64 features.
+    head = x[:, :64]
+    m = head[:, :, None] * head[:, None, :]  # (B, 64, 64)
     for _ in range(rounds):
         m = tf.tanh(tf.matmul(m, m) * 0.01 + m)
-    return tf.reshape(m, (FEATURES,)), y
+    return tf.concat([tf.reduce_mean(m, axis=-1), x[:, 64:]], axis=-1), y
 
 
 def sleep_batch(x, y, sleep_ms: float):
@@ -66,8 +70,8 @@ def make_dataset(mode: str, rounds: int, sleep_ms: float) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
     if mode in ("stall", "nomarkers"):
         # Fixed parallelism and buffer (not AUTOTUNE) so the stall is the same from run to run.
-        ds = ds.map(lambda x, y: heavy_map(x, y, rounds), num_parallel_calls=2)
         ds = ds.batch(BATCH, drop_remainder=True)
+        ds = ds.map(lambda x, y: heavy_map(x, y, rounds), num_parallel_calls=2)
     elif mode == "sleep":
         ds = ds.batch(BATCH, drop_remainder=True).map(lambda x, y: sleep_batch(x, y, sleep_ms))
     else:
@@ -124,19 +128,55 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
     }
 
 
+def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 6, block_steps: int = 8) -> dict:
+    """Input cost truth (T − T_c) / T with paired measurements: blocks of steps fed by the stall pipeline
+    alternate with blocks fed from memory, in one process, so a load change on a shared machine hits both.
+    The first 3 steps of each block are dropped (the stall pipeline refills its prefetch buffer in the
+    background at a block's start).  T and T_c are medians of the remaining step times."""
+    tf.keras.utils.set_random_seed(0)
+    model = make_model(hidden, layers)
+    opt = tf.keras.optimizers.SGD(0.01)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    its = {"stall": iter(make_dataset("stall", rounds, 0.0)), "memory": iter(make_dataset("memory", rounds, 0.0))}
+    times = {"stall": [], "memory": []}
+    for b in range(blocks + 1):  # block 0 of each kind: warm-up (tracing)
+        for kind in ("stall", "memory"):
+            it = its[kind]
+            for i in range(block_steps):
+                t0 = time.perf_counter()
+                x, y = next(it)
+                step(x, y).numpy()
+                if b > 0 and i >= 3:
+                    times[kind].append((time.perf_counter() - t0) * 1e3)
+    T, T_c = float(np.median(times["stall"])), float(np.median(times["memory"]))
+    return {"mode": "truth", "step_time_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction": (T - T_c) / T}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory; each mode writes a logdir OUT/<mode>")
     p.add_argument("--modes", default="stall,memory,compute")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--window", default="10:25", help="profiled steps START:STOP")
-    p.add_argument("--rounds", type=int, default=100, help="stall: matmul rounds per example")
+    p.add_argument("--rounds", type=int, default=12, help="stall: batched matmul rounds per batch")
     p.add_argument("--sleep-ms", type=float, default=30.0)
     p.add_argument("--hidden", type=int, default=768)
     p.add_argument("--layers", type=int, default=3)
     a = p.parse_args(argv)
     start, stop = (int(v) for v in a.window.split(":"))
     for mode in a.modes.split(","):
+        if mode == "truth":
+            print(json.dumps(what_if_truth(a.rounds, a.hidden, a.layers)), flush=True)
+            continue
         big = mode.startswith("compute")
         hidden, layers = (a.hidden * 3 // 2, a.layers + 1) if big else (a.hidden, a.layers)
         res = run(mode, os.path.join(a.out, mode), a.steps, (start, stop), a.rounds, a.sleep_ms, hidden, layers)
