@@ -58,6 +58,18 @@ def _wait_http(url: str, proc: subprocess.Popen, name: str, timeout_s: float = 3
     raise RuntimeError(f"{name} did not answer on {url} within {timeout_s:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: on Linux, have the kernel SIGTERM the emulator when the process that started it dies (a
+    killed pytest or demo must not leave servers behind)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -109,7 +121,8 @@ class Azurite:
             "--disableTelemetry", "--skipApiVersionCheck", "--silent", "--loose",
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         _wait_http(f"http://127.0.0.1:{self.port}/", self.proc, "Azurite")
         return self
 
@@ -221,7 +234,8 @@ class FakeGcs:
         else:
             cmd += ["-scheme", "http", "-port", str(self.port)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         _wait_http(f"{self.url}/storage/v1/b", self.proc, "fake-gcs-server")
         return self
 
