@@ -1,0 +1,166 @@
+"""profile/: finding and converting profiles, the stolen-CPU estimator, attribution, verdict, AU, step timer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfbertperf.config import load_config
+from tfbertperf.errors import UsageError
+from tfbertperf.profile import attribution, contention, xprof_tools
+
+sys.path.insert(0, str(Path(__file__).parent / "programs"))
+from runner import run_program  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory):
+    return run_program(tmp_path_factory.mktemp("profiles"), "stall,memory", steps=30, window="12:26")
+
+
+def xplanes_of(res, mode):
+    return xprof_tools.find_xplanes(res[mode]["logdir"])
+
+
+def test_find_xplanes_accepts_logdir_session_dir_and_file(profiles):
+    from_logdir = xplanes_of(profiles, "stall")
+    assert len(from_logdir) == 1 and from_logdir[0].name.endswith(".xplane.pb")
+    assert xprof_tools.find_xplanes(from_logdir[0].parent) == from_logdir
+    assert xprof_tools.find_xplanes(from_logdir[0]) == from_logdir
+    assert xprof_tools.find_xplanes([str(from_logdir[0])]) == from_logdir
+
+
+def test_find_xplanes_picks_the_newest_session_by_default(tmp_path):
+    for name in ("2024_01_01_00_00_00", "2025_06_01_00_00_00", "2023_01_01_00_00_00"):
+        d = tmp_path / "plugins" / "profile" / name
+        d.mkdir(parents=True)
+        (d / "h.xplane.pb").write_bytes(b"x")
+    assert xprof_tools.find_xplanes(tmp_path)[0].parent.name == "2025_06_01_00_00_00"
+    assert xprof_tools.find_xplanes(tmp_path, session="2023_01_01_00_00_00")[0].parent.name == "2023_01_01_00_00_00"
+
+
+def test_find_xplanes_rejects_non_profiles_with_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    for bad in (tmp_path, tmp_path / "notes.txt", tmp_path / "nope"):
+        with pytest.raises(UsageError) as e:
+            xprof_tools.find_xplanes(bad)
+        assert "\n" not in str(e.value) and str(bad) in str(e.value)
+
+
+def test_convert_returns_parsed_json_and_leaves_the_profile_dir_untouched(profiles):
+    xp = xplanes_of(profiles, "stall")
+    before = sorted(p.name for p in xp[0].parent.iterdir())
+    ipa = xprof_tools.convert(xp, "input_pipeline_analyzer")
+    assert isinstance(ipa, list) and any(t.get("cols") for t in ipa)
+    trace = xprof_tools.convert(xp, "trace_viewer")
+    assert isinstance(trace, dict) and trace["traceEvents"]
+    assert isinstance(xprof_tools.convert(xp, "overview_page"), list)
+    assert isinstance(xprof_tools.convert(xp, "framework_op_stats"), list)
+    assert sorted(p.name for p in xp[0].parent.iterdir()) == before  # no ALL_HOSTS cache written next to it
+
+
+def test_stall_pipeline_steals_cpu_and_memory_feed_does_not(profiles):
+    stall = contention.step_contention(xprof_tools.convert(xplanes_of(profiles, "stall"), "trace_viewer"))
+    mem = contention.step_contention(xprof_tools.convert(xplanes_of(profiles, "memory"), "trace_viewer"))
+    assert stall["cores"] >= 1 and len(stall["steps"]) >= 10
+    mean = lambda res, k: sum(s[k] for s in res["steps"].values()) / len(res["steps"])  # noqa: E731
+    assert mean(stall, "stolen_ms") > 0.1 * mean(stall, "step_ms")
+    assert mean(mem, "stolen_ms") < 0.05 * mean(mem, "step_ms")
+    for s in stall["steps"].values():
+        assert 0 <= s["stolen_ms"] <= s["compute_phase_ms"] + 1e-6
+        assert s["wait_ms"] + s["compute_phase_ms"] == pytest.approx(s["step_ms"])
+
+
+def test_lock_step_model_on_a_synthetic_trace():
+    # One step of 10 ms: 2 ms blocked in get-next, then 8 ms compute; one input thread busy for 4 ms of it.
+    ev = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/1"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/1"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/2"}},
+        {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+         "args": {"step_num": "5", "group_id": "0"}},
+        {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+        {"ph": "X", "name": "ThreadpoolListener::Region", "pid": 1, "tid": 2, "ts": 1000, "dur": 5000},
+    ]
+    res = contention.step_contention({"traceEvents": ev})
+    assert res["cores"] == 2  # two tf_Compute threads seen
+    s = res["steps"][5]
+    assert s["wait_ms"] == pytest.approx(2.0) and s["compute_phase_ms"] == pytest.approx(8.0)
+    # busy 2..6 ms overlaps the compute phase for 4 ms; one thread on 2 cores → m = 1, lost = 1/2
+    assert s["stolen_ms"] == pytest.approx(2.0)
+    assert s["input_busy_ms"] == pytest.approx(4.0)
+
+
+def test_attribution_block_has_the_report_schema(profiles):
+    doc = attribution.attribute(xplanes_of(profiles, "stall"))
+    att = doc["attribution"]
+    assert set(doc) >= {"attribution", "verdict", "accelerator_utilization", "hosts"}
+    for k in ("source", "steps_profiled", "step_time_ms", "breakdown_ms", "fractions", "input_bound_fraction",
+              "input_cost_fraction", "input_ops_us"):
+        assert k in att
+    assert att["steps_profiled"] >= 10
+    assert abs(sum(att["fractions"].values()) - 1) <= 0.01
+    assert att["input_cost_fraction"] is None
+    assert att["fractions"]["host_compute"] > 0.2  # CPU-only: training compute shows as host compute
+    assert isinstance(att["au_pass"], bool) and att["au_threshold"] == 0.9
+    assert doc["verdict"]["bottleneck"] in ("input", "compute", "transfer", "other")
+
+
+def test_probe_gives_input_cost_fraction_and_au(profiles):
+    xp = xplanes_of(profiles, "stall")
+    doc = attribution.attribute(xp, step_time_ms=20.0, compute_only_step_ms=5.0, trace=False,
+                                config=load_config(sets=["profile.au_threshold=0.5"]).to_dict())
+    assert doc["attribution"]["input_cost_fraction"] == pytest.approx(0.75)
+    assert doc["accelerator_utilization"] == pytest.approx(0.25)
+    assert doc["attribution"]["au_pass"] is False and doc["attribution"]["au_threshold"] == 0.5
+    assert doc["verdict"]["bottleneck"] == "input"  # the probe's 75 % wins over the direct figure
+    assert "what-if probe" in doc["verdict"]["summary"]
+
+
+def _att(**fr):
+    fractions = {c: 0.0 for c in attribution.CATEGORIES}
+    fractions.update(fr)
+    return {"fractions": fractions, "step_time_ms": 10.0, "input_bound_fraction": fractions["input"],
+            "input_cost_fraction": None, "input_cost_estimate_fraction": None, "input_ops_us": {}}
+
+
+@pytest.mark.parametrize("fr,expected", [
+    ({"input": 0.25, "host_compute": 0.75}, "input"),
+    ({"input": 0.05, "host_compute": 0.95}, "compute"),
+    ({"input": 0.05, "host_to_device": 0.2, "device_compute": 0.75}, "transfer"),
+    ({"input": 0.05, "other": 0.35, "host_compute": 0.6}, "other"),
+])
+def test_verdict_thresholds(fr, expected):
+    att = _att(**fr)
+    assert attribution.verdict(att, 0.5)["bottleneck"] == expected
+
+
+def test_trace_estimate_outranks_the_direct_figure_in_the_verdict():
+    att = _att(input=0.05, host_compute=0.95)
+    att["input_cost_estimate_fraction"] = attribution.INPUT_BOUND_THRESHOLD + 0.1
+    assert attribution.verdict(att, 0.7)["bottleneck"] == "input"
+
+
+def test_naive_config_advice_names_knob_and_value():
+    cfg = load_config(sets=["pipeline.preset=naive", "pipeline.prefetch=0", "pipeline.cycle_length=1",
+                            "pipeline.parse_after_batch=false"]).to_dict()
+    recs = attribution.verdict(_att(input=0.6, host_compute=0.4), 0.4, config=cfg)["recommendations"]
+    text = "\n".join(recs)
+    assert "prefetch 0 → autotune" in text
+    assert "interleave cycle_length 1 → autotune" in text
+    assert "parse after batch" in text
+
+
+def test_remote_stream_advice_says_stage():
+    cfg = load_config(sets=["data.uri=gs://bucket/data", "data.mode=stream"]).to_dict()
+    recs = attribution.recommendations("input", _att(input=0.5), cfg)
+    assert any("stage remote shards" in r and "--set data.mode=stage" in r for r in recs)
+
+
+def test_step_timer_summary_skips_warmup_and_sums_waits():
+    s = attribution.step_timer_summary([100, 10, 10, 20], [90, 1, 1, 10], warmup_steps=1)
+    assert s == {"steps": 3, "input_wait_fraction": pytest.approx(12 / 40), "compute_fraction": pytest.approx(28 / 40)}
+    assert attribution.step_timer_summary([5.0], [1.0], warmup_steps=3)["steps"] == 0
