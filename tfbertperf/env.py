@@ -218,8 +218,10 @@ def format_diff(doc: dict, show_low: bool = True) -> str:
         common = [(int(s), v, mb[int(s)]) for s, v in ta if isinstance(s, (int, float)) and int(s) in mb]
         if common:
             lines.append(f"  {'loss at step':<32}")
-            step = max(1, len(common) // 8)  # at most ~8 rows
-            for s_, va, vb in common[::step][:8] + ([common[-1]] if (len(common) - 1) % step else []):
+            n = len(common)
+            k = min(n, 8)  # at most 8 rows, evenly spaced, first and last included
+            rows = sorted({round(j * (n - 1) / (k - 1)) for j in range(k)}) if k > 1 else [0]
+            for s_, va, vb in [common[i] for i in rows]:
                 lines.append(f"    {s_:<30}{_cell(va, 7):>14}{_cell(vb, 7):>14}")
         lines.append("Numerics: " + sbs["numerics"]["verdict"])
     return "\n".join(lines)
