@@ -1,0 +1,197 @@
+"""Multi-worker training on one machine: N local worker processes on loopback ports, one TF_CONFIG each.
+
+`launch_workers(cfg, n, out_dir, entry=…)` starts N processes of
+`python -m tfbertperf.train.multiworker --entry MODULE:FUNCTION --config CONFIG.json --worker-dir DIR`, each with
+TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", …]}, "task": {"type": "worker", "index": i}}.
+Each worker creates MultiWorkerMirroredStrategy first (before any other TF op, as TF requires), then calls
+`entry(cfg, worker_index, worker_dir, strategy) -> dict` (JSON-able) and writes it to `DIR/result.json`.
+The default entry trains on synthetic batches (tests, demos); run.py passes its own entry that builds the real
+pipeline and attributes the worker's own profile (each worker profiles into `DIR/tensorboard`).
+
+A worker that fails stops the others (collectives would otherwise wait forever) and raises WorkerError with the
+failing worker's last log line and the log path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from tfbertperf.train.result import TrainResult
+
+DEFAULT_ENTRY = "tfbertperf.train.multiworker:synthetic_worker"
+
+
+class WorkerError(RuntimeError):
+    """A local worker process failed or timed out (message is one line, with the worker's log path)."""
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def tf_config(ports: list[int], index: int) -> dict:
+    """TF_CONFIG for worker `index` of a loopback cluster on `ports`."""
+    return {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+
+
+def result_to_dict(result: TrainResult) -> dict:
+    """TrainResult → JSON-able dict (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(result)))
+
+
+def result_from_dict(d: dict) -> TrainResult:
+    """Inverse of result_to_dict (loss trajectory and window back to tuples)."""
+    d = dict(d)
+    d["loss_trajectory"] = [tuple(x) for x in d["loss_trajectory"]]
+    d["profile_window"] = tuple(d["profile_window"]) if d.get("profile_window") else None
+    return TrainResult(**d)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    # TF's own INFO/WARNING chatter is not the reason a worker died; prefer the last Python-level line.
+    useful = [x for x in lines if not x.startswith(("I0000", "W0000", "E0000", "WARNING: All", "To enable"))]
+    return (useful or lines or [""])[-1][:300]
+
+
+def launch_workers(
+    cfg,
+    n: int,
+    out_dir: str | os.PathLike,
+    entry: str = DEFAULT_ENTRY,
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] | None = print,
+) -> list[dict]:
+    """Run `cfg` on `n` local workers (MultiWorkerMirroredStrategy over loopback) and collect their results.
+
+    Args:
+      cfg: RunConfig; train.strategy is forced to multi_worker; train.batch_size stays the global batch.
+      n: number of worker processes (>= 1).
+      out_dir: each worker gets `out_dir/worker-<i>/` (log.txt, result.json, tensorboard/ with its profile).
+      entry: "module:function" called in each worker as fn(cfg, worker_index, worker_dir, strategy) -> dict.
+      timeout_s: wall-clock limit for the whole group (None = none).
+      progress: one line per worker start/finish.
+    Returns:
+      the workers' result dicts, in worker index order (each has "worker_index" added).
+    Raises:
+      WorkerError when a worker exits non-zero or the group times out (all workers are stopped).
+    """
+    from tfbertperf.config import RunConfig  # noqa: F401  (cfg must be a RunConfig: to_dict below)
+
+    say = progress or (lambda _line: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, strategy="multi_worker"))
+    config_file = out / "config.json"
+    config_file.write_text(json.dumps(cfg.to_dict(), indent=1))
+    ports = _free_ports(n)
+    procs: list[tuple[subprocess.Popen, Path]] = []
+    try:
+        for i in range(n):
+            wdir = out / f"worker-{i}"
+            wdir.mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)))
+            log = open(wdir / "log.txt", "wb")
+            cmd = [sys.executable, "-m", "tfbertperf.train.multiworker", "--entry", entry,
+                   "--config", str(config_file), "--worker-dir", str(wdir), "--index", str(i)]
+            procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), wdir))
+            log.close()
+            say(f"worker {i}/{n} started on 127.0.0.1:{ports[i]} (log: {wdir / 'log.txt'})")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pending = set(range(n))
+        while pending:
+            for i in sorted(pending):
+                proc, wdir = procs[i]
+                code = proc.poll()
+                if code is None:
+                    continue
+                pending.discard(i)
+                if code != 0:
+                    raise WorkerError(
+                        f"worker {i} failed (exit {code}): {_last_line(wdir / 'log.txt')} — log: {wdir / 'log.txt'}"
+                    )
+                say(f"worker {i}/{n} finished")
+            if deadline is not None and time.monotonic() > deadline:
+                raise WorkerError(f"workers timed out after {timeout_s:.0f} s — logs under {out}")
+            time.sleep(0.2)
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    results = []
+    for i, (_, wdir) in enumerate(procs):
+        d = json.loads((wdir / "result.json").read_text())
+        d["worker_index"] = i
+        results.append(d)
+    return results
+
+
+def synthetic_worker(cfg, worker_index: int, worker_dir: str, strategy) -> dict:
+    """Default worker entry: train on synthetic batches, profile into worker_dir/tensorboard.
+
+    Returns {"train": result_to_dict(TrainResult), "tensorboard": dir}.
+    """
+    from tfbertperf.train.loop import train
+    from tfbertperf.train.synthetic import synthetic_dataset_fn
+
+    vocab = 1000
+    tb = os.path.join(worker_dir, "tensorboard")
+    result = train(cfg, synthetic_dataset_fn(cfg, vocab, seed=worker_index), vocab, tb,
+                   progress=lambda line: print(f"[worker {worker_index}] {line}", flush=True), strategy=strategy)
+    return {"train": result_to_dict(result), "tensorboard": tb}
+
+
+def _load_entry(spec: str) -> Callable:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(argv=None) -> int:
+    """Worker process body (started by launch_workers; not a user command)."""
+    p = argparse.ArgumentParser(prog="python -m tfbertperf.train.multiworker")
+    p.add_argument("--entry", default=DEFAULT_ENTRY)
+    p.add_argument("--config", required=True)
+    p.add_argument("--worker-dir", required=True)
+    p.add_argument("--index", type=int, required=True)
+    a = p.parse_args(argv)
+    from tfbertperf.config import config_from_dict
+    from tfbertperf.train.strategy import make_strategy
+
+    cfg = config_from_dict(json.loads(Path(a.config).read_text()))
+    strategy = make_strategy(cfg.train)  # first TF work in this process (MultiWorkerMirroredStrategy needs it)
+    result = _load_entry(a.entry)(cfg, a.index, a.worker_dir, strategy)
+    target = Path(a.worker_dir) / "result.json"
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.rename(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
