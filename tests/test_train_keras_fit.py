@@ -1,0 +1,50 @@
+"""`tfbertperf.keras.ProfileCallback`: a plain `model.fit` yields a profile whose steps xprof finds."""
+
+import glob
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfbertperf.config import load_config
+from tfbertperf.errors import UsageError
+from tfbertperf.keras import ProfileCallback
+from tfbertperf.model import build_model
+from tfbertperf.train.synthetic import synthetic_batches
+
+
+def _xprof_steps(logdir):
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    xplanes = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
+    assert xplanes, "no profile captured"
+    raw = xspace_to_tool_data(xplanes, "input_pipeline_analyzer", {})
+    raw = raw[0] if isinstance(raw, tuple) else raw
+    tables = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    rows = next(t for t in tables if t.get("cols") and t["cols"][0]["id"] == "stepnum")["rows"]
+    return [int(str(r["c"][0]["v"]).split()[-1]) for r in rows]
+
+
+def test_plain_model_fit_with_profile_callback_gives_xprof_steps_across_epochs(tmp_path):
+    cfg = load_config(overrides={"model.task": "classify", "data.seq_len": 32})
+    model = build_model(cfg.model, vocab_size=500, seq_len=32)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss={"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    arrays = synthetic_batches("classify", 8, 32, 5, 500, pool=15)
+    labels = arrays.pop("label_ids")
+    ds = tf.data.Dataset.from_tensor_slices((arrays, {"logits": labels}))  # 15 batches per epoch
+    callback = ProfileCallback(str(tmp_path), profile_steps="4:26")
+    model.fit(ds, epochs=2, callbacks=[callback], verbose=0)
+
+    steps = _xprof_steps(tmp_path)
+    assert len(steps) >= 10, steps
+    assert all(4 <= s < 26 for s in steps)  # global step numbers: the window crosses the epoch boundary
+    assert len(callback.step_times_ms) == 30 and all(t > 0 for t in callback.step_times_ms)
+
+
+def test_bad_profile_window_is_a_usage_error():
+    with pytest.raises(UsageError, match="profile_steps='9:3'"):
+        ProfileCallback("unused", profile_steps="9:3")
