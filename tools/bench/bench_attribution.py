@@ -1,0 +1,107 @@
+"""Attribution accuracy against ground truth: tiny BERT, injected local read latency, naive and tuned pipelines.
+
+Ground truth per row: the real run's median step time T (report.json throughput p50, steady steps) and, measured right
+before it in a separate run in the same process, the same model fed synthetic in-memory batches (T_c);
+truth = (T − T_c) / T.  Columns: our in-run what-if figure (input_cost_fraction, from the compute-only probe),
+the trace estimate (input_cost_estimate_fraction: blocked wait + stolen CPU), and the direct figures
+(input_bound_fraction from xprof, step_timer.input_wait_fraction), each with its error in percentage points.
+
+    python tools/bench/bench_attribution.py                 # 0/5/20/50 ms × naive/tuned, prints a markdown table
+    python tools/bench/bench_attribution.py --latencies 0,20 --presets tuned --steps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def compute_only_ms(cfg, vocab_size: int) -> float:
+    """T_c: the same model and batch fed synthetic in-memory batches, no profile, no probe (median steady step;
+    medians, not means, so a burst of load from another process on a shared machine does not decide the row)."""
+    from tfbertperf.run import steady_steps
+    from tfbertperf.train.loop import train
+    from tfbertperf.train.synthetic import synthetic_dataset_fn
+
+    result = train(cfg, synthetic_dataset_fn(cfg, vocab_size), vocab_size, None, progress=lambda m: None)
+    idx = steady_steps(result)
+    return statistics.median(result.step_times_ms[i] for i in idx)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--latencies", default="0,5,20,50", help="data.read_latency_ms values (comma-separated)")
+    p.add_argument("--presets", default="naive,tuned")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--window", default="15:30", help="profile.steps")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--probe-steps", type=int, default=10)
+    p.add_argument("--out", default="", help="runs root (default: a temp dir)")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for every run")
+    a = p.parse_args(argv)
+
+    from tfbertperf.config import load_config
+    from tfbertperf.data.manifest import load_manifest
+    from tfbertperf.run import run
+    from tfbertperf.storage import open_backend
+
+    out = a.out or tempfile.mkdtemp(prefix="bench-attribution-")
+    base = [f"train.steps={a.steps}", f"profile.steps={a.window}", f"train.batch_size={a.batch}",
+            f"profile.probe_steps={a.probe_steps}", f"run.out={out}", *a.sets]
+    rows = []
+    t_start = time.time()
+    vocab_size = None
+    for preset in a.presets.split(","):
+        for lat in a.latencies.split(","):
+            cfg = load_config(sets=[*base, f"pipeline.preset={preset}", f"data.read_latency_ms={lat}"])
+            if vocab_size is not None:
+                synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
+                t_c = compute_only_ms(synth_cfg, vocab_size)
+            print(f"[bench] {preset} latency {lat} ms …", file=sys.stderr, flush=True)
+            run_dir, rep = run(cfg, progress=False)
+            if vocab_size is None:  # the first run prepared the data; now measure its ground truth
+                backend = open_backend(cfg.resolved_data_uri(), cfg.data)
+                vocab_size = int(load_manifest(cfg.resolved_data_uri(), backend)["vocab_size"])
+                synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
+                t_c = compute_only_ms(synth_cfg, vocab_size)
+            T = rep["throughput"]["step_time_ms"]["p50"]  # median steady step, like T_c
+            truth = (T - t_c) / T
+            att = rep.get("attribution") or {}
+            rows.append({
+                "preset": preset, "latency_ms": float(lat), "T": T, "T_c": t_c, "truth": truth,
+                "cost": att.get("input_cost_fraction"), "estimate": att.get("input_cost_estimate_fraction"),
+                "direct": att.get("input_bound_fraction"),
+                "wait": (rep.get("step_timer") or {}).get("input_wait_fraction"),
+                "bottleneck": (rep.get("verdict") or {}).get("bottleneck"),
+            })
+            print(f"[bench]   T {T:.1f} ms, T_c {t_c:.1f} ms, truth {truth:.3f}", file=sys.stderr, flush=True)
+
+    def cell(v, truth):
+        if v is None:
+            return "n/a"
+        return f"{v * 100:.1f} % ({(v - truth) * 100:+.1f} pp)"
+
+    print("\n| preset | read latency | T ms | T_c ms (synthetic run) | truth (T−T_c)/T | input_cost_fraction (probe) | "
+          "input_cost_estimate_fraction (trace) | input_bound_fraction (xprof) | step_timer input_wait_fraction | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['preset']} | {r['latency_ms']:g} ms | {r['T']:.1f} | {r['T_c']:.1f} | {r['truth'] * 100:.1f} % | "
+              f"{cell(r['cost'], r['truth'])} | {cell(r['estimate'], r['truth'])} | {cell(r['direct'], r['truth'])} | "
+              f"{cell(r['wait'], r['truth'])} | {r['bottleneck']} |")
+    for key, name in (("cost", "input_cost_fraction"), ("estimate", "input_cost_estimate_fraction"),
+                      ("direct", "input_bound_fraction"), ("wait", "step_timer input_wait_fraction")):
+        errs = [abs(r[key] - r["truth"]) * 100 for r in rows if r[key] is not None]
+        if errs:
+            print(f"\n{name}: max |error| {max(errs):.1f} pp, mean |error| {statistics.fmean(errs):.1f} pp", end="")
+    print(f"\n\n{len(rows)} runs in {time.time() - t_start:.0f} s; runs under {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
