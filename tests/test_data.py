@@ -310,3 +310,20 @@ def test_builtin_pair_task_is_balanced_and_pairs_topics_correctly():
         same = bool(group_of[r.text_a] & group_of[r.text_b])
         # a sentence repeated in two topics may make a "different" pair look same: allow only that
         assert same if r.label == 1 else (not same or len(group_of[r.text_b]) > 1 or len(group_of[r.text_a]) > 1)
+
+
+@pytest.mark.parametrize("target", [8000, 300])
+def test_vocab_learning_equals_tensorflow_text_bert_vocab_from_dataset(target):
+    """Our shortcut (stop at the lowest threshold when the corpus cannot reach the target) must not change
+    the vocabulary tensorflow-text's own entry point learns."""
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bvd
+
+    from tfbertperf.data.corpus import load_default_corpus
+    from tfbertperf.data.vocab import RESERVED_TOKENS, learn_vocab
+
+    sentences = load_default_corpus().all_sentences()[:1500]
+    ref = bvd.bert_vocab_from_dataset(
+        tf.data.Dataset.from_tensor_slices(sentences).batch(1024), vocab_size=target,
+        reserved_tokens=list(RESERVED_TOKENS), bert_tokenizer_params=dict(lower_case=True),
+        learn_params=dict(lower_thresh=1))
+    assert learn_vocab(sentences, target) == list(ref)
