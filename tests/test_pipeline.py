@@ -165,3 +165,16 @@ def test_synthetic_batch_matches_the_pipeline_element_spec():
         assert set(b) == set(spec)
         for k, s in spec.items():
             assert list(b[k].shape) == s.shape.as_list() and b[k].dtype == s.dtype.as_numpy_dtype, k
+
+
+def test_inline_tokenization_from_gcs_reads_vocab_and_text_shards_remotely(data_dirs, gcs_env, tmp_path):
+    """gs:// (fake-gcs-server) in stream mode: the raw-text shards and vocab.txt come through the GCS backend
+    and inline tokenization still reproduces the local pre-tokenized ids."""
+    from tfbertperf.storage.upload import upload_dir
+
+    uri = "gs://tfbertperf-test/pipeline-inline"
+    upload_dir(str(data_dirs / "pretrain"), uri, progress=False)
+    pre = _one_pass(data_dirs / "pretrain", [])
+    remote = _one_pass(uri, ["pipeline.tokenize=inline", "data.mode=stream"])
+    for k in pre:
+        assert np.array_equal(remote[k], pre[k]), k

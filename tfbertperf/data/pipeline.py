@@ -27,7 +27,9 @@ also masked_lm_positions, masked_lm_ids int32 [B, max_predictions], masked_lm_we
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from dataclasses import fields
@@ -237,6 +239,7 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
             ds = ds.cache()
         else:
             d = tempfile.mkdtemp(prefix="tfbertperf-cache-")
+            atexit.register(shutil.rmtree, d, True)  # the cache lives as long as this process
             ds = ds.cache(os.path.join(d, f"cache-{uuid.uuid4().hex[:8]}"))
         if training:
             if shuffle > 0:
