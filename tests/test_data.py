@@ -327,3 +327,18 @@ def test_vocab_learning_equals_tensorflow_text_bert_vocab_from_dataset(target):
         reserved_tokens=list(RESERVED_TOKENS), bert_tokenizer_params=dict(lower_case=True),
         learn_params=dict(lower_thresh=1))
     assert learn_vocab(sentences, target) == list(ref)
+
+
+def test_failed_prepare_leaves_an_existing_data_dir_usable(pretrain_dir, tmp_path):
+    import shutil
+
+    from tfbertperf.data.manifest import load_manifest
+
+    d = tmp_path / "data"
+    shutil.copytree(pretrain_dir, d)
+    with pytest.raises(UsageError):
+        _prepare(d, [f"data.corpus={tmp_path / 'missing.txt'}"])
+    assert load_manifest(str(d), _backend())["num_examples"] > 0
+    with pytest.raises(UsageError):
+        _prepare(tmp_path / "never", [f"data.corpus={tmp_path / 'missing.txt'}"])
+    assert not (tmp_path / "never").exists(), "bad input must not leave an empty data dir behind"

@@ -205,10 +205,7 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
     say = _Progress(progress)
     d = cfg.data
     task = cfg.model.task
-    os.makedirs(out_dir, exist_ok=True)
     manifest_path = os.path.join(out_dir, MANIFEST_FILE)
-    if os.path.exists(manifest_path):  # the directory is incomplete from here until the new manifest lands
-        os.remove(manifest_path)
     t0 = time.perf_counter()
     if task == "pretrain":
         info, records, text_records, vocab = _pretrain_records(cfg, say)
@@ -218,6 +215,11 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
         raise UsageError(
             f"--set data.num_shards={d.num_shards}: only {len(records)} examples; use fewer shards or more data"
         )
+    # Bad input has been caught by now; an old data set stays intact until here.  From here until the new
+    # manifest lands the directory is incomplete (no manifest.json), so no reader mixes old and new files.
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)
     _write_atomic(os.path.join(out_dir, VOCAB_FILE), vocab_text(vocab).encode("utf-8"))
     names = [shard_name(task, i, d.num_shards) for i in range(d.num_shards)]
     text_names = [shard_name(task, i, d.num_shards, text=True) for i in range(d.num_shards)]
