@@ -57,7 +57,7 @@ def make_run_dir(cfg: RunConfig) -> Path:
 
 def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, dict]:
     """Return (data URI, manifest).  The embedded default is prepared on first use; an explicit URI must exist."""
-    from tfbertperf.data.manifest import load_manifest
+    from tfbertperf.data.manifest import check_compatible, load_manifest
 
     uri = cfg.resolved_data_uri()
     if cfg.uses_default_data() and not backend.exists(backend.join(uri, "manifest.json")):
@@ -68,14 +68,7 @@ def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, di
         prepare_data(cfg, uri, progress=progress)
         _log(f"data ready in {time.perf_counter() - t0:.1f} s")
     manifest = load_manifest(uri, backend)
-    task = manifest.get("task", "pretrain")
-    if task != cfg.model.task:
-        raise UsageError(f"data {uri}: prepared for task {task!r}, but model.task={cfg.model.task!r}")
-    if int(manifest.get("seq_len", -1)) != cfg.data.seq_len:
-        raise UsageError(
-            f"data {uri}: shards have seq_len {manifest.get('seq_len')}, but data.seq_len={cfg.data.seq_len} "
-            f"(prepare again with --set data.seq_len={cfg.data.seq_len}, or match it)"
-        )
+    check_compatible(cfg, manifest)
     return uri, manifest
 
 
@@ -190,7 +183,9 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     uri = cfg.resolved_data_uri()
     backend = open_backend(uri, cfg.data)
     uri, manifest = ensure_data(cfg, backend, progress=progress)
-    shard_uris = [backend.join(uri, s["name"]) for s in manifest["shards"]]
+    from tfbertperf.data.manifest import shard_uris as _shard_uris
+
+    shard_uris, record_bytes_hint = _shard_uris(cfg, manifest, backend)
 
     from tfbertperf.data.pipeline import build_dataset
     from tfbertperf.profile.attribution import attribute, step_timer_summary
@@ -206,8 +201,7 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     sources = []
 
     def dataset_fn(input_context=None):
-        source = open_shards(shard_uris, cfg.data, backend,
-                             record_bytes_hint=int(manifest.get("record_bytes_mean", 2048)))
+        source = open_shards(shard_uris, cfg.data, backend, record_bytes_hint=record_bytes_hint)
         sources.append(source)
         # The pipeline yields global batches; train/ distributes them (experimental_distribute_dataset).
         return build_dataset(cfg, manifest, source)
@@ -251,6 +245,9 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
         plots.append("plots/step_breakdown.png")
 
     report = build_report(cfg, run_dir, result, attribution_doc, storage, environment, model_info, plots)
+    from tfbertperf.data.pipeline import effective_pipeline
+
+    report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
     write_run_files(run_dir, cfg, report)
     return run_dir, report
 
