@@ -113,8 +113,10 @@ class SelfAttention(layers.Layer):
     def call(self, x, mask_bias, training=None):
         B, T = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (B, T, 3, self.nh, self.hs))  # (B, T, 3, nh, hs)
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, nh, hs)
-        scores = ops.einsum("bqhd,bkhd->bhqk", q, k) * (1.0 / self.hs**0.5)  # (B, nh, T, T)
+        # One transpose to (3, B, nh, T, hs), then unstack: its gradient is a cheap stack, unlike slicing's.
+        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)  # each (B, nh, T, hs)
+        q = q * ops.cast(1.0 / self.hs**0.5, q.dtype)  # scale the smaller tensor, not the (T, T) scores
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (B, nh, T, T)
         scores = scores + ops.cast(mask_bias, scores.dtype)  # (B, 1, 1, T): -1e4 on padding keys
         if scores.dtype != "float32":
             # fp16/bf16 softmax over long rows loses precision; do it in float32 like the reference models.
@@ -122,7 +124,7 @@ class SelfAttention(layers.Layer):
         else:
             probs = ops.softmax(scores, axis=-1)
         probs = self.attn_drop(probs, training=training)
-        y = ops.einsum("bhqk,bkhd->bqhd", probs, v)  # (B, T, nh, hs)
+        y = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # (B, nh, T, hs) → (B, T, nh, hs)
         return self.out(ops.reshape(y, (B, T, self.nh * self.hs)))  # (B, T, H)
 
 
