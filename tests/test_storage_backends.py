@@ -155,6 +155,29 @@ def test_sas_token_in_an_az_uri_is_never_echoed(azurite, monkeypatch):
     assert "TOPSECRETSIG" not in str(e.value) and "az://no-such-container" in str(e.value)
 
 
+def test_a_real_sas_token_in_the_uri_grants_access_and_stays_hidden(azure_env, monkeypatch, tmp_path):
+    import datetime
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from tfbertperf.storage.emulators import AZURITE_ACCOUNT, AZURITE_KEY
+
+    (tmp_path / "f").write_bytes(b"hello sas")
+    open_backend("az://tfbertperf-test/sas").upload(str(tmp_path / "f"), "az://tfbertperf-test/sas/f")
+    sas = generate_container_sas(AZURITE_ACCOUNT, "tfbertperf-test", account_key=AZURITE_KEY,
+                                 permission=ContainerSasPermissions(read=True, list=True),
+                                 expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_URL", azure_env.blob_endpoint)
+    b = open_backend(f"az://tfbertperf-test/sas?{sas}")
+    assert [o.uri for o in b.list(f"az://tfbertperf-test/sas?{sas}")] == ["az://tfbertperf-test/sas/f"]
+    assert b.read(b.join(f"az://tfbertperf-test/sas?{sas}", "f")) == b"hello sas"
+    with pytest.raises(UsageError) as e:  # read-only token: the write is refused, and the token not echoed
+        b.upload(str(tmp_path / "f"), "az://tfbertperf-test/sas/g")
+    sig = [kv for kv in sas.split("&") if kv.startswith("sig=")][0][4:]
+    assert "rejected the credentials" in str(e.value) and sig not in str(e.value)
+
+
 def _cli(code: str, env: dict) -> subprocess.CompletedProcess:
     """Run `code` as a CLI entry point (cli_entry) in a clean process, as a user would hit it."""
     prog = ("from tfbertperf.errors import cli_entry\n"

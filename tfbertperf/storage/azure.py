@@ -82,8 +82,10 @@ class AzureBackend(RemoteBackend):
     def _check_container(self):
         from azure.core.exceptions import ResourceNotFoundError
 
+        # One page of one blob name, not get_container_properties: a container-scoped SAS (read+list) may list
+        # but may not read container properties.
         try:
-            self.container.get_container_properties()
+            next(iter(self.container.list_blobs(results_per_page=1).by_page()), None)
         except ResourceNotFoundError:
             raise UsageError(f"az://{self.container_name}: no such container in account "
                              f"{self.service.account_name}") from None

@@ -185,11 +185,15 @@ class StreamReader:
         uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
         if uri not in self.sizes:
             raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
+        metrics = self.backend.metrics
         for batch in iter_record_batches(self.chunks(uri), redact_text(uri)):
+            metrics.count("records_read", len(batch))
             yield np.array(batch, dtype=object)
 
     def source(self) -> ShardSource:
         import tensorflow as tf
+
+        self.backend.metrics.count("records_read", 0)
 
         def read(filename):
             # One generator per shard (interleave opens several at once); records cross into tf.data a chunk at
