@@ -58,7 +58,10 @@ def attribution_table(report: dict) -> str:
 
 def verdict_line(report: dict) -> str:
     v = report.get("verdict") or {}
-    return f"verdict: {v.get('bottleneck', 'unknown')}-bound — {v.get('summary', '')}".rstrip(" —")
+    summary = v.get("summary") or ""
+    if summary.startswith(f"{v.get('bottleneck')}-bound"):
+        return f"verdict: {summary}"
+    return f"verdict: {v.get('bottleneck', 'unknown')}-bound — {summary}".rstrip(" —")
 
 
 def render_markdown(report: dict) -> str:
