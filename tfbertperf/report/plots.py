@@ -28,7 +28,7 @@ def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time bre
     import matplotlib.pyplot as plt
 
     n = max(1, len(bars))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * n + 3.0), 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * n + 3.5), 4.8), dpi=110)
     used = [c for c in CATEGORY_ORDER if any((b or {}).get(c, 0) > 0 for _, b in bars)]
     xs = list(range(len(bars)))
     bottoms = [0.0] * len(bars)
@@ -46,7 +46,7 @@ def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time bre
     ax.set_xticklabels([lbl for lbl, _ in bars], rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center",
                        fontsize=8)
     ax.set_ylabel("ms per step (profiled window)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
