@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from tfbertperf.errors import UsageError, cli_entry
 
@@ -50,14 +51,72 @@ def format_table(att: dict, title: str) -> str:
     return "\n".join(lines)
 
 
+def read_run_report(path) -> dict | None:
+    """report.json of one of our run directories (PATH itself or the run dir above a tensorboard/ logdir)."""
+    if isinstance(path, (list, tuple)):
+        return None
+    p = Path(path)
+    for d in (p, p.parent):
+        f = d / "report.json"
+        if f.is_file():
+            try:
+                return json.loads(f.read_text())
+            except (OSError, json.JSONDecodeError):
+                raise UsageError(f"{f}: not a readable report.json") from None
+    return None
+
+
 def analyze(path, session: str | None = None, trace: bool = True) -> dict:
-    """Attribution document for a profile PATH (see module docstring): attribution, verdict, AU, hosts."""
+    """Attribution document for a profile PATH (see module docstring): attribution, verdict, AU, hosts.
+
+    When PATH is one of our run directories, its report.json supplies the config (advice names its knobs),
+    the storage metrics, the steady step time and the what-if probe (input_cost_fraction)."""
     from tfbertperf.profile import attribution, xprof_tools
 
     xplanes = xprof_tools.find_xplanes(path, session=session)
-    doc = attribution.attribute(xplanes, trace=trace)
-    doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes]}
+    report = read_run_report(path)
+    kw = {}
+    if report:
+        kw["config"] = report.get("config")
+        kw["storage"] = report.get("storage")
+        T = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
+        icf = (report.get("attribution") or {}).get("input_cost_fraction")
+        if T:
+            kw["step_time_ms"] = T
+            if icf is not None:
+                kw["compute_only_step_ms"] = T * (1.0 - icf)
+    doc = attribution.attribute(xplanes, trace=trace, **kw)
+    doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
+                      "run_report": bool(report)}
     return doc
+
+
+def validate(report: dict, doc: dict, progress: bool = True) -> dict:
+    """Re-run our run with its top recommendation applied, next to a re-run of the baseline (same process, same
+    machine state), and measure the speedup = baseline median step ÷ new median step."""
+    from tfbertperf.config import load_config
+    from tfbertperf.run import run
+
+    acts = [a for a in (doc["verdict"].get("actions") or []) if a.get("set")]
+    if not acts:
+        raise UsageError("--validate: the verdict has no recommendation that maps to --set overrides")
+    top = acts[0]
+    from tfbertperf.redact import REDACTED
+
+    # Values redacted in the report (secrets, or keys whose names look like one) fall back to their defaults.
+    flat = {f"{s}.{k}": v for s, body in report["config"].items() if isinstance(body, dict)
+            for k, v in body.items() if v != REDACTED}
+    base_cfg = load_config(overrides=flat)
+    new_cfg = load_config(overrides={**flat, **dict(x.split("=", 1) for x in top["set"])})
+    out = {"advice": top["advice"], "set": top["set"]}
+    for name, cfg in (("baseline", base_cfg), ("recommended", new_cfg)):
+        if progress:
+            print(f"tfbertperf analyze --validate: {name} run …", file=sys.stderr, flush=True)
+        run_dir, rep = run(cfg, progress=False)
+        out[f"{name}_step_ms"] = rep["throughput"]["step_time_ms"]["p50"]
+        out[f"{name}_run"] = str(run_dir)
+    out["speedup"] = round(out["baseline_step_ms"] / out["recommended_step_ms"], 4)
+    return out
 
 
 @cli_entry
@@ -66,6 +125,9 @@ def main(argv=None) -> int:
     p.add_argument("path", nargs="+", help="TensorBoard logdir, profile session dir, or .xplane.pb file(s)")
     p.add_argument("--session", help="session directory name under plugins/profile (default: newest)")
     p.add_argument("--json", action="store_true", help="print the attribution/verdict JSON document")
+    p.add_argument("--validate", action="store_true",
+                   help="our runs only (PATH = a run directory): re-run with the top recommendation next to a "
+                        "baseline re-run and report the measured speedup")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
@@ -76,6 +138,11 @@ def main(argv=None) -> int:
     if sys.stderr.isatty():  # progress for people; logs and error checks see only the result or one error line
         print("tfbertperf analyze: converting the profile with xprof …", file=sys.stderr, flush=True)
     doc = analyze(path, session=a.session, trace=not a.no_trace)
+    if a.validate:
+        report = read_run_report(path)
+        if not report:
+            raise UsageError(f"--validate {path}: not a tfbertperf run directory (no report.json)")
+        doc["validation"] = validate(report, doc, progress=sys.stderr.isatty())
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
@@ -87,6 +154,10 @@ def main(argv=None) -> int:
     print(f"AU {doc['accelerator_utilization']:.1%}   verdict: {doc['verdict']['summary']}")
     for r in doc["verdict"]["recommendations"]:
         print(f"  → {r}")
+    v = doc.get("validation")
+    if v:
+        print(f"validated: {v['advice']}: median step {v['baseline_step_ms']:.1f} → {v['recommended_step_ms']:.1f} ms "
+              f"= {v['speedup']:.2f}× (baseline {v['baseline_run']}, recommended {v['recommended_run']})")
     return 0
 
 

@@ -23,6 +23,7 @@ Definitions (all times are means over the profiled steps that xprof found from t
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -196,6 +197,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "cores_seen": cores,
         "input_ops_us": input_ops_us(ipa, len(rows)),
+        "hardware_type": ((_table_with(ipa, "stepnum") or {}).get("p") or {}).get("hardware_type", ""),
         "xprof_input_conclusion": ((_table_with(ipa, "stepnum") or {}).get("p") or {}).get("input_conclusion", ""),
     }
 
@@ -227,8 +229,12 @@ def _cfg_get(config: dict | None, section: str, key: str, default=None):
     return (config.get(section) or {}).get(key, default)
 
 
-def recommendations(bottleneck: str, att: dict, config: dict | None = None, storage: dict | None = None) -> list[str]:
-    """Advice naming the knob and the value, derived from the run's config (RunConfig.to_dict()) when known."""
+def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dict | None = None) -> list[dict]:
+    """Advice naming the knob and the value, derived from the run's config (RunConfig.to_dict()) when known.
+
+    Returns [{"advice": text, "set": ["section.key=value", …]}], most promising first; "set" holds the
+    `--set` overrides that apply the advice to our runs (empty when it is advice for foreign code).
+    """
     recs: list[str] = []
     if bottleneck == "input":
         if config:
@@ -273,14 +279,29 @@ def recommendations(bottleneck: str, att: dict, config: dict | None = None, stor
         recs.append("time outside input and compute (Python/eager overhead): compile the step (--set train.jit=true), "
                     "raise the batch size, run several steps per tf.function call")
     else:
-        if config and _cfg_get(config, "train", "precision") == "float32":
-            recs.append("compute-bound: mixed precision float32 → mixed_bfloat16 (--set train.precision=mixed_bfloat16)")
+        cpu_only = att.get("hardware_type") == "CPU_ONLY"
         if config and not _cfg_get(config, "train", "jit", False):
             recs.append("compute-bound: XLA jit false → true (--set train.jit=true)")
+        # Reduced precision pays on accelerators; on a CPU without bf16 units it was measured slower here
+        # (tiny BERT, 2 cores: 0.69× with mixed_bfloat16), so it is not advised for CPU-only profiles.
+        if config and _cfg_get(config, "train", "precision") == "float32" and not cpu_only:
+            recs.append("compute-bound: mixed precision float32 → mixed_bfloat16 (--set train.precision=mixed_bfloat16)")
+        if cpu_only:
+            recs.append("compute-bound on CPU: the input pipeline keeps up; more cores or an accelerator is what "
+                        "speeds this step up")
         if not recs:
             recs.append("compute-bound: the input pipeline keeps up; speed comes from the model side "
                         "(precision, XLA, faster accelerator)")
-    return recs
+    out = []
+    for text in recs:
+        sets = re.findall(r"--set ([a-z_]+\.[a-z_]+=[A-Za-z0-9_.]+)", text)
+        out.append({"advice": text, "set": sets})
+    return out
+
+
+def recommendations(bottleneck: str, att: dict, config: dict | None = None, storage: dict | None = None) -> list[str]:
+    """The advice texts of actions() (report.json verdict.recommendations)."""
+    return [a["advice"] for a in actions(bottleneck, att, config, storage)]
 
 
 def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict | None = None,
@@ -304,8 +325,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     summary = (f"{what}: input costs {share:.0%} of the {att['step_time_ms']:.1f} ms step ({label}; blocked wait "
                f"{att['input_bound_fraction']:.0%}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
                f"{au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    acts = actions(bottleneck, att, config, storage)
     return {"bottleneck": bottleneck, "summary": summary,
-            "recommendations": recommendations(bottleneck, att, config, storage)}
+            "recommendations": [a["advice"] for a in acts], "actions": acts}
 
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
