@@ -65,6 +65,9 @@ def test_stall_input_estimate_is_closer_to_what_if_truth_than_xprof(profiles):
     xprof_err = abs(att["input_bound_fraction"] - truth)
     ours_err = abs(att["input_cost_estimate_fraction"] - truth)
     assert ours_err < xprof_err, (truth, att["input_bound_fraction"], att["input_cost_estimate_fraction"])
+    # and closer than the wall time the program itself measured blocked in next()
+    wait = profiles["stall"]["input_wait_ms"] / profiles["stall"]["step_time_ms"]
+    assert ours_err < abs(wait - truth), (truth, wait, att["input_cost_estimate_fraction"])
     assert att["input_cost_fraction"] is None  # no probe in a foreign profile
 
 

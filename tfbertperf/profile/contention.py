@@ -20,12 +20,14 @@ pipeline's busy threads:
   The stolen time of a step is ∫ lost(t) dt over its compute phase, and the estimated input cost of the step
   is  blocked get-next time + stolen time.
 
-Why this "lock-step" model and not a fair share of the cores (lost = k_in / (C + k_in)): on the stall program
-in tests/programs (a CPU-heavy parallel map in front of an MLP, 2 cores) the what-if truth was 0.60–0.86 of the
-step over five runs; xprof's input figure said 0.25–0.59, the fair-share model 0.40–0.73 and the lock-step
-model 0.46–0.76, the closest of the three in every run.  Blocking work inside tf.data that uses no CPU (a
-sleep in a `py_function`, a network wait) is counted as if it used a core, so for such pipelines the estimate
-is an upper bound (on the sleep program: truth 0.78–0.91, estimate 0.89–0.93).
+Why this "lock-step" model and not a fair share of the cores (lost = k_in / (C + k_in)): on an earlier
+version of the stall program in tests/programs (a per-example CPU-heavy parallel map in front of an MLP, 2
+cores) the what-if truth was 0.60–0.86 of the step over five runs; xprof's input figure said 0.25–0.59, the
+fair-share model 0.40–0.73 and the lock-step model 0.46–0.76, the closest of the three in every run.  On the
+current program (batched map; `python tools/bench/bench_attribution_foreign.py`) the truth was 0.46–0.48,
+xprof 0.07, blocked in next() 0.15–0.16, and this estimate 0.51–0.52.  Blocking work inside tf.data that uses
+no CPU (a sleep in a `py_function`, a network wait) is counted as if it used a core, so for such pipelines the
+estimate is an upper bound (sleep program: truth 0.78–0.91, estimate 0.89–0.93).
 
 C (cores) is read from the profile itself — TensorFlow sizes its inter-op (`tf_Compute`) and intra-op (Eigen)
 pools to the machine's cores, so the number of distinct threads of each pool seen in the trace is a lower bound

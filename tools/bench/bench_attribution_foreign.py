@@ -1,0 +1,68 @@
+"""`tfbertperf analyze` on a foreign program's profile vs the what-if truth (issue 4's "must show").
+
+The program is tests/programs/stall_loop.py: a Keras MLP custom loop with step markers, fed by a tf.data
+pipeline with a CPU-heavy parallel map (the "stall").  Per repetition, in a fresh interpreter:
+  truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
+  xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
+  next() = wall time the program measured blocked in next(iterator) ÷ its step time;
+  ours   = analyze's input_cost_estimate_fraction (blocked wait + CPU the pipeline stole from compute).
+
+    python tools/bench/bench_attribution_foreign.py            # 3 repetitions, markdown table
+    python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "programs"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=0, help="stall strength (stall_loop.py --rounds; 0 = its default)")
+    a = p.parse_args(argv)
+    import subprocess
+
+    from tfbertperf.analyze import analyze
+
+    rows = []
+    t0 = time.time()
+    for k in range(a.reps):
+        out = Path(tempfile.mkdtemp(prefix="bench-foreign-"))
+        cmd = [sys.executable, str(ROOT / "tests" / "programs" / "stall_loop.py"), "--out", str(out),
+               "--modes", "stall,truth", "--steps", "40", "--window", "20:35"]
+        if a.rounds:
+            cmd += ["--rounds", str(a.rounds)]
+        print(f"[bench] repetition {k + 1}/{a.reps} …", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        import json
+
+        res = {r["mode"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{"))}
+        att = analyze(res["stall"]["logdir"])["attribution"]
+        rows.append({
+            "truth": res["truth"]["input_cost_fraction"],
+            "xprof": att["input_bound_fraction"],
+            "next": res["stall"]["input_wait_ms"] / res["stall"]["step_time_ms"],
+            "ours": att["input_cost_estimate_fraction"],
+        })
+    print("\n| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |")
+    print("|---|---|---|---|---|")
+    for i, r in enumerate(rows, 1):
+        cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in ("xprof", "next", "ours")]
+        print(f"| {i} | {r['truth'] * 100:.1f} % | " + " | ".join(cells) + " |")
+    for k, name in (("xprof", "xprof"), ("next", "next()"), ("ours", "analyze")):
+        print(f"\n{name}: mean |error| {statistics.fmean(abs(r[k] - r['truth']) for r in rows) * 100:.1f} pp", end="")
+    print(f"\n\n{len(rows)} repetitions in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
