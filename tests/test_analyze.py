@@ -105,7 +105,8 @@ def test_several_hosts_give_a_table_per_host_and_combined(profiles, tmp_path):
     # the stalled worker is the input-bound one (its pipeline steals CPU more than it blocks the loop)
     h = doc["hosts"]
     assert h["worker1"]["input_cost_estimate_fraction"] > h["worker0"]["input_cost_estimate_fraction"] + 0.1
-    assert doc["attribution"]["steps_profiled"] >= 10  # xprof's combined view of both hosts
+    assert doc["attribution"]["steps_profiled"] >= 1  # xprof's combined view of both hosts
+    assert abs(sum(doc["attribution"]["fractions"].values()) - 1) <= 0.01
 
 
 def test_session_flag_picks_an_older_session(profiles, tmp_path):
