@@ -11,10 +11,12 @@ from typing import Any
 
 REDACTED = "<redacted>"
 
-# Names (env vars, dict keys) whose values are secrets.
-_SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|CONNECTION_STRING|CONN_STR|SAS|SIGNATURE|AUTH)", re.I
-)
+# Words that make a name (env var, dict key) a secret's name when they stand as a whole component of it:
+# AZURE_STORAGE_KEY, HF_TOKEN, AccountKey, sas_token, client_secret — but not `tokenize` or `tokens_per_sec`.
+_SECRET_WORDS = {"token", "secret", "password", "passwd", "pwd", "credential", "credentials", "sas", "signature",
+                 "auth", "authorization", "apikey", "accountkey", "sig"}
+_SECRET_JOINED = ("connection_string", "connectionstring", "conn_str", "private_key", "api_key", "access_key",
+                  "account_key", "shared_key", "sas_token", "client_secret")
 # Env vars that are paths to credential files: the path is fine to show, never the contents.
 _CRED_PATH_NAMES = {"GOOGLE_APPLICATION_CREDENTIALS"}
 
@@ -26,8 +28,9 @@ _PATTERNS = [
      r"\1" + REDACTED),
     # Bearer / Basic auth headers
     (re.compile(r"(?i)\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
-    # key=value for obviously secret keys in free text
-    (re.compile(r"(?i)\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*)=([^\s;&\"']+)"), r"\1=" + REDACTED),
+    # NAME=value for secret names in free text (decided by is_secret_name below)
+    (re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)=([^\s;&\"']+)"),
+     lambda m: f"{m.group(1)}={REDACTED}" if is_secret_name(m.group(1)) else m.group(0)),
     # (added for the environment fingerprint) passwords in URL userinfo: scheme://user:pass@host
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@\"']+):([^/\s@\"']+)@"), r"\1:" + REDACTED + "@"),
     # PEM private keys (a credentials JSON pasted into a value or an error message)
@@ -47,11 +50,26 @@ def redact_text(text: str) -> str:
     return text
 
 
+def _components(name: str) -> list[str]:
+    # split snake/kebab/dotted and camelCase: "AzureStorageKey" → azure, storage, key
+    parts = re.split(r"[^A-Za-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name))
+    return [p.lower() for p in parts if p]
+
+
 def is_secret_name(name: str) -> bool:
-    """True when a variable/field called `name` holds a secret value."""
-    if name.upper() in _CRED_PATH_NAMES:
+    """True when a variable/field called `name` holds a secret value (a secret word is a whole component of the
+    name, or `key` ends a multi-part name such as AZURE_STORAGE_KEY / AccountKey)."""
+    if not isinstance(name, str) or name.upper() in _CRED_PATH_NAMES:
         return False
-    return bool(_SECRET_NAME.search(name))
+    comps = _components(name)
+    if not comps:
+        return False
+    if any(c in _SECRET_WORDS for c in comps):
+        return True
+    if len(comps) >= 2 and comps[-1] == "key":
+        return True
+    low = "_".join(comps)
+    return any(j in low for j in _SECRET_JOINED)
 
 
 def redact_obj(obj: Any) -> Any:
