@@ -161,3 +161,23 @@ def test_native_mode_reads_gs_through_tfs_own_filesystem(gcs_env, tfrecord_shard
     assert sorted(bytes.fromhex(h) for h in out["records"]) == sorted(want)
     assert tunnels > 0  # TF really went through the proxy to the emulator (nothing else could answer)
     assert out["storage"]["bytes_read"] == sum(os.path.getsize(os.path.join(local, n)) for n in shards)
+
+
+def test_stream_reads_appear_as_named_events_in_the_profiler_trace(uploaded, tmp_path):
+    from tfbertperf.profile.xprof_tools import convert, find_xplanes
+
+    _, prefix, shards, _ = uploaded
+    cfg = dataclasses.replace(SMALL_CHUNKS, mode="stream")
+    b = open_backend(prefix, cfg)
+    src = open_shards(_uris(b, prefix, shards), cfg, b)
+    tf.profiler.experimental.start(str(tmp_path), tf.profiler.experimental.ProfilerOptions(host_tracer_level=2))
+    try:
+        n = len(_read_all(src))
+    finally:
+        tf.profiler.experimental.stop()
+        src.close()
+    trace = convert(find_xplanes(str(tmp_path)), "trace_viewer@")
+    events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
+    reads = [e for e in events if isinstance(e, dict) and str(e.get("name", "")).startswith("storage_read")]
+    assert n == sum(len(r) for r in shards.values())
+    assert len(reads) == b.metrics.summary()["requests"]  # one event per ranged read

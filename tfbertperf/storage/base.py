@@ -148,3 +148,6 @@ class ShardSource:
     backend: Backend
     mode: str  # local|native|stream|stage
     close: Callable[[], None] = lambda: None  # stop background workers (stage mode)
+    # stream mode only: string tensor -> Dataset of 1-D string tensors, the records of one chunk each.  Lets a
+    # pipeline interleave whole chunks and unbatch after the interleave (fewer, larger elements through it).
+    read_batches: Callable | None = None

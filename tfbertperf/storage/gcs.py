@@ -135,10 +135,23 @@ class GCSBackend(RemoteBackend):
     def _read_range(self, uri: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
+        from google.api_core.exceptions import from_http_response
+
         blob = self.bucket.blob(self._name(uri))
-        # raw_download: bytes as stored (no decompressive transcoding); checksum=None: a range has no object hash
-        return blob.download_as_bytes(start=start, end=start + length - 1, raw_download=True, checksum=None,
-                                      retry=None)
+        # One ranged media GET on the SDK's authorized session, body read in a single call: download_as_bytes
+        # copies the body through 8 KiB Python iterations, and that GIL time is taken from the TFRecord parser
+        # running beside it.  Identity encoding: bytes as stored (no decompressive transcoding).
+        resp = self.client._http.get(blob._get_download_url(self.client), stream=True, timeout=(20, 120),
+                                     headers={"Range": f"bytes={start}-{start + length - 1}",
+                                              "Accept-Encoding": "identity"})
+        try:
+            if resp.status_code == 416:  # range starts at/after the end of the object
+                return b""
+            if resp.status_code not in (200, 206):
+                raise from_http_response(resp)
+            return resp.raw.read(decode_content=False)
+        finally:
+            resp.close()
 
     def upload(self, local_path: str, uri: str, sha256: str | None = None) -> None:
         name = self._name(uri)

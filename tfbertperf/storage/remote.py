@@ -178,33 +178,37 @@ class StreamReader:
                 f.cancel()
 
     def generator(self, uri_bytes) -> Iterator:
+        """(chunk bytes, record starts, record lengths) per chunk of one shard; see iter_record_spans."""
         import numpy as np
 
-        from tfbertperf.storage.tfrecord import iter_record_batches
+        from tfbertperf.storage.tfrecord import iter_record_spans
 
         uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
         if uri not in self.sizes:
             raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
         metrics = self.backend.metrics
-        for batch in iter_record_batches(self.chunks(uri), redact_text(uri)):
-            metrics.count("records_read", len(batch))
-            yield np.array(batch, dtype=object)
+        for buf, starts, lengths in iter_record_spans(self.chunks(uri), redact_text(uri)):
+            metrics.count("records_read", len(starts))
+            yield buf, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
 
     def source(self) -> ShardSource:
         import tensorflow as tf
 
         self.backend.metrics.count("records_read", 0)
+        spec = (tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64))
+
+        def read_batches(filename):
+            # One generator per shard (interleave opens several at once).  Each chunk crosses into tf.data as one
+            # string plus offsets, and substr cuts the records out in C++.
+            ds = tf.data.Dataset.from_generator(self.generator, args=(filename,), output_signature=spec)
+            return ds.map(lambda buf, starts, lengths: tf.strings.substr(buf, starts, lengths))
 
         def read(filename):
-            # One generator per shard (interleave opens several at once); records cross into tf.data a chunk at
-            # a time and are unbatched in C++.
-            ds = tf.data.Dataset.from_generator(
-                self.generator, args=(filename,), output_signature=tf.TensorSpec([None], tf.string)
-            )
-            return ds.unbatch()
+            return read_batches(filename).unbatch()
 
         return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stream",
-                           close=lambda: self.pool.shutdown(wait=False, cancel_futures=True))
+                           close=lambda: self.pool.shutdown(wait=False, cancel_futures=True),
+                           read_batches=read_batches)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,24 +34,27 @@ def frame(record: bytes) -> bytes:
     return length + _U32.pack(masked_crc32c(length)) + record + _U32.pack(masked_crc32c(record))
 
 
-def iter_record_batches(chunks: Iterable[bytes], shard: str) -> Iterator[list[bytes]]:
-    """Parse a shard delivered as consecutive byte chunks; yield the complete records of each chunk as a list.
+def iter_record_spans(chunks: Iterable[bytes], shard: str) -> Iterator[tuple[bytes, list[int], list[int]]]:
+    """Parse a shard delivered as consecutive byte chunks.  For each chunk, yield (buf, starts, lengths): the
+    bytes holding that chunk's complete records and where each record's payload sits in them.
 
-    Yielding a list per chunk (not one record at a time) keeps the Python → tf.data crossing per chunk, which
-    is what lets stream mode keep up with a raw download.  Raises UsageError("shard <uri>: …") on a CRC
-    mismatch, an absurd length or a truncated tail.
+    Handing tf.data one buffer plus offsets per chunk (cut into records by `tf.strings.substr` in C++) instead
+    of one Python bytes object per record is what lets stream mode keep up with a raw download.  Raises
+    UsageError("shard <uri>: …") on a CRC mismatch or a truncated tail.
     """
+    crc = google_crc32c.value
     buf = b""
     offset = 0  # byte offset in the shard of buf[0]
     for chunk in chunks:
         buf = buf + chunk if buf else bytes(chunk)
-        out = []
+        starts: list[int] = []
+        lengths: list[int] = []
         pos = 0
         n = len(buf)
-        view = memoryview(buf)
         while n - pos >= HEADER_BYTES:
             length, len_crc = _LEN.unpack_from(buf, pos)
-            if masked_crc32c(view[pos : pos + 8]) != len_crc:
+            c = crc(buf[pos : pos + 8])
+            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != len_crc:
                 raise UsageError(
                     f"shard {shard}: corrupt TFRecord at byte {offset + pos} (length CRC mismatch; not a TFRecord "
                     "file, or damaged)"
@@ -59,16 +62,21 @@ def iter_record_batches(chunks: Iterable[bytes], shard: str) -> Iterator[list[by
             end = pos + HEADER_BYTES + length + FOOTER_BYTES
             if end > n:
                 break  # record continues in the next chunk
-            data = buf[pos + HEADER_BYTES : end - FOOTER_BYTES]
-            (data_crc,) = _U32.unpack_from(buf, end - FOOTER_BYTES)
-            if masked_crc32c(data) != data_crc:
+            c = crc(buf[pos + HEADER_BYTES : end - FOOTER_BYTES])
+            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _U32.unpack_from(buf, end - FOOTER_BYTES)[0]:
                 raise UsageError(f"shard {shard}: corrupt TFRecord at byte {offset + pos} (data CRC mismatch)")
-            out.append(data)
+            starts.append(pos + HEADER_BYTES)
+            lengths.append(length)
             pos = end
-        view.release()
+        if starts:
+            yield buf, starts, lengths
         buf = buf[pos:]
         offset += pos
-        if out:
-            yield out
     if buf:
         raise UsageError(f"shard {shard}: truncated TFRecord at byte {offset} ({len(buf)} trailing bytes)")
+
+
+def iter_record_batches(chunks: Iterable[bytes], shard: str) -> Iterator[list[bytes]]:
+    """Like iter_record_spans, but the records of each chunk as a list of bytes (for Python consumers)."""
+    for buf, starts, lengths in iter_record_spans(chunks, shard):
+        yield [buf[a : a + n] for a, n in zip(starts, lengths)]
