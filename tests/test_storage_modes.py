@@ -181,3 +181,32 @@ def test_stream_reads_appear_as_named_events_in_the_profiler_trace(uploaded, tmp
     reads = [e for e in events if isinstance(e, dict) and str(e.get("name", "")).startswith("storage_read")]
     assert n == sum(len(r) for r in shards.values())
     assert len(reads) == b.metrics.summary()["requests"]  # one event per ranged read
+
+
+def test_stage_cache_stays_bounded_and_evicts(uploaded, tmp_path, monkeypatch):
+    from tfbertperf.storage.remote import Stager
+
+    _, prefix, shards, _ = uploaded
+    monkeypatch.setattr(Stager, "GRACE_S", 0.0)  # evict as soon as allowed: the bound is what is under test
+    cache = tmp_path / "cache"
+    # 0.4 MiB holds one or two of the four shards (90–270 KB each), so a second pass must evict and re-download
+    cfg = dataclasses.replace(SMALL_CHUNKS, mode="stage", cache_dir=str(cache), cache_mb=0.4, lookahead=1)
+    b = open_backend(prefix, cfg)
+    uris = _uris(b, prefix, shards)
+    sizes = {u: b.stat(u).size for u in uris}
+    src = open_shards(uris, cfg, b)
+    peak = 0
+
+    def watch(x):
+        nonlocal peak
+        peak = max(peak, sum(p.stat().st_size for p in cache.iterdir() if ".part" not in p.name))
+        return x
+
+    ds = src.filenames.repeat(2).interleave(src.read, cycle_length=1).map(
+        lambda r: tf.py_function(watch, [r], tf.string))
+    got = [r.numpy() for r in ds]
+    src.close()
+    assert sorted(got) == sorted([r for recs in shards.values() for r in recs] * 2)
+    s = b.metrics.summary()
+    assert s["cache_evictions"] > 0
+    assert peak <= 0.4 * 1024 * 1024 + max(sizes.values())  # bound, plus at most the one shard being read

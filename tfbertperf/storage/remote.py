@@ -231,7 +231,7 @@ class Stager:
         self.index = {u: k for k, u in enumerate(self.uris)}
         self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
         self.lookahead = int(getattr(data_cfg, "lookahead", 4))
-        self.cache_bytes = int(getattr(data_cfg, "cache_mb", 2048)) * MB
+        self.cache_bytes = int(float(getattr(data_cfg, "cache_mb", 2048)) * MB)
         cache_dir = getattr(data_cfg, "cache_dir", "") or ""
         self.own_dir = not cache_dir
         self.dir = cache_dir or tempfile.mkdtemp(prefix="tfbertperf-stage-")
