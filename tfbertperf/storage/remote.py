@@ -27,7 +27,6 @@ from typing import Callable, Iterator
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource
-from tfbertperf.storage.local import file_sha256
 
 MB = 1024 * 1024
 

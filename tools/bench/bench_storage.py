@@ -18,10 +18,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
