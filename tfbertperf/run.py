@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tfbertperf.config import RunConfig, load_config
 from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.redact import redact_text
 
 REPORT_SCHEMA = "tfbertperf.report/1"
 
@@ -218,7 +219,8 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
 
     idx = steady_steps(result)
     step_ms = sum(result.step_times_ms[i] for i in idx) / max(1, len(idx))
-    storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode, "uri": uri}
+    storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
+               "uri": redact_text(uri)}
     storage.update(backend.metrics.summary())
 
     attribution_doc: dict = {}
