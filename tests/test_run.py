@@ -73,7 +73,7 @@ def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     assert abs(sum(a["breakdown_ms"].values()) - a["step_time_ms"]) <= 0.02 * a["step_time_ms"] + 0.01
     assert 0.0 <= a["input_bound_fraction"] <= 1.0
     assert a["input_cost_fraction"] is not None and -1.0 < a["input_cost_fraction"] < 1.0
-    assert set(a["input_ops_us"]) == {"storage_read", "preprocessing", "enqueue"}
+    assert set(a["input_ops_us"]) >= {"storage_read", "preprocessing", "enqueue"}
 
 
 def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
