@@ -80,15 +80,15 @@ def _xprof_step_count(logdir) -> int:
 
 def test_two_local_workers_finish_the_same_steps_and_each_profile_has_steps(tmp_path):
     cfg = load_config(overrides={
-        "train.steps": 16, "train.batch_size": 8, "data.seq_len": 32, "data.max_predictions": 5,
-        "profile.steps": "3:15", "profile.probe_steps": 2, "train.warmup_steps": 2, "train.log_every": 8,
+        "train.steps": 20, "train.batch_size": 8, "data.seq_len": 32, "data.max_predictions": 5,
+        "profile.steps": "4:18", "profile.probe_steps": 3, "train.warmup_steps": 2, "train.log_every": 10,
     })
     lines = []
     results = launch_workers(cfg, 2, tmp_path, timeout_s=400, progress=lines.append)
     assert [r["worker_index"] for r in results] == [0, 1]
     for r in results:
         t = r["train"]
-        assert t["steps"] == 16 and t["replicas"] == 2 and t["extra"]["per_replica_batch_size"] == 4
+        assert t["steps"] == 20 and t["replicas"] == 2 and t["extra"]["per_replica_batch_size"] == 4
         assert t["compute_only_step_ms"] > 0
         assert _xprof_step_count(r["tensorboard"]) >= 8
     # the gradient all-reduce makes both workers see the same global loss

@@ -143,6 +143,13 @@ def _profiler_options(profile_cfg):
     )
 
 
+def _stop_profiler(strategy) -> None:
+    """Stop the capture and write the .xplane.pb (one place, so a multi-worker workaround has a home)."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.stop()
+
+
 def _write_scalars(logdir: str, rows: list[tuple[int, dict]]) -> None:
     """TensorBoard scalars (train/…): written after the loop so the loop itself does no summary I/O."""
     import tensorflow as tf
@@ -225,7 +232,7 @@ def train(
                 tf.profiler.experimental.start(tensorboard_dir, options=_profiler_options(cfg.profile))
                 profiling = True
             if window and i == window[1]:
-                tf.profiler.experimental.stop()
+                _stop_profiler(strategy)
                 profiling = False
             t0 = clock()
             # xprof finds a step only from this marker, and counts input only if next() runs inside it.
@@ -251,9 +258,12 @@ def train(
                 ms = statistics.fmean(recent)
                 say(f"step {i + 1}/{steps}  loss {loss:.4f}  {ms:.1f} ms/step  {global_batch * 1e3 / ms:.1f} examples/s")
         if profiling:
-            tf.profiler.experimental.stop()
+            _stop_profiler(strategy)
             profiling = False
 
+        # Stop the real pipeline before the probe: its prefetch/interleave threads would otherwise keep
+        # filling buffers and steal CPU from the compute-only steps.
+        del iterator
         probe_ms: list[float] = []
         if cfg.profile.probe_steps > 0 and first_batch is not None:
             probe_iter = iter(_probe_source(strategy, first_batch))

@@ -114,7 +114,7 @@ def launch_workers(
             wdir.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)))
             log = open(wdir / "log.txt", "wb")
-            cmd = [sys.executable, "-m", "tfbertperf.train.multiworker", "--entry", entry,
+            cmd = [sys.executable, "-X", "faulthandler", "-m", "tfbertperf.train.multiworker", "--entry", entry,
                    "--config", str(config_file), "--worker-dir", str(wdir), "--index", str(i)]
             procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), wdir))
             log.close()
