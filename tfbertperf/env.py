@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -297,17 +295,9 @@ def write_json_atomic(path: str, doc: dict) -> None:
     target = Path(path)
     if target.parent and not target.parent.exists():
         raise UsageError(f"--out {redact_text(path)}: directory {redact_text(str(target.parent))} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent or "."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(to_json(doc) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from tfbertperf.report.io import atomic_write_bytes
+
+    atomic_write_bytes(target, (to_json(doc) + "\n").encode("utf-8"))
 
 
 @cli_entry
