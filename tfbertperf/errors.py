@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import NoReturn
 
 
 class UsageError(Exception):
@@ -18,7 +19,7 @@ def _one_line(msg: str) -> str:
     return " ".join(str(msg).split())
 
 
-def fail(msg: str, code: int = 2) -> "NoReturn":  # noqa: F821
+def fail(msg: str, code: int = 2) -> NoReturn:
     """Print one line on stderr and exit (used by entry points only)."""
     from tfbertperf.redact import redact_text
 
