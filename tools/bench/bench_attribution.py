@@ -1,8 +1,9 @@
 """Attribution accuracy against ground truth: tiny BERT, injected local read latency, naive and tuned pipelines.
 
-Ground truth per row: the real run's median step time T (report.json throughput p50, steady steps) and, measured right
-before it in a separate run in the same process, the same model fed synthetic in-memory batches (T_c);
-truth = (T − T_c) / T.  Columns: our in-run what-if figure (input_cost_fraction, from the compute-only probe),
+Ground truth per row: the real run's mean step time T (report.json throughput mean, steady steps) and, measured right
+before it in a separate run in the same process, the same model fed synthetic in-memory batches (T_c, mean);
+truth = (T − T_c) / T.  Means, not medians: a stall that hits one step in five (a slow read shared by five batches)
+costs throughput, and a median would not see it.  Columns: our in-run what-if figure (input_cost_fraction, from the compute-only probe),
 the trace estimate (input_cost_estimate_fraction: blocked wait + stolen CPU), and the direct figures
 (input_bound_fraction from xprof, step_timer.input_wait_fraction), each with its error in percentage points.
 
@@ -23,15 +24,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def compute_only_ms(cfg, vocab_size: int) -> float:
-    """T_c: the same model and batch fed synthetic in-memory batches, no profile, no probe (median steady step;
-    medians, not means, so a burst of load from another process on a shared machine does not decide the row)."""
+    """T_c: the same model and batch fed synthetic in-memory batches, no profile, no probe (mean steady step)."""
     from tfbertperf.run import steady_steps
     from tfbertperf.train.loop import train
     from tfbertperf.train.synthetic import synthetic_dataset_fn
 
     result = train(cfg, synthetic_dataset_fn(cfg, vocab_size), vocab_size, None, progress=lambda m: None)
     idx = steady_steps(result)
-    return statistics.median(result.step_times_ms[i] for i in idx)
+    return statistics.fmean(result.step_times_ms[i] for i in idx)
 
 
 def main(argv=None) -> int:
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
                 vocab_size = int(load_manifest(cfg.resolved_data_uri(), backend)["vocab_size"])
                 synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
                 t_c = compute_only_ms(synth_cfg, vocab_size)
-            T = rep["throughput"]["step_time_ms"]["p50"]  # median steady step, like T_c
+            T = rep["throughput"]["step_time_ms"]["mean"]  # mean steady step, like T_c
             truth = (T - t_c) / T
             att = rep.get("attribution") or {}
             rows.append({
