@@ -19,6 +19,8 @@ import dataclasses
 import importlib
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +85,7 @@ def launch_workers(
     entry: str = DEFAULT_ENTRY,
     timeout_s: float | None = None,
     progress: Callable[[str], None] | None = print,
+    retries: int = 2,
 ) -> list[dict]:
     """Run `cfg` on `n` local workers (MultiWorkerMirroredStrategy over loopback) and collect their results.
 
@@ -91,29 +94,51 @@ def launch_workers(
       n: number of worker processes (>= 1).
       out_dir: each worker gets `out_dir/worker-<i>/` (log.txt, result.json, tensorboard/ with its profile).
       entry: "module:function" called in each worker as fn(cfg, worker_index, worker_dir, strategy) -> dict.
-      timeout_s: wall-clock limit for the whole group (None = none).
+      timeout_s: wall-clock limit for each attempt of the whole group (None = none).
       progress: one line per worker start/finish.
+      retries: times the whole group is rerun when a worker is killed by a signal (a crash inside TF, not a
+        Python error): TF 2.21's profiler sometimes segfaults collecting a multi-worker trace (see
+        tfbertperf.train.strategy.MULTI_WORKER_HEARTBEAT_TIMEOUT_MS). Python errors are never retried.
     Returns:
-      the workers' result dicts, in worker index order (each has "worker_index" added).
+      the workers' result dicts, in worker index order (each has "worker_index" and "attempt" added).
     Raises:
-      WorkerError when a worker exits non-zero or the group times out (all workers are stopped).
+      WorkerError when a worker exits non-zero (after the retries, for crashes) or the group times out.
     """
-    from tfbertperf.config import RunConfig  # noqa: F401  (cfg must be a RunConfig: to_dict below)
-
     say = progress or (lambda _line: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, strategy="multi_worker"))
     config_file = out / "config.json"
     config_file.write_text(json.dumps(cfg.to_dict(), indent=1))
+    for attempt in range(1, retries + 2):
+        try:
+            results = _run_group(config_file, n, out, entry, timeout_s, say)
+        except _WorkerCrashed as crash:
+            if attempt > retries:
+                raise WorkerError(str(crash)) from None
+            say(f"{crash}; rerunning all {n} workers (attempt {attempt + 1}/{retries + 1})")
+            continue
+        for d in results:
+            d["attempt"] = attempt
+        return results
+    raise AssertionError("unreachable")
+
+
+class _WorkerCrashed(WorkerError):
+    """A worker died from a signal (SIGSEGV/SIGABRT inside TF)."""
+
+
+def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say) -> list[dict]:
     ports = _free_ports(n)
     procs: list[tuple[subprocess.Popen, Path]] = []
     try:
         for i in range(n):
             wdir = out / f"worker-{i}"
-            wdir.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(wdir, ignore_errors=True)  # a crashed attempt leaves a partial profile behind
+            wdir.mkdir(parents=True)
             env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)))
             log = open(wdir / "log.txt", "wb")
+            # -X faulthandler: a crash inside TF still leaves a Python stack in the log.
             cmd = [sys.executable, "-X", "faulthandler", "-m", "tfbertperf.train.multiworker", "--entry", entry,
                    "--config", str(config_file), "--worker-dir", str(wdir), "--index", str(i)]
             procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), wdir))
@@ -128,6 +153,9 @@ def launch_workers(
                 if code is None:
                     continue
                 pending.discard(i)
+                if code < 0:
+                    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
+                    raise _WorkerCrashed(f"worker {i} crashed ({name}) — log: {wdir / 'log.txt'}")
                 if code != 0:
                     raise WorkerError(
                         f"worker {i} failed (exit {code}): {_last_line(wdir / 'log.txt')} — log: {wdir / 'log.txt'}"
@@ -144,6 +172,7 @@ def launch_workers(
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+                    proc.wait()
     results = []
     for i, (_, wdir) in enumerate(procs):
         d = json.loads((wdir / "result.json").read_text())

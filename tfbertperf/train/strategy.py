@@ -73,6 +73,7 @@ def make_strategy(train_cfg):
                 "--set train.strategy=multi_worker: TF_CONFIG names no workers; "
                 "use `tfbertperf run --workers N` to launch local workers, or set TF_CONFIG on each machine"
             )
+        _configure_coordination(tf_config)
         comm = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING
         )
@@ -88,6 +89,33 @@ def make_strategy(train_cfg):
             raise UsageError(f"--set train.strategy=tpu: TPU not usable: {' '.join(str(e).split())[:200]}") from None
         return tf.distribute.TPUStrategy(resolver)
     raise UsageError(f"--set train.strategy={name!r}: expected one of {', '.join(STRATEGIES)}")
+
+
+# Coordination-service heartbeat timeout for multi_worker (ms). TF's default (10 s) makes every non-leader
+# worker send a heartbeat RPC every few seconds; one that lands inside the profiled window crashed TF 2.21's
+# trace collection (TraceMeRecorder cross-thread merge: SIGSEGV / double free in ~30 % of 2-worker runs here,
+# always on worker 1). A long timeout keeps heartbeats out of a short window. Dead peers are still noticed:
+# collectives fail, and `launch_workers` stops the group when any worker exits.
+MULTI_WORKER_HEARTBEAT_TIMEOUT_MS = int(os.environ.get("TFBERTPERF_HEARTBEAT_TIMEOUT_MS", 3_600_000))
+
+
+def _configure_coordination(tf_config: dict) -> None:
+    """Configure the coordination service as MultiWorkerMirroredStrategy would, but with our heartbeat."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+
+    if context.context().coordination_service is not None:
+        return  # already configured (e.g. a second strategy in the same process)
+    cluster = tf_config.get("cluster", {})
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(cluster[job]))
+        for job in ("chief", "worker") if cluster.get(job)
+    ]
+    leader = "/job:chief/replica:0/task:0" if cluster.get("chief") else "/job:worker/replica:0/task:0"
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=leader, coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=MULTI_WORKER_HEARTBEAT_TIMEOUT_MS,
+    )
 
 
 def per_replica_batch_size(global_batch_size: int, replicas: int) -> int:
