@@ -89,7 +89,8 @@ def test_two_local_workers_finish_the_same_steps_and_each_profile_has_steps(tmp_
     for r in results:
         t = r["train"]
         assert t["steps"] == 20 and t["replicas"] == 2 and t["extra"]["per_replica_batch_size"] == 4
-        assert t["compute_only_step_ms"] > 0
+        assert t["compute_only_step_ms"] > 0 and t["extra"]["worker_index"] == r["worker_index"]
+        assert t["extra"]["num_workers"] == 2
         assert _xprof_step_count(r["tensorboard"]) >= 8
     # the gradient all-reduce makes both workers see the same global loss
     assert results[0]["train"]["loss_trajectory"] == results[1]["train"]["loss_trajectory"]

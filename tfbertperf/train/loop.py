@@ -150,6 +150,15 @@ def _stop_profiler(strategy) -> None:
     tf.profiler.experimental.stop()
 
 
+def _worker_identity(strategy) -> dict:
+    """{"worker_index", "num_workers"} under MultiWorkerMirroredStrategy, else {}."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return {}
+    return {"worker_index": int(resolver.task_id),
+            "num_workers": len(resolver.cluster_spec().as_dict().get("worker", []))}
+
+
 def _write_scalars(logdir: str, rows: list[tuple[int, dict]]) -> None:
     """TensorBoard scalars (train/…): written after the loop so the loop itself does no summary I/O."""
     import tensorflow as tf
@@ -304,6 +313,7 @@ def train(
                 "examples_per_sec": examples_per_sec,
                 "tokens_per_sec": examples_per_sec * seq_len,
                 "probe_step_times_ms": probe_ms,
+                **_worker_identity(strategy),
             },
         )
     finally:
