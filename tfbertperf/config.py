@@ -111,7 +111,7 @@ class ProfileConfig:
     host_tracer_level: int = 2  # tf.profiler host tracer level (1 = user, 2 = +high-level TF ops, 3 = verbose)
     python_tracer: bool = False  # Python function tracer (expensive; off by default)
     device_tracer_level: int = 1
-    probe_steps: int = 10  # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off
+    probe_steps: int = 20  # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off
     au_threshold: float = 0.90  # accelerator utilization pass/fail threshold (MLPerf Storage)
     step_timer: bool = True  # always-on get-next vs. rest timer
 

@@ -219,6 +219,10 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
 
     idx = steady_steps(result)
     step_ms = sum(result.step_times_ms[i] for i in idx) / max(1, len(idx))
+    # T and T_c by the same statistic (means): a stall that hits one step in N costs throughput, and the what-if
+    # answer is about throughput.
+    probe_ms = result.extra.get("probe_step_times_ms") or []
+    compute_only_ms = sum(probe_ms) / len(probe_ms) if probe_ms else result.compute_only_step_ms
     storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
                "uri": redact_text(uri)}
     storage.update(backend.metrics.summary())
@@ -227,7 +231,7 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     if result.profile_window is not None:
         xplanes = find_xplanes(str(tb_dir))
         attribution_doc = attribute(xplanes, step_time_ms=step_ms,
-                                    compute_only_step_ms=result.compute_only_step_ms,
+                                    compute_only_step_ms=compute_only_ms,
                                     storage=storage, config=cfg.to_dict())
     attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
                                                        result.warmup_steps)
