@@ -207,13 +207,18 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
         vocab = load_vocab(manifest, source.backend)
 
     par = _parallel(eff["num_parallel_calls"])
+    # Stream sources can hand over whole chunks (a 1-D tensor of records each): far fewer elements through the
+    # interleave, unbatched after it.  With one shard at a time the record order is the same either way.
+    by_chunk = getattr(source, "read_batches", None) is not None
     ds = filenames.interleave(
-        source.read,
+        source.read_batches if by_chunk else source.read,
         cycle_length=_tf_knob(eff["cycle_length"]),
         block_length=1,
         num_parallel_calls=par,
         deterministic=eff["deterministic"] if par is not None else None,
     )
+    if by_chunk:
+        ds = ds.unbatch()
     shuffle = eff["shuffle_buffer"]
     if shuffle == AUTOTUNE:
         shuffle = max(AUTO_SHUFFLE_EXAMPLES, 4 * batch)
