@@ -119,3 +119,21 @@ def test_main_job_cli_prints_the_table_and_writes_the_report(data_dir, tmp_path)
     assert "ms/step" in r.stdout and "verdict:" in r.stdout
     reports = list(tmp_path.glob("*/report.json"))
     assert len(reports) == 1
+
+
+def test_two_local_workers_each_get_an_attribution(data_dir, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run(
+        [sys.executable, "-m", "tfbertperf.run", "--workers", "2", "--data", str(data_dir),
+         "--set", "train.steps=20", "--set", "profile.steps=5:17", "--set", "profile.probe_steps=4",
+         "--set", f"run.out={tmp_path}"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (report_file,) = tmp_path.glob("*/report.json")
+    rep = json.loads(report_file.read_text())
+    assert rep["training"]["replicas"] == 2 and len(rep["workers"]) == 2
+    for w in rep["workers"]:
+        assert w["attribution"]["steps_profiled"] >= 10
+        assert w["throughput"]["steps"] == 20
+        assert abs(sum(w["attribution"]["fractions"].values()) - 1.0) <= 0.01
+    assert "worker 1:" in r.stdout

@@ -170,46 +170,46 @@ def _environment(uri: str) -> dict:
 
 # ---- the job ----------------------------------------------------------------------------------------------
 
-def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
-    """Run one profiled training job; return (run directory, report dict).
+class Inputs:
+    """Everything the data side hands to a training process: backend, data URI, manifest, shard list."""
 
-    Stages: data (prepare on first use for the default) → shard source for the storage backend and read mode →
-    tf.data pipeline → Keras BERT training with step markers and the profiled window → xprof attribution →
-    report.json / report.md / plots / environment.json in a fresh run directory.
-    """
+    def __init__(self, cfg: RunConfig, progress: bool = True) -> None:
+        from tfbertperf.data.manifest import shard_uris
+        from tfbertperf.storage import open_backend
+
+        self.backend = open_backend(cfg.resolved_data_uri(), cfg.data)
+        self.uri, self.manifest = ensure_data(cfg, self.backend, progress=progress)
+        self.shard_uris, self.record_bytes_hint = shard_uris(cfg, self.manifest, self.backend)
+
+
+def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
+            progress: bool = True) -> dict:
+    """Train + profile + attribute in this process; plots go to out_dir/plots.  Returns the report dict (not
+    written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first)."""
     _quiet_tf()
-    from tfbertperf.storage import open_backend, open_shards
-
-    log = _log if progress else (lambda m: None)
-    uri = cfg.resolved_data_uri()
-    backend = open_backend(uri, cfg.data)
-    uri, manifest = ensure_data(cfg, backend, progress=progress)
-    from tfbertperf.data.manifest import shard_uris as _shard_uris
-
-    shard_uris, record_bytes_hint = _shard_uris(cfg, manifest, backend)
-
-    from tfbertperf.data.pipeline import build_dataset
+    from tfbertperf.data.pipeline import build_dataset, effective_pipeline
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.xprof_tools import find_xplanes
+    from tfbertperf.storage import open_shards
     from tfbertperf.train.loop import train
 
-    run_dir = make_run_dir(cfg)
-    tb_dir = run_dir / "tensorboard"
-    tb_dir.mkdir()
-    log(f"run directory {run_dir}")
-    environment = _environment(uri)
+    log = _log if progress else (lambda m: None)
+    inputs = inputs or Inputs(cfg, progress)
+    backend, manifest = inputs.backend, inputs.manifest
+    tb_dir.mkdir(parents=True, exist_ok=True)
+    environment = _environment(inputs.uri)
 
     sources = []
 
     def dataset_fn(input_context=None):
-        source = open_shards(shard_uris, cfg.data, backend, record_bytes_hint=record_bytes_hint)
+        source = open_shards(inputs.shard_uris, cfg.data, backend, record_bytes_hint=inputs.record_bytes_hint)
         sources.append(source)
-        # The pipeline yields global batches; train/ distributes them (experimental_distribute_dataset).
-        return build_dataset(cfg, manifest, source)
+        # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
+        # tf.distribute.InputContext (multi-worker: each worker reads only its shards).
+        return build_dataset(cfg, manifest, source, input_context)
 
     try:
-        result = train(cfg, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
-                       progress=log)
+        result = train(cfg, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), progress=log, strategy=strategy)
     finally:
         for s in sources:
             try:
@@ -224,38 +224,101 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     probe_ms = result.extra.get("probe_step_times_ms") or []
     compute_only_ms = sum(probe_ms) / len(probe_ms) if probe_ms else result.compute_only_step_ms
     storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
-               "uri": redact_text(uri)}
+               "uri": redact_text(inputs.uri)}
     storage.update(backend.metrics.summary())
 
     attribution_doc: dict = {}
     if result.profile_window is not None:
         xplanes = find_xplanes(str(tb_dir))
-        attribution_doc = attribute(xplanes, step_time_ms=step_ms,
-                                    compute_only_step_ms=compute_only_ms,
+        attribution_doc = attribute(xplanes, step_time_ms=step_ms, compute_only_step_ms=compute_only_ms,
                                     storage=storage, config=cfg.to_dict())
     attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
                                                        result.warmup_steps)
-    model_info = result.extra.get("model") or {}
-
     plots: list[str] = []
     if attribution_doc.get("attribution"):
         from tfbertperf.report.plots import write_step_breakdown
 
-        bd = dict(attribution_doc["attribution"]["breakdown_ms"])
-        icf = attribution_doc["attribution"].get("input_cost_fraction")
-        if icf is not None:
-            bd["_what_if_input_ms"] = icf * attribution_doc["attribution"]["step_time_ms"]
-        write_step_breakdown(run_dir / "plots" / "step_breakdown.png", [(run_dir.name, bd)],
+        write_step_breakdown(out_dir / "plots" / "step_breakdown.png", [(out_dir.name, _bar(attribution_doc))],
                              title=f"Step-time breakdown — BERT-{cfg.model.size} {cfg.model.task}, "
                                    f"{cfg.pipeline.preset} pipeline, {backend.name}")
         plots.append("plots/step_breakdown.png")
 
-    report = build_report(cfg, run_dir, result, attribution_doc, storage, environment, model_info, plots)
-    from tfbertperf.data.pipeline import effective_pipeline
-
+    report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
+                          result.extra.get("model") or {}, plots)
     report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
+    report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
+    return report
+
+
+def _bar(doc: dict) -> dict:
+    """A stacked-bar entry: breakdown_ms plus the what-if input cost as a marker."""
+    att = doc.get("attribution") or {}
+    bd = dict(att.get("breakdown_ms") or {})
+    if att.get("input_cost_fraction") is not None:
+        bd["_what_if_input_ms"] = att["input_cost_fraction"] * att["step_time_ms"]
+    return bd
+
+
+def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
+    """Run one profiled training job; return (run directory, report dict).
+
+    Stages: data (prepare on first use for the default) → shard source for the storage backend and read mode →
+    tf.data pipeline → Keras BERT training with step markers and the profiled window → xprof attribution →
+    report.json / report.md / plots / environment.json in a fresh run directory.
+    """
+    _quiet_tf()
+    inputs = Inputs(cfg, progress)
+    run_dir = make_run_dir(cfg)
+    if progress:
+        _log(f"run directory {run_dir}")
+    report = execute(cfg, run_dir, run_dir / "tensorboard", inputs=inputs, progress=progress)
     write_run_files(run_dir, cfg, report)
     return run_dir, report
+
+
+def worker_entry(cfg: RunConfig, worker_index: int, worker_dir: str, strategy) -> dict:
+    """Multi-worker body (called by tfbertperf.train.multiworker in each worker process): train on this worker's
+    shards, profile into <run>/tensorboard/worker-<i> (TensorBoard shows each worker as a run), attribute it."""
+    wdir = Path(worker_dir)
+    tb = wdir.parent / "tensorboard" / f"worker-{worker_index}"
+    report = execute(cfg, wdir, tb, strategy=strategy, progress=True)
+    report["artifacts"]["tensorboard"] = os.path.relpath(tb, wdir.parent)
+    report["artifacts"]["plots"] = [f"{wdir.name}/{p}" for p in report["artifacts"]["plots"]]
+    return {"report": report}
+
+
+def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tuple[Path, dict]:
+    """`tfbertperf run --workers N`: N local MultiWorkerMirrored workers on loopback ports, each profiled and
+    attributed; report.json holds worker 0's view plus a `workers` list with every worker's attribution."""
+    from tfbertperf.report.plots import write_step_breakdown
+    from tfbertperf.train.multiworker import WorkerError, launch_workers
+
+    _quiet_tf()
+    Inputs(cfg, progress)  # prepare/validate the data once, before N processes would race for it
+    run_dir = make_run_dir(cfg)
+    _log(f"run directory {run_dir}; launching {workers} local workers")
+    try:
+        parts = launch_workers(cfg, workers, run_dir, entry="tfbertperf.run:worker_entry",
+                               progress=_log if progress else (lambda m: None))
+    except WorkerError as e:
+        sys.stderr.write(f"tfbertperf: error: {redact_text(str(e))}\n")
+        raise SystemExit(1) from None
+    reports = [p["report"] for p in parts]
+    combined = dict(reports[0])
+    combined["run_id"] = run_dir.name
+    combined["workers"] = [
+        {"worker": i, "attribution": r.get("attribution"), "step_timer": r.get("step_timer"),
+         "throughput": r.get("throughput"), "accelerator_utilization": r.get("accelerator_utilization"),
+         "verdict": r.get("verdict"), "storage": r.get("storage"), "tensorboard": r["artifacts"]["tensorboard"]}
+        for i, r in enumerate(reports)
+    ]
+    write_step_breakdown(run_dir / "plots" / "step_breakdown.png",
+                         [(f"worker {i}", _bar(r)) for i, r in enumerate(reports)],
+                         title=f"Step-time breakdown per worker — {workers} workers, BERT-{cfg.model.size}")
+    combined["artifacts"] = {"tensorboard": "tensorboard", "plots": ["plots/step_breakdown.png"],
+                             "workers": [f"worker-{i}" for i in range(workers)]}
+    write_run_files(run_dir, cfg, combined)
+    return run_dir, combined
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -284,6 +347,11 @@ def print_summary(run_dir: Path, report: dict) -> None:
         print(verdict_line(report))
         for r in (report.get("verdict") or {}).get("recommendations") or []:
             print(f"  - {r}")
+    for w in report.get("workers") or []:
+        a = w.get("attribution") or {}
+        print(f"worker {w['worker']}: {a.get('steps_profiled', 0)} steps profiled, step {a.get('step_time_ms', 0):.1f} ms, "
+              f"input cost {100 * (a.get('input_cost_fraction') or 0):.1f} %, "
+              f"{(w.get('verdict') or {}).get('bottleneck')}-bound")
     print(f"\nreport: {run_dir / 'report.json'}   (also report.md, plots/)")
     print(f"TensorBoard: tensorboard --logdir {run_dir.parent}   → Profile tab")
 
@@ -302,9 +370,7 @@ def main(argv=None) -> int:
         sets.append("train.strategy=multi_worker")
     cfg = load_config(args.workload, args.data, sets)
     if args.workers:
-        from tfbertperf.train.multiworker import launch_workers
-
-        run_dir, report = launch_workers(cfg, args.workers)
+        run_dir, report = run_multi_worker(cfg, args.workers)
     else:
         run_dir, report = run(cfg)
     print_summary(run_dir, report)
