@@ -94,19 +94,21 @@ def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
 def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
     from tfbertperf.run import run
 
-    # Slow storage (20 ms per 256 KiB read, as a remote disk would) makes the contrast robust on a noisy
-    # 2-core machine: the tuned pipeline's parallel interleave + prefetch hide it, sequential reads cannot.
+    # Slow storage (400 ms per 256 KiB read, ~4 batches) makes the contrast robust on a noisy 2-core machine:
+    # the tuned pipeline's parallel interleave + prefetch hide it, sequential reads cannot.  (At 20 ms even the
+    # naive pipeline keeps up with tiny BERT here — see BENCHMARKS.md.)
     reports = {}
     for preset in ("naive", "tuned"):
         cfg = load_config(data_uri=str(data_dir),
                           sets=SMALL_DATA + [f"pipeline.preset={preset}", "train.steps=30", "profile.steps=8:20",
                                              "profile.probe_steps=6", f"run.out={tmp_path}",
-                                             "data.read_latency_ms=20"])
+                                             "data.read_latency_ms=400"])
         reports[preset] = run(cfg, progress=False)[1]
     naive, tuned = reports["naive"], reports["tuned"]
     assert naive["pipeline"]["cycle_length"] == 1 and naive["config"]["pipeline"]["preset"] == "naive"
-    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"]
-    assert naive["storage"]["requests"] > 0 and naive["storage"]["request_latency_ms"]["p50"] >= 20
+    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"] + 0.05
+    assert naive["verdict"]["bottleneck"] == "input"
+    assert naive["storage"]["requests"] > 0 and naive["storage"]["request_latency_ms"]["p50"] >= 400
 
 
 def test_main_job_cli_prints_the_table_and_writes_the_report(data_dir, tmp_path):
