@@ -1,13 +1,13 @@
 """Attribution accuracy against ground truth: tiny BERT, injected local read latency, naive and tuned pipelines.
 
-Ground truth per row: the real run's mean step time T (report.json throughput mean, steady steps) and, measured right
+Ground truth per row (median over --reps alternated repetitions): the real run's mean step time T (report.json throughput mean, steady steps) and, measured right
 before it in a separate run in the same process, the same model fed synthetic in-memory batches (T_c, mean);
 truth = (T − T_c) / T.  Means, not medians: a stall that hits one step in five (a slow read shared by five batches)
 costs throughput, and a median would not see it.  Columns: our in-run what-if figure (input_cost_fraction, from the compute-only probe),
 the trace estimate (input_cost_estimate_fraction: blocked wait + stolen CPU), and the direct figures
 (input_bound_fraction from xprof, step_timer.input_wait_fraction), each with its error in percentage points.
 
-    python tools/bench/bench_attribution.py                 # 0/5/20/50 ms × naive/tuned, prints a markdown table
+    python tools/bench/bench_attribution.py                 # 0/5/20/50 ms × naive/tuned, 3 reps, markdown table
     python tools/bench/bench_attribution.py --latencies 0,20 --presets tuned --steps 30
 """
 
@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--window", default="15:30", help="profile.steps")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--probe-steps", type=int, default=10)
+    p.add_argument("--probe-steps", type=int, default=20)
+    p.add_argument("--reps", type=int, default=3, help="repetitions per row (medians of each figure)")
     p.add_argument("--out", default="", help="runs root (default: a temp dir)")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for every run")
     a = p.parse_args(argv)
@@ -57,29 +58,40 @@ def main(argv=None) -> int:
     rows = []
     t_start = time.time()
     vocab_size = None
+    def median(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
     for preset in a.presets.split(","):
         for lat in a.latencies.split(","):
             cfg = load_config(sets=[*base, f"pipeline.preset={preset}", f"data.read_latency_ms={lat}"])
-            if vocab_size is not None:
-                synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
-                t_c = compute_only_ms(synth_cfg, vocab_size)
             print(f"[bench] {preset} latency {lat} ms …", file=sys.stderr, flush=True)
-            run_dir, rep = run(cfg, progress=False)
-            if vocab_size is None:  # the first run prepared the data; now measure its ground truth
-                backend = open_backend(cfg.resolved_data_uri(), cfg.data)
-                vocab_size = int(load_manifest(cfg.resolved_data_uri(), backend)["vocab_size"])
-                synth_cfg = load_config(sets=[*base, "profile.steps=none", "profile.probe_steps=0"])
-                t_c = compute_only_ms(synth_cfg, vocab_size)
-            T = rep["throughput"]["step_time_ms"]["mean"]  # mean steady step, like T_c
+            reps = []
+            for rep_i in range(a.reps):
+                # alternate synthetic and real runs so that a burst of load hits both sides alike
+                if vocab_size is None:  # the first real run prepares the data; its vocab sizes the synthetic run
+                    run_dir, rep = run(cfg, progress=False)
+                    backend = open_backend(cfg.resolved_data_uri(), cfg.data)
+                    vocab_size = int(load_manifest(cfg.resolved_data_uri(), backend)["vocab_size"])
+                    t_c = compute_only_ms(synth_cfg, vocab_size)
+                else:
+                    t_c = compute_only_ms(synth_cfg, vocab_size)
+                    run_dir, rep = run(cfg, progress=False)
+                att = rep.get("attribution") or {}
+                reps.append({
+                    "T": rep["throughput"]["step_time_ms"]["mean"], "T_c": t_c,  # means of steady steps, like T_c
+                    "cost": att.get("input_cost_fraction"), "estimate": att.get("input_cost_estimate_fraction"),
+                    "direct": att.get("input_bound_fraction"),
+                    "wait": (rep.get("step_timer") or {}).get("input_wait_fraction"),
+                    "bottleneck": (rep.get("verdict") or {}).get("bottleneck"),
+                })
+            T = median(r["T"] for r in reps)
+            t_c = median(r["T_c"] for r in reps)
             truth = (T - t_c) / T
-            att = rep.get("attribution") or {}
-            rows.append({
-                "preset": preset, "latency_ms": float(lat), "T": T, "T_c": t_c, "truth": truth,
-                "cost": att.get("input_cost_fraction"), "estimate": att.get("input_cost_estimate_fraction"),
-                "direct": att.get("input_bound_fraction"),
-                "wait": (rep.get("step_timer") or {}).get("input_wait_fraction"),
-                "bottleneck": (rep.get("verdict") or {}).get("bottleneck"),
-            })
+            rows.append({"preset": preset, "latency_ms": float(lat), "T": T, "T_c": t_c, "truth": truth,
+                         **{k: median(r[k] for r in reps) for k in ("cost", "estimate", "direct", "wait")},
+                         "bottleneck": "/".join(sorted({r["bottleneck"] for r in reps if r["bottleneck"]}))})
             print(f"[bench]   T {T:.1f} ms, T_c {t_c:.1f} ms, truth {truth:.3f}", file=sys.stderr, flush=True)
 
     def cell(v, truth):
