@@ -82,8 +82,8 @@ def make_dataset(mode: str, rounds: int, sleep_ms: float) -> tf.data.Dataset:
     return ds.prefetch(2)
 
 
-def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int, sleep_ms: float,
-        hidden: int, layers: int) -> dict:
+def make_step(hidden: int, layers: int):
+    """A seeded model and its compiled SGD train step: `step(x, y) -> loss`."""
     tf.keras.utils.set_random_seed(0)
     model = make_model(hidden, layers)
     opt = tf.keras.optimizers.SGD(0.01)
@@ -96,6 +96,13 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
+
+    return step
+
+
+def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int, sleep_ms: float,
+        hidden: int, layers: int) -> dict:
+    step = make_step(hidden, layers)
 
     it = iter(make_dataset(mode, rounds, sleep_ms))
     step_ms, wait_ms = [], []
@@ -128,23 +135,12 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
     }
 
 
-def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 6, block_steps: int = 8) -> dict:
+def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 12, block_steps: int = 8) -> dict:
     """Input cost truth (T − T_c) / T with paired measurements: blocks of steps fed by the stall pipeline
     alternate with blocks fed from memory, in one process, so a load change on a shared machine hits both.
     The first 3 steps of each block are dropped (the stall pipeline refills its prefetch buffer in the
     background at a block's start).  T and T_c are medians of the remaining step times."""
-    tf.keras.utils.set_random_seed(0)
-    model = make_model(hidden, layers)
-    opt = tf.keras.optimizers.SGD(0.01)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    step = make_step(hidden, layers)
 
     its = {"stall": iter(make_dataset("stall", rounds, 0.0)), "memory": iter(make_dataset("memory", rounds, 0.0))}
     times = {"stall": [], "memory": []}

@@ -70,6 +70,12 @@ def _die_with_parent() -> None:
         pass
 
 
+def _spawn(cmd: list[str]) -> subprocess.Popen:
+    """Start an emulator quietly, in its own session, dying with this process."""
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+
+
 def _stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -120,9 +126,7 @@ class Azurite:
             "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location,
             "--disableTelemetry", "--skipApiVersionCheck", "--silent", "--loose",
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        self.proc = _spawn(cmd)
         _wait_http(f"http://127.0.0.1:{self.port}/", self.proc, "Azurite")
         return self
 
@@ -233,9 +237,7 @@ class FakeGcs:
                     "-cert-location", self.certs["cert"], "-private-key-location", self.certs["key"]]
         else:
             cmd += ["-scheme", "http", "-port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+        self.proc = _spawn(cmd)
         _wait_http(f"{self.url}/storage/v1/b", self.proc, "fake-gcs-server")
         return self
 
