@@ -139,3 +139,19 @@ def test_two_local_workers_each_get_an_attribution(data_dir, tmp_path):
         assert w["throughput"]["steps"] == 20
         assert abs(sum(w["attribution"]["fractions"].values()) - 1.0) <= 0.01
     assert "worker 1:" in r.stdout
+
+
+def test_steady_steps_leave_out_probe_recovery_steps_only_when_the_pipeline_is_behind():
+    from tfbertperf.run import pipeline_runs_ahead, steady_steps
+    from tfbertperf.train.result import TrainResult
+
+    def result(wait):
+        return TrainResult(steps=20, global_batch_size=8, replicas=1, seq_len=32, loss_trajectory=[],
+                           final_loss=0.0, step_times_ms=[50.0] * 20, input_wait_ms=[wait] * 20, warmup_steps=2,
+                           profile_window=None, tensorboard_dir=None,
+                           extra={"probe_recovery_steps": [5, 6, 7, 14, 15]})
+
+    behind, keeping_up = steady_steps(result(10.0)), steady_steps(result(0.1))
+    assert behind == [i for i in range(2, 20) if i not in (5, 6, 7, 14, 15)]
+    assert keeping_up == list(range(2, 20))  # full buffers when a block starts: nothing was fed for free
+    assert pipeline_runs_ahead(load_config()) and not pipeline_runs_ahead(load_config(sets=["pipeline.preset=naive"]))

@@ -59,6 +59,32 @@ def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_pat
     assert sum(line.startswith("step ") for line in lines) == 3
 
 
+def test_probe_plan_spreads_blocks_over_steady_steps_away_from_the_window():
+    from tfbertperf.train.loop import probe_plan, recovery_steps
+
+    plan = probe_plan(60, 5, (20, 40), 20, 4)
+    assert sum(n for _, n in plan) == 20 and len(plan) == 4
+    for pos, n in plan:
+        assert pos > 5 and not (20 - n < pos < 40), plan  # steady, and its recovery steps are not profiled
+    assert recovery_steps(plan, 60) == [s for pos, n in plan for s in range(pos, min(pos + n, 60))]
+    assert probe_plan(60, 5, (20, 40), 20, 1) == [(60, 20)]  # one block: after the loop
+    assert probe_plan(8, 2, (3, 7), 6, 4) == [(8, 6)]  # no room between warm-up and window: after the loop
+    assert probe_plan(60, 5, None, 0, 4) == []
+
+
+def test_interleaved_probe_leaves_no_trace_in_the_loss_trajectory():
+    # The probe trains on one cached batch; its blocks sit inside the run, so the variables are restored
+    # after each block: the run's losses must equal a run without the probe, step for step.
+    kw = {"train.steps": 16, "train.deterministic": True, "train.warmup_steps": 1}
+    plain = train(_cfg(**kw), synthetic_dataset_fn(_cfg(**kw), VOCAB), VOCAB, None, progress=None)
+    cfg = _cfg(**kw, **{"profile.probe_steps": 6, "profile.probe_blocks": 3})
+    probed = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None, input_runs_ahead=True)
+    assert len(probed.extra["probe_blocks"]) == 3 and all(p < 16 for p, _ in probed.extra["probe_blocks"])
+    assert probed.probe_steps == 6 and probed.compute_only_step_ms > 0
+    assert probed.extra["probe_recovery_steps"]
+    assert [l for _, l in probed.loss_trajectory] == [l for _, l in plain.loss_trajectory]
+
+
 def test_tensorboard_scalars_for_loss_throughput_and_step_time_are_written(tmp_path):
     import tensorflow as tf
 

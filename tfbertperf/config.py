@@ -112,6 +112,7 @@ class ProfileConfig:
     python_tracer: bool = False  # Python function tracer (expensive; off by default)
     device_tracer_level: int = 1
     probe_steps: int = 20  # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off
+    probe_blocks: int = 4  # the probe's steps run in this many blocks spread through the steady steps; 1 = after the loop
     au_threshold: float = 0.90  # accelerator utilization pass/fail threshold (MLPerf Storage)
     step_timer: bool = True  # always-on get-next vs. rest timer
 
@@ -193,6 +194,7 @@ MINIMUM = {
     ("profile", "host_tracer_level"): 0,
     ("profile", "device_tracer_level"): 0,
     ("profile", "probe_steps"): 0,
+    ("profile", "probe_blocks"): 1,
     ("model", "num_labels"): 2,
 }
 

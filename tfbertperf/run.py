@@ -87,16 +87,39 @@ def _percentiles(xs: list[float]) -> dict:
     }
 
 
+RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
+
+
 def steady_steps(result) -> list[int]:
     """Indices of steps that count for throughput: after warm-up and outside the profiled window (profiling has
-    its own overhead, measured separately by tools/bench/bench_overhead.py)."""
+    its own overhead, measured separately by tools/bench/bench_overhead.py), and not among the probe's recovery
+    steps (fed from buffers a run-ahead pipeline filled while a probe block ran; train/loop.py)."""
     w = result.profile_window
     idx = [i for i in range(len(result.step_times_ms)) if i >= result.warmup_steps]
     if w is not None:
         outside = [i for i in idx if not (w[0] <= i < w[1])]
         if len(outside) >= 3:
             idx = outside
+    recovery = set(result.extra.get("probe_recovery_steps") or ())
+    if recovery and result.input_wait_ms:
+        kept = [i for i in idx if i not in recovery]
+        # Only a pipeline that is behind (the loop waits for it) has room to run ahead during a probe block;
+        # one that keeps up has full buffers when the block starts, so its recovery steps are ordinary steps.
+        behind = kept and (sum(result.input_wait_ms[i] for i in kept)
+                           > RECOVERY_WAIT_SHARE * sum(result.step_times_ms[i] for i in kept))
+        if behind and len(kept) >= 3:
+            idx = kept
     return idx or list(range(len(result.step_times_ms)))
+
+
+def pipeline_runs_ahead(cfg: RunConfig) -> bool:
+    """Whether the input pipeline has stages that work in the background (prefetch, parallel map or interleave,
+    storage read-ahead) and so keeps filling buffers while the training loop is busy elsewhere."""
+    from tfbertperf.data.pipeline import effective_pipeline
+
+    eff = effective_pipeline(cfg)
+    return (eff["prefetch"] != 0 or eff["num_parallel_calls"] != 1 or eff["cycle_length"] != 1
+            or (cfg.data.mode == "stage" and cfg.data.lookahead > 0))
 
 
 def build_report(cfg: RunConfig, run_dir: Path, result, attribution_doc: dict, storage: dict,
@@ -209,7 +232,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         return build_dataset(cfg, manifest, source, input_context)
 
     try:
-        result = train(cfg, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), progress=log, strategy=strategy)
+        result = train(cfg, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), progress=log, strategy=strategy,
+                       input_runs_ahead=pipeline_runs_ahead(cfg))
     finally:
         for s in sources:
             try:

@@ -10,8 +10,19 @@ Timing contract (what `step_times_ms` / `input_wait_ms` / `compute_only_step_ms`
     of hiding work in TF's async dispatch.
   * input wait = wall time inside `next(iterator)` only (two perf_counter reads around it).
   * the what-if probe runs the same step function, under the same strategy, the same way, on
-    `Dataset.from_tensors(first real batch).repeat()` after the main loop, with no profiler running; its median
-    is T_c in "input cost = (T − T_c) / T".
+    `Dataset.from_tensors(first real batch).repeat()`, with no profiler running; the mean of its timed steps is
+    T_c in "input cost = (T − T_c) / T".  Its steps run in `profile.probe_blocks` blocks spread evenly through
+    the steady steps (after warm-up, outside the profiled window), so that T and T_c are sampled side by side
+    in time: on a shared or thermally throttled machine the speed of the CPU drifts by several per cent over
+    seconds, and a probe run only after the loop would measure a different machine than the loop did.
+    Before a block the model's and optimizer's variables are snapshot to host memory and restored after it,
+    so the probe's updates (it trains on one cached batch) leave no trace in the run's loss trajectory.
+    The first step of each block is not timed (the first block's first two: the cached batch's static shapes
+    may retrace the step).  A pipeline with background stages (prefetch, parallel map/interleave, read-ahead)
+    keeps filling its buffers while a block runs, so the real steps right after a block can be fed for free;
+    when the caller says the pipeline runs ahead, the loop lists those steps (as many as the block timed) in
+    `extra["probe_recovery_steps"]`, and the run leaves them out of its steady steps if the pipeline was behind
+    (run.steady_steps).
 """
 
 from __future__ import annotations
@@ -23,7 +34,41 @@ from typing import Callable
 
 from tfbertperf.train.result import TrainResult
 
-PROBE_WARMUP_STEPS = 2  # probe steps not timed: the first retraces for the cached batch's static shapes
+PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
+PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
+
+
+def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
+               blocks: int) -> list[tuple[int, int]]:
+    """Where the what-if probe runs: [(before_step, timed_steps)], `before_step == steps` meaning after the loop.
+
+    Blocks sit at evenly spaced steady steps (after warm-up + 1, outside the profiled window, whose first step
+    would put the block inside the trace, and not within a block's length before it, so that the steps that
+    follow a block are not the profiled ones); the probe's steps are shared out among them.  Too few steady steps
+    for the blocks, or blocks == 1 → one block after the loop.
+    """
+    if probe_steps <= 0:
+        return []
+    blocks = max(1, min(int(blocks), probe_steps))
+    w0, w1 = window if window else (steps, steps)
+    per = -(-probe_steps // blocks)
+    # Not inside the window, and not so close before it that the block's recovery steps are profiled.
+    cand = [i for i in range(warmup + 1, steps) if not (w0 - per < i < w1)]
+    if blocks == 1 or len(cand) < 2 * blocks:
+        return [(steps, probe_steps)]
+    at = sorted({cand[int((b + 0.5) * len(cand) / blocks)] for b in range(blocks)})
+    base, extra = divmod(probe_steps, len(at))
+    return [(pos, base + (1 if k < extra else 0)) for k, pos in enumerate(at)]
+
+
+def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
+    """The real steps right after each in-loop probe block that a run-ahead pipeline may have fed from buffers
+    filled while the block ran: as many as the block timed (its duration in steps), up to the next block."""
+    out: list[int] = []
+    starts = [p for p, _ in plan] + [steps]
+    for k, (pos, n) in enumerate(plan):
+        out.extend(range(pos, min(pos + n, starts[k + 1], steps)))
+    return out
 
 
 def _losses(task: str, num_replicas: int):
@@ -179,6 +224,7 @@ def train(
     tensorboard_dir: str | None,
     progress: Callable[[str], None] | None = print,
     strategy=None,
+    input_runs_ahead: bool = False,
 ) -> TrainResult:
     """Train BERT for `cfg.train.steps` steps and measure where each step's wall time goes.
 
@@ -191,9 +237,12 @@ def train(
       progress: called with one line every `train.log_every` steps (None = silent).
       strategy: an already-created tf.distribute strategy (multi-worker processes create theirs first);
         None = make it from `cfg.train.strategy`.
+      input_runs_ahead: the pipeline has background stages that fill buffers while the probe runs (see the
+        module docstring); its recovery steps are then listed in extra["probe_recovery_steps"].
     Returns:
       TrainResult; times in milliseconds; `extra` holds model (describe), per_replica_batch_size, strategy,
-      precision, jit, examples_per_sec (after warm-up), probe_step_times_ms.
+      precision, jit, examples_per_sec (after warm-up), probe_step_times_ms, probe_blocks
+      ([[before_step, timed_steps], …]), probe_recovery_steps.
     """
     from tfbertperf.train import strategy as placement
 
@@ -236,6 +285,27 @@ def train(
         scalars: list[tuple[int, dict]] = []
         first_batch = None
         clock = time.perf_counter
+        plan = probe_plan(steps, warmup, window, cfg.profile.probe_steps, cfg.profile.probe_blocks)
+        blocks_at = dict(plan)
+        probe_ms: list[float] = []
+        probe_state = {"iter": None, "blocks": 0}
+
+        def probe_block(n_timed: int) -> None:
+            """n_timed compute-only steps on the cached first batch; model and optimizer state restored after."""
+            if probe_state["iter"] is None:
+                probe_state["iter"] = iter(_probe_source(strategy, first_batch))
+            untimed = PROBE_WARMUP_STEPS if probe_state["blocks"] == 0 else PROBE_SETTLE_STEPS
+            state = [*model.variables, *optimizer.variables]
+            saved = [v.numpy() for v in state]
+            for j in range(untimed + n_timed):
+                t0 = clock()
+                step_fn(next(probe_state["iter"])).numpy()
+                if j >= untimed:
+                    probe_ms.append((clock() - t0) * 1e3)
+            for v, x in zip(state, saved):
+                v.assign(x)
+            probe_state["blocks"] += 1
+
         for i in range(steps):
             if window and i == window[0]:
                 tf.profiler.experimental.start(tensorboard_dir, options=_profiler_options(cfg.profile))
@@ -243,6 +313,8 @@ def train(
             if window and i == window[1]:
                 _stop_profiler(strategy)
                 profiling = False
+            if i in blocks_at and first_batch is not None:
+                probe_block(blocks_at[i])
             t0 = clock()
             # xprof finds a step only from this marker, and counts input only if next() runs inside it.
             with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
@@ -270,19 +342,15 @@ def train(
             _stop_profiler(strategy)
             profiling = False
 
-        # Stop the real pipeline before the probe: its prefetch/interleave threads would otherwise keep
-        # filling buffers and steal CPU from the compute-only steps.
+        # Stop the real pipeline before a probe block after the loop: its prefetch/interleave threads would
+        # otherwise keep filling buffers and steal CPU from the compute-only steps.
         del iterator
-        probe_ms: list[float] = []
-        if cfg.profile.probe_steps > 0 and first_batch is not None:
-            probe_iter = iter(_probe_source(strategy, first_batch))
-            for j in range(PROBE_WARMUP_STEPS + cfg.profile.probe_steps):
-                t0 = clock()
-                probe_batch = next(probe_iter)
-                step_fn(probe_batch).numpy()
-                if j >= PROBE_WARMUP_STEPS:
-                    probe_ms.append((clock() - t0) * 1e3)
-            say(f"compute-only probe: {statistics.median(probe_ms):.1f} ms/step median over {len(probe_ms)} steps")
+        if steps in blocks_at and first_batch is not None:
+            probe_block(blocks_at[steps])
+        if probe_ms:
+            say(f"compute-only probe: {statistics.fmean(probe_ms):.1f} ms/step mean over {len(probe_ms)} steps "
+                f"in {probe_state['blocks']} block(s)")
+        recovery = recovery_steps([(p, n) for p, n in plan if p < steps], steps) if input_runs_ahead else []
 
         if tensorboard_dir:
             _write_scalars(tensorboard_dir, scalars)
@@ -301,7 +369,7 @@ def train(
             warmup_steps=warmup,
             profile_window=window,
             tensorboard_dir=tensorboard_dir,
-            compute_only_step_ms=statistics.median(probe_ms) if probe_ms else None,
+            compute_only_step_ms=statistics.fmean(probe_ms) if probe_ms else None,
             probe_steps=len(probe_ms),
             metrics={key: accuracy},
             extra={
@@ -313,6 +381,8 @@ def train(
                 "examples_per_sec": examples_per_sec,
                 "tokens_per_sec": examples_per_sec * seq_len,
                 "probe_step_times_ms": probe_ms,
+                "probe_blocks": [[p, n] for p, n in plan],
+                "probe_recovery_steps": recovery,
                 **_worker_identity(strategy),
             },
         )

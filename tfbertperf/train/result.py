@@ -18,7 +18,7 @@ class TrainResult:
     warmup_steps: int  # leading steps excluded from throughput and the step timer summary
     profile_window: tuple[int, int] | None  # (start, stop) steps traced, stop exclusive
     tensorboard_dir: str | None  # logdir holding scalars and plugins/profile/<session>/<host>.xplane.pb
-    compute_only_step_ms: float | None = None  # what-if probe: median step time on a cached in-memory batch
+    compute_only_step_ms: float | None = None  # what-if probe: mean step time on a cached in-memory batch
     probe_steps: int = 0
     metrics: dict = field(default_factory=dict)  # task metrics at the end, e.g. {"mlm_accuracy": 0.12}
     extra: dict = field(default_factory=dict)  # anything else worth reporting (per-replica batch, worker index…)
