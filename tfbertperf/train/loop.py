@@ -35,6 +35,9 @@ from typing import Callable
 from tfbertperf.train.result import TrainResult
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
+# Called as STEP_HOOK(i) before step i, outside its timing.  None in normal runs; the attribution benchmark
+# (tools/bench/bench_attribution.py) sets it so that two runs in separate processes take turns on the CPU.
+STEP_HOOK: Callable[[int], None] | None = None
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
 
 
@@ -307,6 +310,8 @@ def train(
             probe_state["blocks"] += 1
 
         for i in range(steps):
+            if STEP_HOOK is not None:
+                STEP_HOOK(i)
             if window and i == window[0]:
                 tf.profiler.experimental.start(tensorboard_dir, options=_profiler_options(cfg.profile))
                 profiling = True
