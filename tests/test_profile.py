@@ -73,7 +73,7 @@ def test_stall_pipeline_steals_cpu_and_memory_feed_does_not(profiles):
         assert s["wait_ms"] + s["compute_phase_ms"] == pytest.approx(s["step_ms"])
 
 
-def test_lock_step_model_on_a_synthetic_trace():
+def _synthetic_step(compute_tasks):
     # One step of 10 ms: 2 ms blocked in get-next, then 8 ms compute; one input thread busy for 4 ms of it.
     ev = [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
@@ -85,13 +85,32 @@ def test_lock_step_model_on_a_synthetic_trace():
         {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
         {"ph": "X", "name": "ThreadpoolListener::Region", "pid": 1, "tid": 2, "ts": 1000, "dur": 5000},
     ]
-    res = contention.step_contention({"traceEvents": ev})
+    ev += [{"ph": "X", "name": "ThreadpoolListener::Region", "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+           for tid, ts, dur in compute_tasks]
+    return contention.step_contention({"traceEvents": ev})
+
+
+def test_fair_share_model_on_a_synthetic_trace():
+    # Compute runs on both pool threads at once (width W = 2 = C): the busy input thread is a third runnable
+    # thread on 2 cores, compute gets 2/3 of its speed → lost = 1/3 of the 4 ms overlap.
+    res = _synthetic_step([(3, 2000, 3000), (4, 2500, 3000), (3, 6000, 3000)])
     assert res["cores"] == 2  # two tf_Compute threads seen
     s = res["steps"][5]
     assert s["wait_ms"] == pytest.approx(2.0) and s["compute_phase_ms"] == pytest.approx(8.0)
-    # busy 2..6 ms overlaps the compute phase for 4 ms; one thread on 2 cores → m = 1, lost = 1/2
-    assert s["stolen_ms"] == pytest.approx(2.0)
+    assert s["compute_width"] == 2
+    assert s["stolen_ms"] == pytest.approx(4.0 / 3)
     assert s["input_busy_ms"] == pytest.approx(4.0)
+    # Compute on one thread at a time (W = 1): the input thread takes the idle core and steals nothing.
+    s = _synthetic_step([(3, 2000, 3000), (4, 5000, 3000)])["steps"][5]  # back-to-back, never concurrent
+    assert s["compute_width"] == 1 and s["stolen_ms"] == pytest.approx(0.0)
+
+
+def test_lost_share():
+    assert contention.lost_share(0, 2, 2) == 0.0
+    assert contention.lost_share(1, 2, 2) == pytest.approx(1 / 3)
+    assert contention.lost_share(2, 2, 2) == pytest.approx(1 / 2)
+    assert contention.lost_share(2, 4, 8) == 0.0  # cores to spare
+    assert contention.lost_share(3, 8, 8) == pytest.approx(3 / 11)
 
 
 def test_attribution_block_has_the_report_schema(profiles):
@@ -164,3 +183,14 @@ def test_step_timer_summary_skips_warmup_and_sums_waits():
     s = attribution.step_timer_summary([100, 10, 10, 20], [90, 1, 1, 10], warmup_steps=1)
     assert s == {"steps": 3, "input_wait_fraction": pytest.approx(12 / 40), "compute_fraction": pytest.approx(28 / 40)}
     assert attribution.step_timer_summary([5.0], [1.0], warmup_steps=3)["steps"] == 0
+
+
+def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_read():
+    from tfbertperf.profile.attribution import joined_input_split
+
+    ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 50.0, "unclassified": 200.0}
+    split = joined_input_split(ops, {"read_ms_per_step": 3.0})  # 3,000 µs of reads, 100 already seen by xprof
+    assert split == {"storage_read": 3000.0, "preprocessing": 2100.0, "enqueue": 50.0, "unclassified": 200.0}
+    capped = joined_input_split(ops, {"read_ms_per_step": 10.0})  # more than xprof holds: never negative
+    assert capped["preprocessing"] == 0.0 and capped["unclassified"] == 0.0
+    assert capped["storage_read"] == 5300.0 and joined_input_split(ops, {"read_ms_per_step": 0}) is None

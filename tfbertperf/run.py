@@ -250,6 +250,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
                "uri": redact_text(inputs.uri)}
     storage.update(backend.metrics.summary())
+    storage["read_ms_per_step"] = round(storage["read_time_ms"] / max(1, result.steps), 3)
 
     attribution_doc: dict = {}
     if result.profile_window is not None:

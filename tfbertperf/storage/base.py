@@ -96,6 +96,7 @@ class StorageMetrics:
                     "p90": round(float(np.percentile(lat, 90)), 3),
                     "p99": round(float(np.percentile(lat, 99)), 3),
                 },
+                "read_time_ms": round(self.read_seconds * 1e3, 3),
                 "retries": int(self.retries),
                 "errors": int(self.errors),
                 **{k: int(v) for k, v in sorted(self.counters.items())},
