@@ -18,10 +18,17 @@ sys.path.insert(0, str(Path(__file__).parent / "programs"))
 from runner import run_program  # noqa: E402
 
 
+# The injected stall's strength (stall_loop.py --rounds).  A strong one: on this noisy 2-core machine the what-if
+# truth of a single run spreads over ±10 pp (default 12 rounds: 24–49 %); at 24 rounds it stayed ≥ 43 % with
+# xprof's figure ≤ 15 %, so "closer than xprof" is decided by the estimate, not by the truth's noise
+# (tools/bench/bench_attribution_foreign.py --rounds 24; the contention.py docstring has the figures).
+STALL_ROUNDS = 24
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
     out = tmp_path_factory.mktemp("profiles")
-    return run_program(out, "stall,memory,compute,nomarkers,truth")
+    return run_program(out, "stall,memory,compute,nomarkers,truth", rounds=STALL_ROUNDS)
 
 
 def analyze_cli(*args):
@@ -58,19 +65,14 @@ def test_compute_bound_program_is_named_compute_bound(profiles):
     assert doc["attribution"]["input_cost_estimate_fraction"] < 0.2
 
 
-def test_stall_truth_lies_between_the_direct_figures_and_our_estimate(profiles):
-    # what-if truth: the same program, stall pipeline vs fed from memory, in alternating blocks (unprofiled).
-    # Direct figures (xprof's input share, wall time blocked in next()) miss the CPU the pipeline steals and sit
-    # below the truth; our estimate adds every busy tf.data thread as stolen and sits above it.  Which side is
-    # *closer* is a statistical claim decided over repetitions by tools/bench/bench_attribution_foreign.py
-    # (BENCHMARKS.md); a single short run on a 2-core machine is too noisy to assert it (it flipped 2 in 6 here).
+def test_stall_estimate_is_closer_to_the_what_if_truth_than_xprofs_figure(profiles):
+    # The acceptance criterion.  what-if truth: the same program, stall pipeline vs fed from memory, in
+    # alternating unprofiled blocks.  xprof's input share counts only the time the loop stood blocked for a
+    # batch; our estimate adds the CPU the busy tf.data threads took from compute (profile/contention.py).
     truth = profiles["truth"]["input_cost_fraction"]
     att = analyze_json(profiles["stall"]["logdir"])["attribution"]
-    wait = profiles["stall"]["input_wait_ms"] / profiles["stall"]["step_time_ms"]
-    figures = (truth, att["input_bound_fraction"], wait, att["input_cost_estimate_fraction"])
-    assert att["input_bound_fraction"] < truth, figures
-    assert wait < truth, figures
-    assert att["input_cost_estimate_fraction"] > truth, figures
+    ours, xprof = att["input_cost_estimate_fraction"], att["input_bound_fraction"]
+    assert abs(ours - truth) < abs(xprof - truth), {"truth": truth, "ours": ours, "xprof": xprof}
     assert att["input_cost_fraction"] is None  # no probe in a foreign profile
 
 

@@ -12,11 +12,14 @@ from pathlib import Path
 PROGRAM = Path(__file__).with_name("stall_loop.py")
 
 
-def run_program(out: Path, modes: str, steps: int = 40, window: str = "20:35", timeout_s: float = 240) -> dict:
+def run_program(out: Path, modes: str, steps: int = 40, window: str = "20:35", timeout_s: float = 240,
+                rounds: int | None = None) -> dict:
+    """`rounds`: the stall's strength (stall_loop.py --rounds; None = its default)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    extra = ["--rounds", str(rounds)] if rounds else []
     proc = subprocess.run(
         [sys.executable, str(PROGRAM), "--out", str(out), "--modes", modes, "--steps", str(steps),
-         "--window", window],
+         "--window", window, *extra],
         capture_output=True, text=True, env=env, timeout=timeout_s,
     )
     if proc.returncode != 0:

@@ -12,6 +12,7 @@ Modes (the input pipeline in front of the same model):
   compute_memory  the compute mode's model fed from memory (its T_c).
   nomarkers  like stall, profiled, but without step markers (for the "how to add markers" error).
   truth    no profile: the stall mode's what-if truth from alternating stall / memory blocks (what_if_truth).
+  sleep_truth  the same for the sleep mode (sleep pipeline vs the same model fed from memory).
 
 Prints one JSON line per mode: {"mode", "logdir", "step_time_ms" (mean over the measured steps),
 "input_wait_ms" (mean wall time blocked in next()), "steps"}.
@@ -135,14 +136,18 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
     }
 
 
-def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 12, block_steps: int = 8) -> dict:
-    """Input cost truth (T − T_c) / T with paired measurements: blocks of steps fed by the stall pipeline
-    alternate with blocks fed from memory, in one process, so a load change on a shared machine hits both.
-    The first 3 steps of each block are dropped (the stall pipeline refills its prefetch buffer in the
-    background at a block's start).  T and T_c are medians of the remaining step times."""
+def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 8, block_steps: int = 20, settle: int = 8,
+                  pipeline: str = "stall", sleep_ms: float = 0.0) -> dict:
+    """Input cost truth (T − T_c) / T with paired measurements: blocks of steps fed by the `pipeline` (stall or
+    sleep) alternate with blocks fed from memory, in one process, so a load change on a shared machine hits both.
+    The first `settle` steps of each block are dropped: during a memory block the stall pipeline refills its
+    buffers in the background (prefetch + the parallel map's in-flight calls, ~4 batches), and a stall block
+    starts by draining them — with a heavy stall the first ~5 steps of a block are much faster than the steady
+    state (seen at --rounds 24: ~7.5 ms, then ~11 ms), so 8-step blocks dropping 3 steps under-measured T.
+    T and T_c are medians of the remaining step times."""
     step = make_step(hidden, layers)
 
-    its = {"stall": iter(make_dataset("stall", rounds, 0.0)), "memory": iter(make_dataset("memory", rounds, 0.0))}
+    its = {"stall": iter(make_dataset(pipeline, rounds, sleep_ms)), "memory": iter(make_dataset("memory", rounds, 0.0))}
     times = {"stall": [], "memory": []}
     for b in range(blocks + 1):  # block 0 of each kind: warm-up (tracing)
         for kind in ("stall", "memory"):
@@ -151,10 +156,11 @@ def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 12, block
                 t0 = time.perf_counter()
                 x, y = next(it)
                 step(x, y).numpy()
-                if b > 0 and i >= 3:
+                if b > 0 and i >= settle:
                     times[kind].append((time.perf_counter() - t0) * 1e3)
     T, T_c = float(np.median(times["stall"])), float(np.median(times["memory"]))
-    return {"mode": "truth", "step_time_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction": (T - T_c) / T}
+    return {"mode": "truth" if pipeline == "stall" else f"{pipeline}_truth", "step_time_ms": T,
+            "compute_only_step_ms": T_c, "input_cost_fraction": (T - T_c) / T}
 
 
 def main(argv=None) -> None:
@@ -170,8 +176,10 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     start, stop = (int(v) for v in a.window.split(":"))
     for mode in a.modes.split(","):
-        if mode == "truth":
-            print(json.dumps(what_if_truth(a.rounds, a.hidden, a.layers)), flush=True)
+        if mode in ("truth", "sleep_truth"):
+            pipeline = "stall" if mode == "truth" else "sleep"
+            print(json.dumps(what_if_truth(a.rounds, a.hidden, a.layers, pipeline=pipeline, sleep_ms=a.sleep_ms)),
+                  flush=True)
             continue
         big = mode.startswith("compute")
         hidden, layers = (a.hidden * 3 // 2, a.layers + 1) if big else (a.hidden, a.layers)

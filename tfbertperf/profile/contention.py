@@ -9,25 +9,51 @@ This module reads xprof's trace (the `trace_viewer` tool: every host event with 
 profiled step, replays the compute phase (the step minus its blocked get-next time) against the input
 pipeline's busy threads:
 
-  at each instant t of the compute phase, k_in(t) input-pipeline threads are busy (tf.data worker threads
-  running a task) on a machine of C cores.  TF's CPU kernels split each op evenly over the intra-op pool (one
-  slice per core) and the op ends when its slowest slice ends, so compute advances at the pace of the most
-  loaded core: with m = ceil(k_in / C) input threads sharing that core with one compute slice, compute gets
-  1 / (1 + m) of it, and the share of compute progress lost is
+  at each instant t of the compute phase, k_in(t) input-pipeline threads are busy (tf.data threads running a
+  task) on a machine of C cores, next to a compute W threads wide — W is the most TF compute-pool threads
+  (tf_Compute inter-op, Eigen intra-op) busy at one instant in the step, at least 1 (the step's own thread),
+  at most C; a CPU-bound TF model splits each op over its intra-op pool of C threads, so W = C.  The OS
+  scheduler gives every runnable thread an equal share of the cores, and an op's work is balanced over its
+  pool's threads (Eigen cuts an op into many blocks, threads migrate between cores), so when the W + k_in
+  threads oversubscribe the cores compute runs at C / (W + k_in) of its own speed and loses
 
-      lost(t) = m / (1 + m),  m = ceil(k_in(t) / C)          (0 when no input thread is busy)
+      lost(t) = 1 − C / (W + k_in(t))   when W + k_in(t) > C,   else 0
 
-  The stolen time of a step is ∫ lost(t) dt over its compute phase, and the estimated input cost of the step
-  is  blocked get-next time + stolen time.
+  (W = C: lost = k_in / (C + k_in) — one busy input thread on 2 cores costs compute a third).  The stolen time
+  of a step is ∫ lost(t) dt over its compute phase, and the estimated input cost of the step is
+  blocked get-next time + stolen time.
 
-Why this "lock-step" model and not a fair share of the cores (lost = k_in / (C + k_in)): on an earlier
-version of the stall program in tests/programs (a per-example CPU-heavy parallel map in front of an MLP, 2
-cores) the what-if truth was 0.60–0.86 of the step over five runs; xprof's input figure said 0.25–0.59, the
-fair-share model 0.40–0.73 and the lock-step model 0.46–0.76, the closest of the three in every run.  On the
-current program (batched map; `python tools/bench/bench_attribution_foreign.py`) the truth was 0.46–0.48,
-xprof 0.07, blocked in next() 0.15–0.16, and this estimate 0.51–0.52.  Blocking work inside tf.data that uses
-no CPU (a sleep in a `py_function`, a network wait) is counted as if it used a core, so for such pipelines the
-estimate is an upper bound (sleep program: truth 0.78–0.91, estimate 0.89–0.93).
+Why this model, measured on a noisy shared 2-core VM with tests/programs/stall_loop.py (a Keras MLP custom loop
+behind a batched CPU-heavy parallel map; `python tools/bench/bench_attribution_foreign.py --reps 5 --rounds R`,
+truth from 8 alternating unprofiled blocks of 20 steps, settle 8), in % of the step, range over the repetitions
+and mean |error| (mean signed error) against the truth:
+
+    stall R   truth       xprof            blocked in next()   this estimate
+    4         18–28       1.5–8  18.6 pp   8–15   11.8 pp      15–24  4.7 pp (−3.7)
+    12        29–49       3–6    30.6 pp   12–14  23.4 pp      33–43  6.2 pp (+2.6)
+    24        43–53       4–15   37.7 pp   10–18  32.9 pp      46–56  5.2 pp (+3.6)
+
+  The truth of a single run scatters by ±10 pp on this machine (other load), so a single run's error is mostly
+  the truth's noise; the bias stays within ±4 pp and changes sign with the stall's strength.  Alternatives,
+  replayed on the same kind of profiles (4 repetitions per strength, R = 4 / 12 / 24, mean signed error):
+  - the former "lock-step" model (an op ends when its slowest slice ends and nothing rebalances: with
+    m = ceil(k_in / C) input threads on the most loaded core, lost = m / (1 + m)) overshot: +5 / +12 / +2 pp
+    (earlier runs at R = 12: +14..+18 pp).  It only differs from this one when k_in is not a multiple of C.
+  - counting the compute's demand instant by instant (k_c(t) busy compute threads; steal only while
+    k_c(t) + k_in(t) > C) undershot at every strength: −8 / −10 / −12 pp (−7 / −6 / −6 with k_c capped at C).
+    The compute's gaps between pool tasks last tens to hundreds of µs, less than a scheduler time slice: an
+    input thread that takes a core in a gap holds it past the gap.  At the time scale of an op a CPU-bound
+    model needs all its W cores, so W is taken per step (the compute's width), not per instant.
+  On an earlier version of the stall program (a per-example map: thousands of tiny input ops) this fair-share
+  share undershot (truth 0.60–0.86, estimate 0.40–0.73, lock-step 0.46–0.76; that truth came from the 8-step
+  blocks that read low under a heavy stall, see stall_loop.what_if_truth): for pipelines of many tiny ops the
+  estimate may read low.
+
+Caveats.  Blocking work inside tf.data that uses no CPU (a sleep in a `py_function`, a network wait) is counted
+as if it used a core, so for such pipelines the estimate is an upper bound: with an 8 ms sleep per batch
+(`--sleep-ms 8`, 3 repetitions) the truth was 38–48 %, xprof 27–39 %, this estimate 52–59 % (+13 pp mean).
+Equal shares assume equal scheduling weights (no nice levels, cgroup CPU quotas or pinned threads), and a
+thread preempted in the middle of a task still counts as busy.
 
 C (cores) is read from the profile itself — TensorFlow sizes its inter-op (`tf_Compute`) and intra-op (Eigen)
 pools to the machine's cores, so the number of distinct threads of each pool seen in the trace is a lower bound
@@ -106,8 +132,49 @@ def estimate_cores(trace: dict) -> int:
     return seen if seen > 0 else (os.cpu_count() or 1)
 
 
+def is_input_thread(name: str) -> bool:
+    return name.startswith(INPUT_THREAD_PREFIXES)
+
+
+def is_compute_thread(name: str) -> bool:
+    return not is_input_thread(name) and (name.startswith(COMPUTE_THREAD_PREFIXES) or "Eigen" in name)
+
+
+def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple = ()) -> list:
+    """For each thread whose name passes `keep`: the union of its busy intervals — its pool tasks (TASK_EVENT),
+    or its `fallback_events` when it shows no pool task."""
+    out = []
+    for key, evs in by_thread.items():
+        if not keep(threads.get(key, "")):
+            continue
+        span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))  # noqa: E731
+        ivs = [span(e) for e in evs if e["name"] == TASK_EVENT]
+        ivs = ivs or [span(e) for e in evs if e["name"] in fallback_events]
+        if ivs:
+            out.append(_union(ivs))
+    return out
+
+
+def _peak(per_thread: list, lo: float, hi: float) -> int:
+    """Most threads of `per_thread` busy at one instant within [lo, hi)."""
+    edges = sorted((x, d) for ivs in per_thread for a, b in _clip(ivs, lo, hi) for x, d in ((a, 1), (b, -1)))
+    k = peak = 0
+    for _, d in edges:  # at equal times -1 sorts first: back-to-back tasks are not concurrent
+        k += d
+        peak = max(peak, k)
+    return peak
+
+
+def lost_share(k_in: int, width: int, cores: int) -> float:
+    """Share of compute progress lost while `k_in` input threads are busy next to a compute `width` threads wide
+    on `cores` cores (fair share of oversubscribed cores, module docstring)."""
+    if k_in <= 0 or width + k_in <= cores:
+        return 0.0
+    return 1.0 - cores / (width + k_in)
+
+
 def step_contention(trace: dict, cores: int | None = None) -> dict:
-    """Per-step CPU time the input pipeline steals from compute (lock-step model, module docstring).
+    """Per-step CPU time the input pipeline steals from compute (fair-share model, module docstring).
 
     Args:
       trace: xprof's `trace_viewer` JSON (dict with traceEvents, timestamps in microseconds).
@@ -115,7 +182,8 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
     Returns:
       {"cores": C, "steps": {step_num: {"step_ms", "wait_ms" (blocked in get-next on the step's thread),
        "compute_phase_ms", "stolen_ms", "input_busy_ms" (union of busy input threads' time × threads, in the
-       compute phase)}}}.  Steps are the step-marker events (args step_num) of the host process.
+       compute phase), "compute_width" (W: threads the compute runs on, ≤ C)}}}.  Steps are the step-marker
+       events (args step_num) of the host process.
     """
     table = thread_table(trace)
     threads = table["threads"]
@@ -134,15 +202,8 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
             except (TypeError, ValueError):
                 continue
 
-    input_busy: list[list[tuple[float, float]]] = []
-    for key, evs in by_thread.items():
-        if not threads.get(key, "").startswith(INPUT_THREAD_PREFIXES):
-            continue
-        ivs = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in evs if e["name"] == TASK_EVENT]
-        if not ivs:
-            ivs = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in evs if e["name"] in INPUT_WORK_EVENTS]
-        if ivs:
-            input_busy.append(_union(ivs))
+    input_busy = _busy_threads(by_thread, threads, is_input_thread, INPUT_WORK_EVENTS)
+    compute_busy = _busy_threads(by_thread, threads, is_compute_thread)
 
     out = {}
     for num, key, start, end in sorted(steps):
@@ -153,6 +214,9 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
         ])
         waits = list(_clip(waits, start, end))
         phase = _subtract([(start, end)], waits)
+        # W: the compute's width — the most pool threads it ran on at once in this step (the step's own thread
+        # when no pool thread shows), at most C.
+        width = min(C, max(1, _peak(compute_busy, start, end)))
         # Sweep line over the compute phase: +1/-1 at each busy input interval's edges.
         edges = []
         for thread_ivs in input_busy:
@@ -170,8 +234,7 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
             if t > prev and k_in > 0:
                 seg = sum(max(0.0, min(b, t) - max(a, prev)) for a, b in phase)
                 busy_in += k_in * seg
-                m = -(-k_in // C)  # ceil(k_in / C): input threads on the most loaded core
-                stolen += m / (1 + m) * seg
+                stolen += lost_share(k_in, width, C) * seg
             while i < len(edges) and edges[i][0] <= t:
                 k_in += edges[i][1]
                 i += 1
@@ -183,5 +246,6 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
             "compute_phase_ms": (end - start - wait_us) / 1e3,
             "stolen_ms": stolen / 1e3,
             "input_busy_ms": busy_in / 1e3,
+            "compute_width": width,
         }
     return {"cores": C, "steps": out}

@@ -8,7 +8,8 @@ pipeline with a CPU-heavy parallel map (the "stall").  Per repetition, in a fres
   ours   = analyze's input_cost_estimate_fraction (blocked wait + CPU the pipeline stole from compute).
 
     python tools/bench/bench_attribution_foreign.py            # 3 repetitions, markdown table
-    python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 16
+    python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 24     # a stronger stall
+    python tools/bench/bench_attribution_foreign.py --sleep-ms 8   # the sleep pipeline (no CPU used: upper bound)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=0, help="stall strength (stall_loop.py --rounds; 0 = its default)")
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="instead of the CPU-heavy map, a per-batch sleep of this many ms (stall_loop.py's sleep mode)")
     a = p.parse_args(argv)
     import subprocess
 
@@ -37,20 +40,23 @@ def main(argv=None) -> int:
     t0 = time.time()
     for k in range(a.reps):
         out = Path(tempfile.mkdtemp(prefix="bench-foreign-"))
+        mode, truth = ("sleep", "sleep_truth") if a.sleep_ms else ("stall", "truth")
         cmd = [sys.executable, str(ROOT / "tests" / "programs" / "stall_loop.py"), "--out", str(out),
-               "--modes", "stall,truth", "--steps", "40", "--window", "20:35"]
+               "--modes", f"{mode},{truth}", "--steps", "40", "--window", "20:35"]
         if a.rounds:
             cmd += ["--rounds", str(a.rounds)]
+        if a.sleep_ms:
+            cmd += ["--sleep-ms", str(a.sleep_ms)]
         print(f"[bench] repetition {k + 1}/{a.reps} …", file=sys.stderr, flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         import json
 
         res = {r["mode"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{"))}
-        att = analyze(res["stall"]["logdir"])["attribution"]
+        att = analyze(res[mode]["logdir"])["attribution"]
         rows.append({
-            "truth": res["truth"]["input_cost_fraction"],
+            "truth": res[truth]["input_cost_fraction"],
             "xprof": att["input_bound_fraction"],
-            "next": res["stall"]["input_wait_ms"] / res["stall"]["step_time_ms"],
+            "next": res[mode]["input_wait_ms"] / res[mode]["step_time_ms"],
             "ours": att["input_cost_estimate_fraction"],
         })
     print("\n| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |")
@@ -59,7 +65,11 @@ def main(argv=None) -> int:
         cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in ("xprof", "next", "ours")]
         print(f"| {i} | {r['truth'] * 100:.1f} % | " + " | ".join(cells) + " |")
     for k, name in (("xprof", "xprof"), ("next", "next()"), ("ours", "analyze")):
-        print(f"\n{name}: mean |error| {statistics.fmean(abs(r[k] - r['truth']) for r in rows) * 100:.1f} pp", end="")
+        err = [r[k] - r["truth"] for r in rows]
+        print(f"\n{name}: mean |error| {statistics.fmean(abs(e) for e in err) * 100:.1f} pp, "
+              f"mean error {statistics.fmean(err) * 100:+.1f} pp", end="")
+    closer = sum(abs(r["ours"] - r["truth"]) < abs(r["xprof"] - r["truth"]) for r in rows)
+    print(f"\nanalyze closer to the truth than xprof in {closer}/{len(rows)} repetitions", end="")
     print(f"\n\n{len(rows)} repetitions in {time.time() - t0:.0f} s")
     return 0
 
