@@ -35,10 +35,11 @@ from typing import Callable
 from tfbertperf.train.result import TrainResult
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
-# Called as STEP_HOOK(i) before step i, outside its timing.  None in normal runs; the attribution benchmark
-# (tools/bench/bench_attribution.py) sets it so that two runs in separate processes take turns on the CPU.
-STEP_HOOK: Callable[[int], None] | None = None
-PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
+PROBE_SETTLE_STEPS = 1
+# Called as STEP_HOOK("train" | "probe") before every step, outside its timing.  None in normal runs; the
+# attribution benchmark (tools/bench/bench_attribution.py) sets it so that two runs in separate processes take
+# turns on the CPU, every N steps of either kind.
+STEP_HOOK: Callable[[str], None] | None = None  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
 
 
 def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
@@ -301,6 +302,8 @@ def train(
             state = [*model.variables, *optimizer.variables]
             saved = [v.numpy() for v in state]
             for j in range(untimed + n_timed):
+                if STEP_HOOK is not None:
+                    STEP_HOOK("probe")
                 t0 = clock()
                 step_fn(next(probe_state["iter"])).numpy()
                 if j >= untimed:
@@ -311,7 +314,7 @@ def train(
 
         for i in range(steps):
             if STEP_HOOK is not None:
-                STEP_HOOK(i)
+                STEP_HOOK("train")
             if window and i == window[0]:
                 tf.profiler.experimental.start(tensorboard_dir, options=_profiler_options(cfg.profile))
                 profiling = True

@@ -3,8 +3,8 @@
 Ground truth per row: the same model and pipeline measured in two *separate runs*, each in its own process —
 the real run (mean steady step T, from its report.json) and the same model fed synthetic in-memory batches
 (mean steady step T_c) — truth = (T − T_c) / T.  The two processes take turns on the CPU, --turn steps each
-(the run that is not on stops itself with SIGSTOP before a step, outside the step's timing, and the benchmark
-wakes it with SIGCONT when the other one stops): this machine's speed drifts by 5–20 % over seconds (a shared
+(the run that is not on stops itself with SIGSTOP before a step, training or probe alike, outside the step's
+timing, and the benchmark wakes it with SIGCONT when the other one stops): this machine's speed drifts by 5–20 % over seconds (a shared
 VM), and runs one after the other would each measure a different machine.  Each row is the median over --reps
 such pairs.  Means, not medians, of steps: a stall that hits one step in five (a slow read shared by five
 batches) costs throughput, and a median would not see it.
@@ -38,9 +38,14 @@ def child(role: str, sets: list[str], turn: int, vocab_size: int, out_json: str)
     from tfbertperf.config import load_config
     from tfbertperf.train import loop
 
-    def take_turns(i: int) -> None:
-        if i % turn == 0:
+    steps_seen = [0]
+
+    def take_turns(_kind: str) -> None:
+        # every `turn` steps, training or probe alike: the first step after a wake-up runs on cold caches
+        # (~4 ms slower here), and that must hit the probe's steps at the same rate as the others
+        if steps_seen[0] % turn == 0:
             os.kill(os.getpid(), signal.SIGSTOP)  # the benchmark sends SIGCONT when it is our turn again
+        steps_seen[0] += 1
 
     loop.STEP_HOOK = take_turns
     cfg = load_config(sets=sets)
@@ -71,18 +76,22 @@ def take_turns(cmds: list[list[str]]) -> None:
     """Start the commands; once each has stopped itself, wake them one at a time until all have exited."""
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in cmds]
     alive, failed = [], []
-    for p in procs:
-        _, status = os.waitpid(p.pid, os.WUNTRACED)
-        (alive if os.WIFSTOPPED(status) else failed).append((p, status))
-    while alive:
-        for entry in list(alive):
-            p = entry[0]
-            os.kill(p.pid, signal.SIGCONT)
+    try:
+        for p in procs:
             _, status = os.waitpid(p.pid, os.WUNTRACED)
-            if not os.WIFSTOPPED(status):
-                alive.remove(entry)
-                if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-                    failed.append((p, status))
+            (alive if os.WIFSTOPPED(status) else failed).append((p, status))
+        while alive:
+            for entry in list(alive):
+                p = entry[0]
+                os.kill(p.pid, signal.SIGCONT)
+                _, status = os.waitpid(p.pid, os.WUNTRACED)
+                if not os.WIFSTOPPED(status):
+                    alive.remove(entry)
+                    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+                        failed.append((p, status))
+    finally:  # interrupted: a stopped child would wait forever (a pending SIGTERM waits for SIGCONT)
+        for p, _ in alive:
+            p.kill()
     for p, status in failed:
         if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
             for q, _ in alive:
@@ -98,7 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--window", default="20:40", help="profile.steps")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--probe-steps", type=int, default=20)
-    p.add_argument("--turn", type=int, default=5, help="steps per turn of the real and the synthetic run")
+    p.add_argument("--turn", type=int, default=10, help="steps per turn of the real and the synthetic run")
     p.add_argument("--reps", type=int, default=3, help="pairs of runs per row (medians of each figure)")
     p.add_argument("--out", default="", help="runs root (default: a temp dir)")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for every run")
@@ -107,6 +116,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab-size", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--json", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the `finally` that kills stopped children
     if a.child:
         return child(a.child, json.loads(a.child_sets), a.turn, a.vocab_size, a.json)
 
