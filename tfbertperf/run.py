@@ -257,6 +257,10 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         xplanes = find_xplanes(str(tb_dir))
         attribution_doc = attribute(xplanes, step_time_ms=step_ms, compute_only_step_ms=compute_only_ms,
                                     storage=storage, config=cfg.to_dict())
+        # T and T_c of the what-if figure, so that a reader can recompute it (unclamped)
+        attribution_doc["attribution"]["steady_step_time_ms"] = round(step_ms, 4)
+        attribution_doc["attribution"]["compute_only_step_ms"] = (None if compute_only_ms is None
+                                                                  else round(compute_only_ms, 4))
     attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
                                                        result.warmup_steps)
     plots: list[str] = []

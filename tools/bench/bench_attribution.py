@@ -54,8 +54,10 @@ def child(role: str, sets: list[str], turn: int, vocab_size: int, out_json: str)
 
         _run_dir, rep = run(cfg, progress=False)
         att = rep.get("attribution") or {}
-        doc = {"T": rep["throughput"]["step_time_ms"]["mean"],
-               "cost": att.get("input_cost_fraction"), "estimate": att.get("input_cost_estimate_fraction"),
+        T = att.get("steady_step_time_ms") or rep["throughput"]["step_time_ms"]["mean"]
+        T_c = att.get("compute_only_step_ms")
+        # the report clamps input_cost_fraction at 0; unclamped here, like the truth it is compared with
+        doc = {"T": T, "cost": (T - T_c) / T if T_c else None, "estimate": att.get("input_cost_estimate_fraction"),
                "direct": att.get("input_bound_fraction"),
                "wait": (rep.get("step_timer") or {}).get("input_wait_fraction"),
                "bottleneck": (rep.get("verdict") or {}).get("bottleneck")}
@@ -158,7 +160,8 @@ def main(argv=None) -> int:
             row = {"preset": preset, "latency_ms": float(lat),
                    **{k: median(r[k] for r in reps) for k in ("T", "T_c", "truth", "cost", "estimate", "direct",
                                                               "wait")},
-                   "bottleneck": "/".join(sorted({r["bottleneck"] for r in reps if r["bottleneck"]}))}
+                   "bottleneck": "/".join(sorted({r["bottleneck"] for r in reps if r["bottleneck"]})),
+                   "pairs": [(r["truth"], r["cost"]) for r in reps]}
             rows.append(row)
 
     def cell(v, truth):
@@ -180,7 +183,12 @@ def main(argv=None) -> int:
             within = sum(e <= 3.0 for e in errs)
             print(f"\n{name}: max |error| {max(errs):.1f} pp, mean |error| {statistics.fmean(errs):.1f} pp, "
                   f"within 3 pp at {within}/{len(errs)} levels", end="")
-    print(f"\n\n{len(rows)} rows × {a.reps} pairs of runs in {time.time() - t_start:.0f} s "
+    print("\n\nPer pair of runs, truth → input_cost_fraction (error):")
+    for r in rows:
+        cells = [f"{t * 100:.1f} → {c * 100:.1f} ({(c - t) * 100:+.1f})" for t, c in r["pairs"] if c is not None]
+        print(f"- {r['preset']} {r['latency_ms']:g} ms: " + "; ".join(cells))
+    print("\ninput_cost_fraction is shown unclamped ((T − T_c) / T; report.json clamps it at 0), like the truth.")
+    print(f"\n{len(rows)} rows × {a.reps} pairs of runs in {time.time() - t_start:.0f} s "
           f"(turns of {a.turn} steps); runs under {out}")
     return 0
 
