@@ -57,6 +57,8 @@ def test_named_workload_loads():
         ("pipeline.cycle_length=-3", "pipeline.cycle_length"),
         ("profile.steps=50:20", "profile.steps"),
         ("profile.steps=10:500", "profile.steps"),
+        ("profile.probe_blocks=0", "profile.probe_blocks"),
+        ("profile.probe_blocks=many", "profile.probe_blocks"),
         ("noequals", "noequals"),
     ],
 )
