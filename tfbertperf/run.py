@@ -245,8 +245,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     step_ms = sum(result.step_times_ms[i] for i in idx) / max(1, len(idx))
     # T and T_c by the same statistic (means): a stall that hits one step in N costs throughput, and the what-if
     # answer is about throughput.
-    probe_ms = result.extra.get("probe_step_times_ms") or []
-    compute_only_ms = sum(probe_ms) / len(probe_ms) if probe_ms else result.compute_only_step_ms
+    compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
     storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
                "uri": redact_text(inputs.uri)}
     storage.update(backend.metrics.summary())

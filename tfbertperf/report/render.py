@@ -50,13 +50,11 @@ def attribution_table(report: dict) -> str:
     au = report.get("accelerator_utilization")
     if au is not None:
         lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
-    ops = att.get("input_ops_us") or {}
-    if ops:
-        lines.append("input ops, µs/step (xprof): " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
-    split = att.get("input_split_us") or {}
-    if split:
-        lines.append("input ops, µs/step, with our storage read time: "
-                     + ", ".join(f"{k} {float(v):.0f}" for k, v in split.items()))
+    for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
+                       ("input_split_us", "input ops, µs/step, with our storage read time")):
+        ops = att.get(key) or {}
+        if ops:
+            lines.append(f"{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
     return "\n".join(lines)
 
 

@@ -35,11 +35,11 @@ from typing import Callable
 from tfbertperf.train.result import TrainResult
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
-PROBE_SETTLE_STEPS = 1
+PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
 # Called as STEP_HOOK("train" | "probe") before every step, outside its timing.  None in normal runs; the
 # attribution benchmark (tools/bench/bench_attribution.py) sets it so that two runs in separate processes take
 # turns on the CPU, every N steps of either kind.
-STEP_HOOK: Callable[[str], None] | None = None  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
+STEP_HOOK: Callable[[str], None] | None = None
 
 
 def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
