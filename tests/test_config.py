@@ -59,6 +59,7 @@ def test_named_workload_loads():
         ("profile.steps=10:500", "profile.steps"),
         ("profile.probe_blocks=0", "profile.probe_blocks"),
         ("profile.probe_blocks=many", "profile.probe_blocks"),
+        ("profile.threadpool_events=sometimes", "profile.threadpool_events"),
         ("noequals", "noequals"),
     ],
 )

@@ -73,16 +73,22 @@ def test_stall_pipeline_steals_cpu_and_memory_feed_does_not(profiles):
         assert s["wait_ms"] + s["compute_phase_ms"] == pytest.approx(s["step_ms"])
 
 
+# One step of 10 ms on 2 cores (two tf_Compute threads): 2 ms blocked in get-next, then 8 ms compute.
+_STEP_5 = [
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/1"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/1"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/2"}},
+    {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+     "args": {"step_num": "5", "group_id": "0"}},
+    {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+]
+
+
 def _synthetic_step(compute_tasks):
-    # One step of 10 ms: 2 ms blocked in get-next, then 8 ms compute; one input thread busy for 4 ms of it.
+    # One input thread busy for 4 ms of the compute phase.
     ev = [
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/1"}},
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/1"}},
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/2"}},
-        {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
-         "args": {"step_num": "5", "group_id": "0"}},
-        {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+        *_STEP_5,
         {"ph": "X", "name": "ThreadpoolListener::Region", "pid": 1, "tid": 2, "ts": 1000, "dur": 5000},
     ]
     ev += [{"ph": "X", "name": "ThreadpoolListener::Region", "pid": 1, "tid": tid, "ts": ts, "dur": dur}
@@ -194,3 +200,58 @@ def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_re
     capped = joined_input_split(ops, {"read_ms_per_step": 10.0})  # more than xprof holds: never negative
     assert capped["preprocessing"] == 0.0 and capped["unclassified"] == 0.0
     assert capped["storage_read"] == 5300.0 and joined_input_split(ops, {"read_ms_per_step": 0}) is None
+
+
+def test_contention_without_task_events_reads_function_runs_and_takes_all_cores_as_width():
+    # A capture without thread-pool task events (train/capture.py): the input thread's busy time is its function
+    # execution, and the compute pools show no tasks, so W = C — the same 1/3 loss as with W = 2 seen above.
+    ev = [
+        *_STEP_5,
+        {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 1000, "dur": 5000},
+        {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 3000},
+    ]
+    s = contention.step_contention({"traceEvents": ev})["steps"][5]
+    assert s["compute_width"] == 2
+    assert s["stolen_ms"] == pytest.approx(4.0 / 3) and s["input_busy_ms"] == pytest.approx(4.0)
+
+
+def _pool_task_events(logdir) -> int:
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    n = 0
+    for path in xprof_tools.find_xplanes(logdir):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(Path(path).read_bytes())
+        for plane in space.planes:
+            names = {k: m.name for k, m in plane.event_metadata.items()}
+            n += sum(names.get(e.metadata_id, "").startswith("ThreadpoolListener")
+                     for line in plane.lines for e in line.events)
+    return n
+
+
+@pytest.mark.parametrize("threadpool_events", [False, True])
+def test_capture_drops_only_the_thread_pool_task_events(tmp_path, threadpool_events):
+    # A real capture of a marked tf.data + matmul loop: without pool task events xprof still finds every step
+    # and the input pipeline; with them (TF's default) the pool's task regions are there.
+    import tensorflow as tf
+
+    from tfbertperf.train import capture
+
+    ds = tf.data.Dataset.range(64).map(lambda i: tf.random.stateless_normal([64, 256], seed=[i, 0]),
+                                       num_parallel_calls=2).prefetch(2)
+    w = tf.random.stateless_normal([256, 256], seed=[1, 2])
+    step = tf.function(lambda x: tf.reduce_sum(tf.matmul(tf.matmul(x, w), w)))
+    it = iter(ds)
+    step(next(it))
+    state = capture.start(str(tmp_path), tf.profiler.experimental.ProfilerOptions(host_tracer_level=2),
+                          threadpool_events=threadpool_events)
+    try:
+        for i in range(8):
+            with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                step(next(it)).numpy()
+    finally:
+        tf.profiler.experimental.stop()
+    assert state == ("on" if threadpool_events else "off")
+    rows = attribution.step_rows(xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "input_pipeline_analyzer"))
+    assert len(rows) >= 6
+    assert (_pool_task_events(tmp_path) > 0) is threadpool_events

@@ -74,6 +74,7 @@ def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     assert 0.0 <= a["input_bound_fraction"] <= 1.0
     assert a["input_cost_fraction"] is not None and -1.0 < a["input_cost_fraction"] < 1.0
     assert set(a["input_ops_us"]) >= {"storage_read", "preprocessing", "enqueue"}
+    assert a["threadpool_events"] == "off"  # the cheap capture is the default (train/capture.py)
     # the what-if figure is (T − T_c) / T of the two step times it reports, clamped at 0
     T, T_c = a["steady_step_time_ms"], a["compute_only_step_ms"]
     assert abs(T - r["throughput"]["step_time_ms"]["mean"]) < 0.01  # the same steady steps as the throughput

@@ -24,6 +24,8 @@ import time
 import keras
 import tensorflow as tf
 
+from tfbertperf.train import capture
+
 
 class ProfileCallback(keras.callbacks.Callback):
     """Step markers for every training batch + a tf.profiler capture of the `profile_steps` window.
@@ -34,6 +36,8 @@ class ProfileCallback(keras.callbacks.Callback):
         None or "none" = markers only, no capture.
       marker: the step marker name (what xprof's step table shows, e.g. "train 12").
       host_tracer_level, python_tracer, device_tracer_level: tf.profiler options (see ProfilerOptions).
+      threadpool_events: also record TF's thread-pool task events (intra-op threads in Trace Viewer); off by
+        default, they are most of tracing's cost (tfbertperf/train/capture.py).
       sync: pull the step's loss to the host before closing the marker, so a step's time includes its device
         work even on asynchronous devices (GPU/TPU). Costs one small device→host copy per step.
     Attributes:
@@ -41,7 +45,8 @@ class ProfileCallback(keras.callbacks.Callback):
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
-                 python_tracer: bool = False, device_tracer_level: int = 1, sync: bool = True):
+                 python_tracer: bool = False, device_tracer_level: int = 1, sync: bool = True,
+                 threadpool_events: bool = False):
         super().__init__()
         self.logdir = str(logdir)
         self.window = _parse_window(profile_steps)
@@ -51,6 +56,7 @@ class ProfileCallback(keras.callbacks.Callback):
             device_tracer_level=device_tracer_level,
         )
         self.sync = sync
+        self.threadpool_events = threadpool_events
         self.step_times_ms: list[float] = []
         self._step = 0
         self._trace = None
@@ -60,7 +66,7 @@ class ProfileCallback(keras.callbacks.Callback):
     # Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
     def on_train_batch_begin(self, batch, logs=None):
         if self.window and self._step == self.window[0] and not self._profiling:
-            tf.profiler.experimental.start(self.logdir, options=self.options)
+            capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
             self._profiling = True
         if self.window and self._step == self.window[1] and self._profiling:
             self._stop()

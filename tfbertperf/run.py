@@ -260,6 +260,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         attribution_doc["attribution"]["steady_step_time_ms"] = round(step_ms, 4)
         attribution_doc["attribution"]["compute_only_step_ms"] = (None if compute_only_ms is None
                                                                   else round(compute_only_ms, 4))
+        # whether the capture recorded thread-pool tasks (profile.threadpool_events; train/capture.py)
+        attribution_doc["attribution"]["threadpool_events"] = result.extra.get("threadpool_events")
     attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
                                                        result.warmup_steps)
     plots: list[str] = []

@@ -55,6 +55,10 @@ as if it used a core, so for such pipelines the estimate is an upper bound: with
 Equal shares assume equal scheduling weights (no nice levels, cgroup CPU quotas or pinned threads), and a
 thread preempted in the middle of a task still counts as busy.
 
+Without thread-pool task events (a capture with profile.threadpool_events off, our default: they are most of
+tracing's cost, train/capture.py) the busy periods of input threads are their function executions
+(`ExecutorState::Process`, `FunctionRun`) and W is taken to be C.
+
 C (cores) is read from the profile itself — TensorFlow sizes its inter-op (`tf_Compute`) and intra-op (Eigen)
 pools to the machine's cores, so the number of distinct threads of each pool seen in the trace is a lower bound
 on C; os.cpu_count() of the analyzing machine is the fallback when the trace shows neither pool.
@@ -215,8 +219,9 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
         waits = list(_clip(waits, start, end))
         phase = _subtract([(start, end)], waits)
         # W: the compute's width — the most pool threads it ran on at once in this step (the step's own thread
-        # when no pool thread shows), at most C.
-        width = min(C, max(1, _peak(compute_busy, start, end)))
+        # when no pool thread shows), at most C.  A capture without thread-pool task events (our default,
+        # train/capture.py) shows no pool thread at all: then W = C, the width of a CPU-bound TF compute.
+        width = min(C, max(1, _peak(compute_busy, start, end))) if compute_busy else C
         # Sweep line over the compute phase: +1/-1 at each busy input interval's edges.
         edges = []
         for thread_ivs in input_busy:

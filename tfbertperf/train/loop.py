@@ -32,6 +32,7 @@ import statistics
 import time
 from typing import Callable
 
+from tfbertperf.train import capture
 from tfbertperf.train.result import TrainResult
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
@@ -293,6 +294,7 @@ def train(
         blocks_at = dict(plan)
         probe_ms: list[float] = []
         probe_state = {"iter": None, "blocks": 0}
+        threadpool_events = None  # what the capture recorded of thread-pool tasks (capture.start)
 
         def probe_block(n_timed: int) -> None:
             """n_timed compute-only steps on the cached first batch; model and optimizer state restored after."""
@@ -316,7 +318,8 @@ def train(
             if STEP_HOOK is not None:
                 STEP_HOOK("train")
             if window and i == window[0]:
-                tf.profiler.experimental.start(tensorboard_dir, options=_profiler_options(cfg.profile))
+                threadpool_events = capture.start(tensorboard_dir, _profiler_options(cfg.profile),
+                                                  threadpool_events=cfg.profile.threadpool_events)
                 profiling = True
             if window and i == window[1]:
                 _stop_profiler(strategy)
@@ -391,6 +394,7 @@ def train(
                 "probe_step_times_ms": probe_ms,
                 "probe_blocks": [[p, n] for p, n in plan],
                 "probe_recovery_steps": recovery,
+                "threadpool_events": threadpool_events,
                 **_worker_identity(strategy),
             },
         )

@@ -2,6 +2,8 @@
 
 - traced ÷ untraced, same run: median step time inside the profiled window (its first and last step dropped:
   profiler start/stop) ÷ median of the steady steps outside it; the median over --traced-runs runs.  Goal ≤ 1.03.
+  Measured for the default capture (TF's thread-pool task events off, tfbertperf/train/capture.py) and, in
+  alternating runs, for TF's full capture (`profile.threadpool_events=true`).
 - step timer on ÷ off: what the timer adds per step is one extra perf_counter() read and one list append
   (train/loop.py); that cost is timed directly over 10^5 repetitions and divided by the run's median step:
   ratio = 1 + timer cost / step time.  Goal ≤ 1.01.  As a cross-check, the same training is also run
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
     p.add_argument("--window", default="20:45", help="profile.steps for the traced run")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--pairs", type=int, default=3, help="step timer on/off pairs")
-    p.add_argument("--traced-runs", type=int, default=3, help="traced runs (median of their traced ÷ untraced)")
+    p.add_argument("--traced-runs", type=int, default=7, help="traced runs (median of their traced ÷ untraced)")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for every run")
     a = p.parse_args(argv)
 
@@ -58,19 +60,25 @@ def main(argv=None) -> int:
     t0 = time.time()
     quiet = lambda m: None  # noqa: E731
 
-    # 1. traced ÷ untraced, same run (several runs: a burst of other load during the window moves one run's ratio)
+    # 1. traced ÷ untraced, same run (several runs: a burst of other load during the window moves one run's ratio).
+    #    The default capture (thread-pool task events off) and TF's full one (on) alternate, run by run.
     cfg = load_config(sets=[*base, f"profile.steps={a.window}"])
     dataset_fn, vocab = make_dataset_fn(cfg)
     start, stop = cfg.profile_window
-    traced = []  # (ratio, inside median, outside median)
+    variants = {False: [], True: []}  # threadpool_events → [(ratio, inside median, outside median)]
     for k in range(a.traced_runs):
-        with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tb:
-            print(f"[bench] traced run {k + 1}/{a.traced_runs} …", file=sys.stderr, flush=True)
-            r = train(cfg, dataset_fn, vocab, tb, progress=quiet)
-        inside = [r.step_times_ms[i] for i in range(start + 1, stop - 1)]
-        outside = [r.step_times_ms[i] for i in range(r.warmup_steps, len(r.step_times_ms)) if not start <= i < stop]
-        traced.append((statistics.median(inside) / statistics.median(outside), statistics.median(inside),
-                       statistics.median(outside)))
+        for tp in ((False, True) if k % 2 == 0 else (True, False)):
+            c = load_config(sets=[*base, f"profile.steps={a.window}", f"profile.threadpool_events={str(tp).lower()}"])
+            with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tb:
+                print(f"[bench] traced run {k + 1}/{a.traced_runs}, thread-pool events {'on' if tp else 'off'} …",
+                      file=sys.stderr, flush=True)
+                r = train(c, dataset_fn, vocab, tb, progress=quiet)
+            inside = [r.step_times_ms[i] for i in range(start + 1, stop - 1)]
+            outside = [r.step_times_ms[i] for i in range(r.warmup_steps, len(r.step_times_ms))
+                       if not start <= i < stop]
+            variants[tp].append((statistics.median(inside) / statistics.median(outside), statistics.median(inside),
+                                 statistics.median(outside)))
+    traced = variants[False]
     traced_ratio, inside_ms, outside_ms = sorted(traced)[len(traced) // 2]
 
     # 2. step timer on ÷ off, alternating runs
@@ -96,8 +104,11 @@ def main(argv=None) -> int:
 
     print("\n| measure | numerator ms/step | denominator ms/step | ratio | goal |")
     print("|---|---|---|---|---|")
-    print(f"| traced ÷ untraced (same run, {len(inside)} vs {len(outside)} steps; median of {len(traced)} runs: "
-          f"{', '.join(f'{x[0]:.3f}' for x in traced)}) | {inside_ms:.1f} | {outside_ms:.1f} | {traced_ratio:.3f} | ≤ 1.03 |")
+    for tp, label, goal in ((False, "default capture", "≤ 1.03"), (True, "with thread-pool task events", "—")):
+        runs = variants[tp]
+        ratio, ins, outs = sorted(runs)[len(runs) // 2]
+        print(f"| traced ÷ untraced, {label} (same run, {len(inside)} vs {len(outside)} steps; median of {len(runs)} "
+              f"runs: {', '.join(f'{x[0]:.3f}' for x in runs)}) | {ins:.1f} | {outs:.1f} | {ratio:.3f} | {goal} |")
     print(f"| step timer on ÷ off (timer cost {timer_cost_ms * 1e6:.0f} ns/step ÷ median step) | "
           f"{outside_ms + timer_cost_ms:.4f} | {outside_ms:.4f} | {timer_ratio:.6f} | ≤ 1.01 |")
     print(f"| cross-check: step timer on ÷ off, {a.pairs} alternating runs (per-pair ratios "
