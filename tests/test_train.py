@@ -129,3 +129,26 @@ def test_absent_tpu_and_unknown_device_are_usage_errors():
     cfg = _cfg(**{"train.strategy": "one_device", "train.device": "/gpu:3"})
     with pytest.raises(UsageError, match="train.device=/gpu:3"):
         train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None)
+
+
+def test_optimizer_decays_kernels_and_embeddings_but_not_layernorm_or_biases():
+    # Zero gradients leave Adam's moments at 0, so one step changes a variable only by its weight decay.
+    import tensorflow as tf
+
+    from tfbertperf.model import build_model
+    from tfbertperf.train.loop import make_optimizer
+
+    cfg = _cfg(**{"train.learning_rate": 0.1})
+    model = build_model(cfg.model, VOCAB, cfg.data.seq_len, cfg.data.max_predictions)
+    variables = model.trainable_variables
+    opt = make_optimizer(cfg.train, variables)
+    for v in variables:  # biases and betas start at 0, where decay would not show
+        v.assign(tf.ones_like(v))
+    before = {v.path: v.numpy().copy() for v in variables}
+    opt.apply_gradients([(tf.zeros_like(v), v) for v in variables])
+    for v in variables:
+        decayed = not math.isclose(float(abs(v.numpy() - before[v.path]).max()), 0.0, abs_tol=0.0)
+        leaf = v.path.rsplit("/", 1)[-1]
+        assert decayed is not (leaf in ("gamma", "beta") or leaf.endswith("bias")), v.path
+    kernel = next(v for v in variables if v.path.endswith("ffn/up/kernel"))
+    assert abs(kernel.numpy() - (1 - 0.1 * 0.01)).max() < 1e-6

@@ -42,6 +42,10 @@ PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads 
 # turns on the CPU, every N steps of either kind.
 STEP_HOOK: Callable[[str], None] | None = None
 
+# Variable names AdamW leaves undecayed (make_optimizer; google-research/bert optimization.py excludes "LayerNorm",
+# "layer_norm" and "bias"; our LayerNorms' parameters are gamma and beta).
+NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
+
 
 def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
                blocks: int) -> list[tuple[int, int]]:
@@ -183,7 +187,22 @@ def _probe_source(strategy, first_batch):
     return strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.from_tensors(local).repeat())
 
 
-def _profiler_options(profile_cfg):
+def make_optimizer(train_cfg, variables):
+    """BERT's optimizer: AdamW (weight decay 0.01, epsilon 1e-6) without decay on LayerNorm parameters and biases
+    (as google-research/bert's AdamWeightDecayOptimizer), loss-scaled under mixed_float16.  Built up front, so the
+    first traced step sees the optimizer's real variables (and loss scale)."""
+    import keras
+
+    optimizer = keras.optimizers.AdamW(learning_rate=train_cfg.learning_rate, weight_decay=0.01, epsilon=1e-6)
+    optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+    if train_cfg.precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(variables)
+    return optimizer
+
+
+def profiler_options(profile_cfg):
+    """tf.profiler options from the profile.* settings."""
     import tensorflow as tf
 
     return tf.profiler.experimental.ProfilerOptions(
@@ -255,7 +274,6 @@ def train(
     # The strategy comes first: MultiWorkerMirroredStrategy must exist before any other TF op runs.
     if strategy is None:
         strategy = placement.make_strategy(cfg.train)
-    import keras
     import tensorflow as tf
 
     from tfbertperf.model import build_model, describe, parameter_line
@@ -269,11 +287,7 @@ def train(
         seq_len, max_predictions = cfg.data.seq_len, cfg.data.max_predictions
         with strategy.scope():
             model = build_model(cfg.model, vocab_size, seq_len, max_predictions)
-            optimizer = keras.optimizers.AdamW(learning_rate=cfg.train.learning_rate, weight_decay=0.01, epsilon=1e-6)
-            if cfg.train.precision == "mixed_float16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            # Built up front so the first traced step sees the optimizer's real variables (and loss scale).
-            optimizer.build(model.trainable_variables)
+            optimizer = make_optimizer(cfg.train, model.trainable_variables)
         info = describe(model)
         say(parameter_line(info))
         step_fn = make_train_step(model, optimizer, strategy, cfg.model.task, jit=cfg.train.jit)
@@ -318,7 +332,7 @@ def train(
             if STEP_HOOK is not None:
                 STEP_HOOK("train")
             if window and i == window[0]:
-                threadpool_events = capture.start(tensorboard_dir, _profiler_options(cfg.profile),
+                threadpool_events = capture.start(tensorboard_dir, profiler_options(cfg.profile),
                                                   threadpool_events=cfg.profile.threadpool_events)
                 profiling = True
             if window and i == window[1]:
