@@ -111,7 +111,7 @@ class ProfileConfig:
     host_tracer_level: int = 2  # tf.profiler host tracer level (1 = user, 2 = +high-level TF ops, 3 = verbose)
     python_tracer: bool = False  # Python function tracer (expensive; off by default)
     device_tracer_level: int = 1
-    threadpool_events: bool = False  # TF's thread-pool task events (Eigen threads in Trace Viewer; ~2/3 of tracing cost)
+    threadpool_events: bool = False  # TF's thread-pool task events (Eigen threads in Trace Viewer; 3/4 of a trace)
     probe_steps: int = 20  # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off
     probe_blocks: int = 4  # the probe's steps run in this many blocks spread through the steady steps; 1 = after the loop
     au_threshold: float = 0.90  # accelerator utilization pass/fail threshold (MLPerf Storage)

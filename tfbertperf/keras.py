@@ -37,7 +37,7 @@ class ProfileCallback(keras.callbacks.Callback):
       marker: the step marker name (what xprof's step table shows, e.g. "train 12").
       host_tracer_level, python_tracer, device_tracer_level: tf.profiler options (see ProfilerOptions).
       threadpool_events: also record TF's thread-pool task events (intra-op threads in Trace Viewer); off by
-        default, they are most of tracing's cost (tfbertperf/train/capture.py).
+        default: they are 3/4 of a trace's events (tfbertperf/train/capture.py).
       sync: pull the step's loss to the host before closing the marker, so a step's time includes its device
         work even on asynchronous devices (GPU/TPU). Costs one small device→host copy per step.
     Attributes:

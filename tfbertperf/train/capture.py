@@ -1,17 +1,19 @@
-"""Start a tf.profiler capture, optionally without TF's thread-pool task events (the bulk of tracing's cost).
+"""Start a tf.profiler capture, by default without TF's thread-pool task events (3/4 of a trace's events).
 
-What tracing costs, counted in one profiled window of tiny BERT (batch 16, 2 cores, TF 2.21): TF's host tracer
-records about 10,600 events a step, and each costs the traced thread roughly half a microsecond.  About 7,900
-of them come from the thread-pool listener that `CreateHostTracer` always starts next to the TraceMe recorder
-(xla/tsl/profiler/backends/cpu/threadpool_listener.cc): three events (schedule, region start, region stop) for
-every closure any TF thread pool runs — mostly the blocks Eigen cuts each op into on the intra-op pool.  With it
-the profiled steps ran 7–9 % slower than unprofiled ones here; without it 2–3 %.
+What a capture records, counted in one profiled window of tiny BERT (batch 16, 2 cores, TF 2.21): about 10,600
+host events a step.  About 7,900 of them come from the thread-pool listener that `CreateHostTracer` always starts
+next to the TraceMe recorder (xla/tsl/profiler/backends/cpu/threadpool_listener.cc): three events (schedule,
+region start, region stop) for every closure a TF thread pool runs — mostly the blocks Eigen cuts each op into on
+the intra-op pool.  Without them the window's .xplane.pb is 2.6 MB instead of 6.7 MB and attributing it takes
+0.8 s instead of 5 s.  Their cost to the traced steps themselves is small and within this VM's noise: traced ÷
+untraced 1.012–1.020 without them, 1.017–1.035 with them (tools/bench/bench_overhead.py, BENCHMARKS.md).
 
 What those events give: `ThreadpoolListener::Region` spans on the intra-op (Eigen) threads, which are otherwise
 blank in Trace Viewer, and the flow arrows from a task's scheduling to its run.  xprof's step table, input
-pipeline analysis, op statistics and tf.data statistics come from other events and are unchanged without them;
-our contention estimate (profile/contention.py) falls back to op events and takes the compute width to be all
-cores (see there).
+pipeline analysis, op statistics and tf.data statistics come from other events and are the same without them;
+our contention estimate (profile/contention.py) then reads function executions and takes the compute width to be
+all cores (replayed on the same traces with and without the events: stolen time within 0.1 ms a step).
+`profile.threadpool_events=true` keeps them.
 
 The listener's switch is not part of ProfilerOptions.  TF exports it from libtensorflow_framework
 (`tsl::profiler::threadpool_listener::Deactivate()`), and the profiler session turns it on in `start`, so
