@@ -57,6 +57,21 @@ def test_mirrored_on_two_logical_cpus_splits_the_global_batch_and_matches_single
     assert "train.batch_size=7" in out["err"] and "2 replicas" in out["err"]
 
 
+def test_a_mirrored_run_on_two_logical_cpus_is_profiled_and_xprof_finds_its_steps(tmp_path):
+    out = _python(f"""
+        from tfbertperf.train.strategy import split_cpu_devices
+        split_cpu_devices(2)
+        from tfbertperf.profile import attribution, xprof_tools
+        c = cfg(**{{"train.strategy": "mirrored", "train.steps": 14, "profile.steps": "3:12"}})
+        r = train(c, synthetic_dataset_fn(c, 500), 500, {str(tmp_path)!r}, progress=None)
+        doc = attribution.attribute_host(xprof_tools.find_xplanes({str(tmp_path)!r}))
+        print(json.dumps({{"replicas": r.replicas, "steps": doc["steps_profiled"],
+                          "step_ms": doc["step_time_ms"], "fractions": doc["fractions"]}}))
+    """)
+    assert out["replicas"] == 2 and out["steps"] >= 6
+    assert out["step_ms"] > 0 and abs(sum(out["fractions"].values()) - 1.0) <= 0.01
+
+
 def test_same_seed_gives_identical_loss_trajectories_and_another_seed_does_not():
     out = _python("""
         a = run(cfg(**{"train.deterministic": True, "train.seed": 7}))
