@@ -145,6 +145,11 @@ def is_compute_thread(name: str) -> bool:
     return not is_input_thread(name) and (name.startswith(COMPUTE_THREAD_PREFIXES) or "Eigen" in name)
 
 
+def _span(e: dict) -> tuple[float, float]:
+    """A complete ("X") trace event's (start, end) in µs."""
+    return float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+
+
 def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple = ()) -> list:
     """For each thread whose name passes `keep`: the union of its busy intervals — its pool tasks (TASK_EVENT),
     or its `fallback_events` when it shows no pool task."""
@@ -152,9 +157,8 @@ def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple =
     for key, evs in by_thread.items():
         if not keep(threads.get(key, "")):
             continue
-        span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))  # noqa: E731
-        ivs = [span(e) for e in evs if e["name"] == TASK_EVENT]
-        ivs = ivs or [span(e) for e in evs if e["name"] in fallback_events]
+        ivs = [_span(e) for e in evs if e["name"] == TASK_EVENT]
+        ivs = ivs or [_span(e) for e in evs if e["name"] in fallback_events]
         if ivs:
             out.append(_union(ivs))
     return out
@@ -203,20 +207,19 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
         args = e.get("args") or {}
         if "step_num" in args and "group_id" in args:
             try:
-                steps.append((int(args["step_num"]), key, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+                steps.append((int(args["step_num"]), key, *_span(e)))
             except (TypeError, ValueError):
                 continue
 
     input_busy = _busy_threads(by_thread, threads, is_input_thread, INPUT_WORK_EVENTS)
     compute_busy = _busy_threads(by_thread, threads, is_compute_thread)
 
+    # get-next spans of each step-marker thread, read once (not once per step)
+    get_next = {key: [_span(e) for e in by_thread[key] if GET_NEXT_EVENT.match(e["name"])]
+                for key in {k for _, k, _, _ in steps}}
     out = {}
     for num, key, start, end in sorted(steps):
-        waits = _union([
-            (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-            for e in by_thread[key]
-            if GET_NEXT_EVENT.match(e["name"]) and start <= float(e["ts"]) < end
-        ])
+        waits = _union([(a, b) for a, b in get_next[key] if start <= a < end])
         waits = list(_clip(waits, start, end))
         phase = _subtract([(start, end)], waits)
         # W: the compute's width — the most pool threads it ran on at once in this step (the step's own thread

@@ -6,13 +6,13 @@ next to the TraceMe recorder (xla/tsl/profiler/backends/cpu/threadpool_listener.
 region start, region stop) for every closure a TF thread pool runs — mostly the blocks Eigen cuts each op into on
 the intra-op pool.  Without them the window's .xplane.pb is 2.6 MB instead of 6.7 MB and attributing it takes
 0.8 s instead of 5 s.  Their cost to the traced steps themselves is small and within this VM's noise: traced ÷
-untraced 1.012–1.020 without them, 1.017–1.035 with them (tools/bench/bench_overhead.py, BENCHMARKS.md).
+untraced 1.012–1.020 without them, 1.017–1.051 with them (tools/bench/bench_overhead.py, BENCHMARKS.md).
 
 What those events give: `ThreadpoolListener::Region` spans on the intra-op (Eigen) threads, which are otherwise
 blank in Trace Viewer, and the flow arrows from a task's scheduling to its run.  xprof's step table, input
 pipeline analysis, op statistics and tf.data statistics come from other events and are the same without them;
 our contention estimate (profile/contention.py) then reads function executions and takes the compute width to be
-all cores (replayed on the same traces with and without the events: stolen time within 0.1 ms a step).
+all cores (replayed on the same traces with and without the events: stolen time within 0.12 ms a step).
 `profile.threadpool_events=true` keeps them.
 
 The listener's switch is not part of ProfilerOptions.  TF exports it from libtensorflow_framework

@@ -4,8 +4,8 @@ Ground truth per row: the same model and pipeline measured in two *separate runs
 the real run (mean steady step T, from its report.json) and the same model fed synthetic in-memory batches
 (mean steady step T_c) — truth = (T − T_c) / T.  The two processes take turns on the CPU, --turn steps each
 (the run that is not on stops itself with SIGSTOP before a step, training or probe alike, outside the step's
-timing, and the benchmark wakes it with SIGCONT when the other one stops): this machine's speed drifts by 5–20 % over seconds (a shared
-VM), and runs one after the other would each measure a different machine.  Each row is the median over --reps
+timing, and the benchmark wakes it with SIGCONT when the other one stops): this machine's speed drifts by
+5–20 % over seconds (a shared VM), and runs one after the other would each measure a different machine.  Each row is the median over --reps
 such pairs.  Means, not medians, of steps: a stall that hits one step in five (a slow read shared by five
 batches) costs throughput, and a median would not see it.
 
