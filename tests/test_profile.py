@@ -9,7 +9,7 @@ import pytest
 
 from tfbertperf.config import load_config
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import attribution, contention, xprof_tools
+from tfbertperf.profile import advice, attribution, contention, steptable, verdict, xprof_tools
 
 sys.path.insert(0, str(Path(__file__).parent / "programs"))
 from runner import run_program  # noqa: E402
@@ -146,7 +146,7 @@ def test_probe_gives_input_cost_fraction_and_au(profiles):
 
 
 def _att(**fr):
-    fractions = {c: 0.0 for c in attribution.CATEGORIES}
+    fractions = {c: 0.0 for c in steptable.CATEGORIES}
     fractions.update(fr)
     return {"fractions": fractions, "step_time_ms": 10.0, "input_bound_fraction": fractions["input"],
             "input_cost_fraction": None, "input_cost_estimate_fraction": None, "input_ops_us": {}}
@@ -160,19 +160,19 @@ def _att(**fr):
 ])
 def test_verdict_thresholds(fr, expected):
     att = _att(**fr)
-    assert attribution.verdict(att, 0.5)["bottleneck"] == expected
+    assert verdict.verdict(att, 0.5)["bottleneck"] == expected
 
 
 def test_trace_estimate_outranks_the_direct_figure_in_the_verdict():
     att = _att(input=0.05, host_compute=0.95)
-    att["input_cost_estimate_fraction"] = attribution.INPUT_BOUND_THRESHOLD + 0.1
-    assert attribution.verdict(att, 0.7)["bottleneck"] == "input"
+    att["input_cost_estimate_fraction"] = verdict.INPUT_BOUND_THRESHOLD + 0.1
+    assert verdict.verdict(att, 0.7)["bottleneck"] == "input"
 
 
 def test_naive_config_advice_names_knob_and_value():
     cfg = load_config(sets=["pipeline.preset=naive", "pipeline.prefetch=0", "pipeline.cycle_length=1",
                             "pipeline.parse_after_batch=false"]).to_dict()
-    recs = attribution.verdict(_att(input=0.6, host_compute=0.4), 0.4, config=cfg)["recommendations"]
+    recs = verdict.verdict(_att(input=0.6, host_compute=0.4), 0.4, config=cfg)["recommendations"]
     text = "\n".join(recs)
     assert "prefetch 0 → autotune" in text
     assert "interleave cycle_length 1 → autotune" in text
@@ -181,7 +181,7 @@ def test_naive_config_advice_names_knob_and_value():
 
 def test_remote_stream_advice_says_stage():
     cfg = load_config(sets=["data.uri=gs://bucket/data", "data.mode=stream"]).to_dict()
-    recs = attribution.recommendations("input", _att(input=0.5), cfg)
+    recs = [a["advice"] for a in advice.actions("input", _att(input=0.5), cfg)]
     assert any("stage remote shards" in r and "--set data.mode=stage" in r for r in recs)
 
 
@@ -192,7 +192,7 @@ def test_step_timer_summary_skips_warmup_and_sums_waits():
 
 
 def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_read():
-    from tfbertperf.profile.attribution import joined_input_split
+    from tfbertperf.profile.figures import joined_input_split
 
     ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 50.0, "unclassified": 200.0}
     split = joined_input_split(ops, {"read_ms_per_step": 3.0})  # 3,000 µs of reads, 100 already seen by xprof
@@ -203,7 +203,7 @@ def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_re
 
 
 def test_contention_without_task_events_reads_function_runs_and_takes_all_cores_as_width():
-    # A capture without thread-pool task events (train/capture.py): the input thread's busy time is its function
+    # A capture without thread-pool task events (profile/capture.py): the input thread's busy time is its function
     # execution, and the compute pools show no tasks, so W = C — the same 1/3 loss as with W = 2 seen above.
     ev = [
         *_STEP_5,
@@ -235,7 +235,7 @@ def test_capture_drops_only_the_thread_pool_task_events(tmp_path, threadpool_eve
     # and the input pipeline; with them (TF's default) the pool's task regions are there.
     import tensorflow as tf
 
-    from tfbertperf.train import capture
+    from tfbertperf.profile import capture
 
     ds = tf.data.Dataset.range(64).map(lambda i: tf.random.stateless_normal([64, 256], seed=[i, 0]),
                                        num_parallel_calls=2).prefetch(2)
@@ -252,6 +252,6 @@ def test_capture_drops_only_the_thread_pool_task_events(tmp_path, threadpool_eve
     finally:
         tf.profiler.experimental.stop()
     assert state == ("on" if threadpool_events else "off")
-    rows = attribution.step_rows(xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "input_pipeline_analyzer"))
+    rows = steptable.step_rows(xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "input_pipeline_analyzer"))
     assert len(rows) >= 6
     assert (_pool_task_events(tmp_path) > 0) is threadpool_events

@@ -25,7 +25,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tuned_run(data_dir, tmp_path_factory):
-    from tfbertperf.run import run
+    from tfbertperf.job import run
 
     out = tmp_path_factory.mktemp("runs")
     cfg = load_config(data_uri=str(data_dir),
@@ -63,6 +63,17 @@ def test_report_follows_the_design_schema(tuned_run):
     assert st["steps"] > 0 and 0.0 <= st["input_wait_fraction"] <= 1.0
 
 
+def test_report_has_every_key_of_the_schema_documented_in_the_package(tuned_run):
+    from test_layout import schema_keys
+
+    _, r = tuned_run
+    keys = schema_keys()
+    assert keys[""] <= set(r), sorted(keys[""] - set(r))
+    for section in ("model", "training", "throughput", "attribution", "step_timer", "storage", "verdict", "artifacts"):
+        missing = keys[section] - set(r[section])
+        assert not missing, (section, sorted(missing))
+
+
 def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     _, r = tuned_run
     a = r["attribution"]
@@ -97,7 +108,7 @@ def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
 
 
 def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
-    from tfbertperf.run import run
+    from tfbertperf.job import run
 
     # Slow storage (400 ms per 256 KiB read, ~4 batches) makes the contrast robust on a noisy 2-core machine:
     # the tuned pipeline's parallel interleave + prefetch hide it, sequential reads cannot.  (At 20 ms even the
@@ -152,7 +163,8 @@ def test_two_local_workers_each_get_an_attribution(data_dir, tmp_path):
 
 
 def test_steady_steps_leave_out_probe_recovery_steps_only_when_the_pipeline_is_behind():
-    from tfbertperf.run import pipeline_runs_ahead, steady_steps
+    from tfbertperf.data.pipeline import runs_ahead as pipeline_runs_ahead
+    from tfbertperf.report.build import steady_steps
     from tfbertperf.train.result import TrainResult
 
     def result(wait):

@@ -11,7 +11,8 @@ import pytest
 from tfbertperf.config import load_config
 from tfbertperf.errors import UsageError
 from tfbertperf.train.loop import train
-from tfbertperf.train.synthetic import synthetic_dataset_fn
+from tfbertperf.data.synthetic import synthetic_dataset_fn
+from tfbertperf.profile.capture import Capture
 
 VOCAB = 600
 
@@ -41,7 +42,8 @@ def _xprof_steps(logdir):
 def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_path):
     cfg = _cfg(**{"train.steps": 30, "profile.steps": "5:25", "profile.probe_steps": 4, "train.log_every": 10})
     lines = []
-    result = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, str(tmp_path), progress=lines.append)
+    result = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, str(tmp_path), progress=lines.append,
+                   capture=Capture.from_config(str(tmp_path), cfg.profile))
 
     steps = _xprof_steps(tmp_path)
     assert len(steps) >= 10, steps
@@ -60,7 +62,7 @@ def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_pat
 
 
 def test_probe_plan_spreads_blocks_over_steady_steps_away_from_the_window():
-    from tfbertperf.train.loop import probe_plan, recovery_steps
+    from tfbertperf.train.probe import probe_plan, recovery_steps
 
     plan = probe_plan(60, 5, (20, 40), 20, 4)
     assert sum(n for _, n in plan) == 20 and len(plan) == 4
@@ -136,7 +138,7 @@ def test_optimizer_decays_kernels_and_embeddings_but_not_layernorm_or_biases():
     import tensorflow as tf
 
     from tfbertperf.model import build_model
-    from tfbertperf.train.loop import make_optimizer
+    from tfbertperf.train.optimizer import make_optimizer
 
     cfg = _cfg(**{"train.learning_rate": 0.1})
     model = build_model(cfg.model, VOCAB, cfg.data.seq_len, cfg.data.max_predictions)

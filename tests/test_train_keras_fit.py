@@ -13,7 +13,7 @@ from tfbertperf.config import load_config
 from tfbertperf.errors import UsageError
 from tfbertperf.keras import ProfileCallback
 from tfbertperf.model import build_model
-from tfbertperf.train.synthetic import synthetic_batches
+from tfbertperf.data.synthetic import synthetic_batches
 
 
 def _xprof_steps(logdir):

@@ -16,7 +16,8 @@ import json
 from tfbertperf.config import load_config
 from tfbertperf.errors import UsageError
 from tfbertperf.train.loop import train
-from tfbertperf.train.synthetic import synthetic_dataset_fn
+from tfbertperf.data.synthetic import synthetic_dataset_fn
+from tfbertperf.profile.capture import Capture
 
 def cfg(**over):
     base = {"train.steps": 6, "train.batch_size": 8, "data.seq_len": 32, "data.max_predictions": 5,
@@ -63,7 +64,8 @@ def test_a_mirrored_run_on_two_logical_cpus_is_profiled_and_xprof_finds_its_step
         split_cpu_devices(2)
         from tfbertperf.profile import attribution, xprof_tools
         c = cfg(**{{"train.strategy": "mirrored", "train.steps": 14, "profile.steps": "3:12"}})
-        r = train(c, synthetic_dataset_fn(c, 500), 500, {str(tmp_path)!r}, progress=None)
+        r = train(c, synthetic_dataset_fn(c, 500), 500, {str(tmp_path)!r}, progress=None,
+                  capture=Capture.from_config({str(tmp_path)!r}, c.profile))
         doc = attribution.attribute_host(xprof_tools.find_xplanes({str(tmp_path)!r}))
         print(json.dumps({{"replicas": r.replicas, "steps": doc["steps_profiled"],
                           "step_ms": doc["step_time_ms"], "fractions": doc["fractions"]}}))
@@ -99,7 +101,8 @@ def test_two_local_workers_finish_the_same_steps_and_each_profile_has_steps(tmp_
         "profile.steps": "4:18", "profile.probe_steps": 3, "train.warmup_steps": 2, "train.log_every": 10,
     })
     lines = []
-    results = launch_workers(cfg, 2, tmp_path, timeout_s=400, progress=lines.append, retries=3)
+    results = launch_workers(cfg, 2, tmp_path, entry="tfbertperf.job:synthetic_worker", timeout_s=400,
+                             progress=lines.append, retries=3)
     assert [r["worker_index"] for r in results] == [0, 1]
     for r in results:
         t = r["train"]

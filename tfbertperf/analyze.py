@@ -9,47 +9,13 @@ attribution/verdict document (the same sections as report.json).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
+from tfbertperf.cliargs import Parser
 from tfbertperf.errors import UsageError, cli_entry
-
-ROW_LABELS = {
-    "input": "input (blocked wait)",
-    "host_to_device": "host→device",
-    "device_compute": "device compute",
-    "host_compute": "host compute",
-    "kernel_launch": "kernel launch",
-    "device_to_device": "device→device",
-    "collectives": "collectives",
-    "output": "output",
-    "compile": "compile",
-    "other": "other",
-}
-
-
-def format_table(att: dict, title: str) -> str:
-    """Attribution block → text table (category, ms/step, %), nonzero categories only, then the input figures."""
-    lines = [f"{title}: {att['steps_profiled']} steps, {att['step_time_ms']:.2f} ms/step",
-             f"  {'category':<24}{'ms/step':>10}{'%':>8}"]
-    for cat, label in ROW_LABELS.items():
-        ms, fr = att["breakdown_ms"][cat], att["fractions"][cat]
-        if ms > 0.0005 or cat in ("input", "other"):
-            lines.append(f"  {label:<24}{ms:>10.2f}{fr * 100:>7.1f}%")
-    lines.append(f"  {'input share, direct':<24}{'':>10}{att['input_bound_fraction'] * 100:>7.1f}%")
-    if att.get("input_cost_estimate_fraction") is not None:
-        lines.append(f"  {'input share, + stolen CPU':<24}{'':>10}{att['input_cost_estimate_fraction'] * 100:>7.1f}%"
-                     f"   (blocked wait + CPU the pipeline took from compute on {att.get('cores_seen')} cores)")
-    if att.get("input_cost_fraction") is not None:
-        lines.append(f"  {'input cost, what-if':<24}{'':>10}{att['input_cost_fraction'] * 100:>7.1f}%")
-    ops = att.get("input_ops_us") or {}
-    if any(ops.values()):
-        lines.append("  input ops µs/step: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
-    return "\n".join(lines)
-
 
 def read_run_report(path) -> dict | None:
     """report.json of one of our run directories (PATH itself or the run dir above a tensorboard/ logdir)."""
@@ -91,37 +57,9 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
     return doc
 
 
-def validate(report: dict, doc: dict, progress: bool = True) -> dict:
-    """Re-run our run with its top recommendation applied, next to a re-run of the baseline (same process, same
-    machine state), and measure the speedup = baseline median step ÷ new median step."""
-    from tfbertperf.config import load_config
-    from tfbertperf.run import run
-
-    acts = [a for a in (doc["verdict"].get("actions") or []) if a.get("set")]
-    if not acts:
-        raise UsageError("--validate: the verdict has no recommendation that maps to --set overrides")
-    top = acts[0]
-    from tfbertperf.redact import REDACTED
-
-    # Values redacted in the report (secrets, or keys whose names look like one) fall back to their defaults.
-    flat = {f"{s}.{k}": v for s, body in report["config"].items() if isinstance(body, dict)
-            for k, v in body.items() if v != REDACTED}
-    base_cfg = load_config(overrides=flat)
-    new_cfg = load_config(overrides={**flat, **dict(x.split("=", 1) for x in top["set"])})
-    out = {"advice": top["advice"], "set": top["set"]}
-    for name, cfg in (("baseline", base_cfg), ("recommended", new_cfg)):
-        if progress:
-            print(f"tfbertperf analyze --validate: {name} run …", file=sys.stderr, flush=True)
-        run_dir, rep = run(cfg, progress=False)
-        out[f"{name}_step_ms"] = rep["throughput"]["step_time_ms"]["p50"]
-        out[f"{name}_run"] = str(run_dir)
-    out["speedup"] = round(out["baseline_step_ms"] / out["recommended_step_ms"], 4)
-    return out
-
-
 @cli_entry
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="tfbertperf analyze", description=__doc__.splitlines()[0])
+    p = Parser(prog="tfbertperf analyze", description=__doc__.splitlines()[0])
     p.add_argument("path", nargs="+", help="TensorBoard logdir, profile session dir, or .xplane.pb file(s)")
     p.add_argument("--session", help="session directory name under plugins/profile (default: newest)")
     p.add_argument("--json", action="store_true", help="print the attribution/verdict JSON document")
@@ -131,6 +69,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
+    from tfbertperf.job import validate
+    from tfbertperf.report.console import print_analysis
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if len(a.path) > 1 and not all(x.endswith(".xplane.pb") for x in a.path):
         raise UsageError(f"{' '.join(a.path)}: give one logdir/session dir, or several .xplane.pb files")
@@ -146,18 +87,7 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
-    hosts = doc["hosts"]
-    for host, att in hosts.items():
-        print(format_table(att, f"host {host}"))
-    if len(hosts) > 1:
-        print(format_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
-    print(f"AU {doc['accelerator_utilization']:.1%}   verdict: {doc['verdict']['summary']}")
-    for r in doc["verdict"]["recommendations"]:
-        print(f"  → {r}")
-    v = doc.get("validation")
-    if v:
-        print(f"validated: {v['advice']}: median step {v['baseline_step_ms']:.1f} → {v['recommended_step_ms']:.1f} ms "
-              f"= {v['speedup']:.2f}× (baseline {v['baseline_run']}, recommended {v['recommended_run']})")
+    print_analysis(doc)
     return 0
 
 

@@ -56,6 +56,14 @@ def effective_pipeline(cfg) -> dict:
     return eff
 
 
+def runs_ahead(cfg) -> bool:
+    """Whether the input pipeline has stages that work in the background (prefetch, parallel map or interleave,
+    storage read-ahead) and so keeps filling buffers while the training loop is busy elsewhere."""
+    eff = effective_pipeline(cfg)
+    return (eff["prefetch"] != 0 or eff["num_parallel_calls"] != 1 or eff["cycle_length"] != 1
+            or (cfg.data.mode == "stage" and cfg.data.lookahead > 0))
+
+
 def _tf_knob(v):
     import tensorflow as tf
 
@@ -279,33 +287,3 @@ def element_spec(task: str, batch_size: int | None, seq_len: int, max_prediction
     else:
         spec["label_ids"] = tf.TensorSpec([batch_size], tf.int32)
     return spec
-
-
-def synthetic_batch(task: str, batch_size: int, seq_len: int, max_predictions: int, vocab_size: int,
-                    num_labels: int = 2, seed: int = 0) -> dict:
-    """One plausible batch of numpy arrays with the pipeline's keys, shapes and dtypes (for model tests and
-    benchmarks that must not depend on data): full-length [CLS] A [SEP] B [SEP] rows, the first
-    `max_predictions` positions after [CLS] masked."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, vocab_size, size=(batch_size, seq_len), dtype=np.int32)
-    half = seq_len // 2
-    ids[:, 0], ids[:, half], ids[:, -1] = 2, 3, 3  # [CLS] … [SEP] … [SEP]
-    seg = np.zeros((batch_size, seq_len), np.int32)
-    seg[:, half + 1:] = 1
-    out = {"input_ids": ids, "input_mask": np.ones((batch_size, seq_len), np.int32), "segment_ids": seg}
-    if task == "pretrain":
-        p = min(max_predictions, half - 1)
-        pos = np.zeros((batch_size, max_predictions), np.int32)
-        pos[:, :p] = np.arange(1, p + 1)
-        lab = np.zeros((batch_size, max_predictions), np.int32)
-        lab[:, :p] = ids[:, 1:p + 1]
-        w = np.zeros((batch_size, max_predictions), np.float32)
-        w[:, :p] = 1.0
-        ids[:, 1:p + 1] = 4  # [MASK]
-        out.update(masked_lm_positions=pos, masked_lm_ids=lab, masked_lm_weights=w,
-                   next_sentence_labels=rng.integers(0, 2, size=(batch_size, 1), dtype=np.int32))
-    else:
-        out["label_ids"] = rng.integers(0, num_labels, size=(batch_size,), dtype=np.int32)
-    return out

@@ -5,8 +5,8 @@
 TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", …]}, "task": {"type": "worker", "index": i}}.
 Each worker creates MultiWorkerMirroredStrategy first (before any other TF op, as TF requires), then calls
 `entry(cfg, worker_index, worker_dir, strategy) -> dict` (JSON-able) and writes it to `DIR/result.json`.
-The default entry trains on synthetic batches (tests, demos); run.py passes its own entry that builds the real
-pipeline and attributes the worker's own profile (each worker profiles into `DIR/tensorboard`).
+The entries live above train/ (tfbertperf/job.py): `job:worker_entry` builds the real pipeline and attributes
+the worker's own profile; `job:synthetic_worker` trains on synthetic batches (tests, demos).
 
 A worker that fails stops the others (collectives would otherwise wait forever) and raises WorkerError with the
 failing worker's last log line and the log path.
@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 from tfbertperf.train.result import TrainResult
-
-DEFAULT_ENTRY = "tfbertperf.train.multiworker:synthetic_worker"
 
 
 class WorkerError(RuntimeError):
@@ -82,7 +80,7 @@ def launch_workers(
     cfg,
     n: int,
     out_dir: str | os.PathLike,
-    entry: str = DEFAULT_ENTRY,
+    entry: str,
     timeout_s: float | None = None,
     progress: Callable[[str], None] | None = print,
     retries: int = 2,
@@ -181,21 +179,6 @@ def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say)
     return results
 
 
-def synthetic_worker(cfg, worker_index: int, worker_dir: str, strategy) -> dict:
-    """Default worker entry: train on synthetic batches, profile into worker_dir/tensorboard.
-
-    Returns {"train": result_to_dict(TrainResult), "tensorboard": dir}.
-    """
-    from tfbertperf.train.loop import train
-    from tfbertperf.train.synthetic import synthetic_dataset_fn
-
-    vocab = 1000
-    tb = os.path.join(worker_dir, "tensorboard")
-    result = train(cfg, synthetic_dataset_fn(cfg, vocab, seed=worker_index), vocab, tb,
-                   progress=lambda line: print(f"[worker {worker_index}] {line}", flush=True), strategy=strategy)
-    return {"train": result_to_dict(result), "tensorboard": tb}
-
-
 def _load_entry(spec: str) -> Callable:
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -204,7 +187,7 @@ def _load_entry(spec: str) -> Callable:
 def main(argv=None) -> int:
     """Worker process body (started by launch_workers; not a user command)."""
     p = argparse.ArgumentParser(prog="python -m tfbertperf.train.multiworker")
-    p.add_argument("--entry", default=DEFAULT_ENTRY)
+    p.add_argument("--entry", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--worker-dir", required=True)
     p.add_argument("--index", type=int, required=True)

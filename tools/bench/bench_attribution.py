@@ -50,7 +50,7 @@ def child(role: str, sets: list[str], turn: int, vocab_size: int, out_json: str)
     loop.STEP_HOOK = take_turns
     cfg = load_config(sets=sets)
     if role == "real":
-        from tfbertperf.run import run
+        from tfbertperf.job import run
 
         _run_dir, rep = run(cfg, progress=False)
         att = rep.get("attribution") or {}
@@ -62,8 +62,8 @@ def child(role: str, sets: list[str], turn: int, vocab_size: int, out_json: str)
                "wait": (rep.get("step_timer") or {}).get("input_wait_fraction"),
                "bottleneck": (rep.get("verdict") or {}).get("bottleneck")}
     else:
-        from tfbertperf.run import steady_steps
-        from tfbertperf.train.synthetic import synthetic_dataset_fn
+        from tfbertperf.data.synthetic import synthetic_dataset_fn
+        from tfbertperf.report.build import steady_steps
 
         result = loop.train(cfg, synthetic_dataset_fn(cfg, vocab_size), vocab_size, None, progress=None)
         doc = {"T_c": statistics.fmean(result.step_times_ms[i] for i in steady_steps(result))}
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         return child(a.child, json.loads(a.child_sets), a.turn, a.vocab_size, a.json)
 
     from tfbertperf.config import load_config
-    from tfbertperf.run import ensure_data
+    from tfbertperf.job import ensure_data
     from tfbertperf.storage import open_backend
 
     out = a.out or tempfile.mkdtemp(prefix="bench-attribution-")

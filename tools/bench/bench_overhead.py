@@ -1,7 +1,7 @@
 """Cost of measuring: profiled (traced) step time ÷ untraced, and step timer on ÷ off — tiny BERT, real pipeline.
 
 - traced ÷ untraced, same run: the run alternates segments of --segment-steps steps — untraced, traced with the
-  default capture (TF's thread-pool task events off, tfbertperf/train/capture.py), untraced, traced with TF's full
+  default capture (TF's thread-pool task events off, tfbertperf/profile/capture.py), untraced, traced with TF's full
   capture (`profile.threadpool_events=true`), … — starting and stopping the profiler between segments, outside
   step timing.  Ratio = median step time of a kind of traced segment ÷ median of the untraced segments (the first
   step of every segment dropped: profiler start/stop).  Interleaving at about a second keeps the machine's drift
@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 def make_dataset_fn(cfg):
     """The run's own pipeline: storage backend → shard source → tf.data (as tfbertperf.run does)."""
     from tfbertperf.data.pipeline import build_dataset
-    from tfbertperf.run import ensure_data
+    from tfbertperf.job import ensure_data
     from tfbertperf.storage import open_backend, open_shards
 
     backend = open_backend(cfg.resolved_data_uri(), cfg.data)
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     from tfbertperf.config import load_config
-    from tfbertperf.train import capture, loop
+    from tfbertperf.profile import capture
+    from tfbertperf.train import loop
     from tfbertperf.train.loop import train
 
     base = [f"train.steps={a.steps}", f"train.batch_size={a.batch}", "profile.probe_steps=0", *a.sets]
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     seg = a.segment_steps
     cfg = load_config(sets=[*base, f"train.steps={5 + len(kinds) * seg}", "train.warmup_steps=5", "profile.steps=none"])
     dataset_fn, vocab = make_dataset_fn(cfg)
-    options = loop.profiler_options(cfg.profile)
+    options = capture.profiler_options(cfg.profile)
     state = {"i": 0, "profiling": False, "seen": {}}
 
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tb:

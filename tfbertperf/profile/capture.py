@@ -70,3 +70,49 @@ def start(logdir: str, options, threadpool_events: bool = False) -> str:
     deactivate, is_enabled = switch
     deactivate()
     return "off" if not is_enabled() else "on (not switchable)"
+
+
+def profiler_options(profile_cfg):
+    """tf.profiler options from the profile.* settings (RunConfig.profile)."""
+    import tensorflow as tf
+
+    return tf.profiler.experimental.ProfilerOptions(
+        host_tracer_level=profile_cfg.host_tracer_level,
+        python_tracer_level=int(profile_cfg.python_tracer),
+        device_tracer_level=profile_cfg.device_tracer_level,
+    )
+
+
+class Capture:
+    """One profiled window, driven by the training loop (train/ knows only `start()` and `stop()`).
+
+    Args:
+      logdir: TensorBoard logdir; the profile lands in `logdir/plugins/profile/<session>/<host>.xplane.pb`.
+      options: tf.profiler.experimental.ProfilerOptions (see profiler_options).
+      threadpool_events: keep TF's thread-pool task events (module docstring).
+    Attributes:
+      threadpool_events_status: what `start` returned ("on", "off", "on (not switchable)"), None before.
+    """
+
+    def __init__(self, logdir: str, options, threadpool_events: bool = False) -> None:
+        self.logdir, self.options, self.threadpool_events = str(logdir), options, threadpool_events
+        self.threadpool_events_status: str | None = None
+        self.active = False
+
+    @classmethod
+    def from_config(cls, logdir: str, profile_cfg) -> "Capture":
+        return cls(logdir, profiler_options(profile_cfg), threadpool_events=profile_cfg.threadpool_events)
+
+    def start(self) -> str:
+        self.threadpool_events_status = start(self.logdir, self.options, threadpool_events=self.threadpool_events)
+        self.active = True
+        return self.threadpool_events_status
+
+    def stop(self) -> None:
+        """Stop the capture and write the .xplane.pb; a no-op when none is running."""
+        if not self.active:
+            return
+        import tensorflow as tf
+
+        self.active = False
+        tf.profiler.experimental.stop()

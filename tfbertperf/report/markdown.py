@@ -1,72 +1,12 @@
-"""Human-readable views of a report.json: the printed attribution table and report.md."""
+"""Markdown views: report.md of a run and comparison.md of a comparison."""
 
 from __future__ import annotations
 
+from tfbertperf.report.console import attribution_table
 from tfbertperf.report.plots import CATEGORY_ORDER
 
-SCHEMA = "tfbertperf.report/1"
 
-LABELS = {
-    "input": "input (storage + preprocessing wait)",
-    "host_to_device": "host → device transfer",
-    "device_compute": "device compute",
-    "host_compute": "host compute",
-    "kernel_launch": "kernel launch",
-    "device_to_device": "device ↔ device",
-    "collectives": "collectives",
-    "output": "output",
-    "compile": "compile",
-    "other": "other / idle",
-}
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100.0 * float(x):5.1f} %"
-
-
-def attribution_table(report: dict) -> str:
-    """The table printed at the end of a run: category, ms/step, % of the profiled step."""
-    att = report.get("attribution") or {}
-    bd = att.get("breakdown_ms") or {}
-    fr = att.get("fractions") or {}
-    lines = []
-    head = f"{'category':<40} {'ms/step':>9} {'share':>8}"
-    lines.append(head)
-    lines.append("-" * len(head))
-    for cat in CATEGORY_ORDER:
-        ms = float(bd.get(cat, 0.0))
-        if ms <= 0.0 and cat not in ("input", "device_compute", "host_compute", "other"):
-            continue
-        lines.append(f"{LABELS.get(cat, cat):<40} {ms:9.2f} {_pct(fr.get(cat, 0.0)):>8}")
-    lines.append("-" * len(head))
-    lines.append(f"{'step time (profiled window, ' + str(att.get('steps_profiled', 0)) + ' steps)':<40} "
-                 f"{float(att.get('step_time_ms', 0.0)):9.2f} {'100.0 %':>8}")
-    lines.append("")
-    lines.append(f"input-bound, direct (xprof input + h2d share):   {_pct(att.get('input_bound_fraction'))}")
-    lines.append(f"input cost, what-if ((T - T_c) / T, probe):      {_pct(att.get('input_cost_fraction'))}")
-    st = report.get("step_timer") or {}
-    if st:
-        lines.append(f"time blocked in next(), whole run (step timer):  {_pct(st.get('input_wait_fraction'))}")
-    au = report.get("accelerator_utilization")
-    if au is not None:
-        lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
-    for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
-                       ("input_split_us", "input ops, µs/step, with our storage read time")):
-        ops = att.get(key) or {}
-        if ops:
-            lines.append(f"{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
-    return "\n".join(lines)
-
-
-def verdict_line(report: dict) -> str:
-    v = report.get("verdict") or {}
-    summary = v.get("summary") or ""
-    if summary.startswith(f"{v.get('bottleneck')}-bound"):
-        return f"verdict: {summary}"
-    return f"verdict: {v.get('bottleneck', 'unknown')}-bound — {summary}".rstrip(" —")
-
-
-def render_markdown(report: dict) -> str:
+def run_markdown(report: dict) -> str:
     """report.md: what a person reads first."""
     m = report.get("model") or {}
     tp = report.get("throughput") or {}
@@ -123,4 +63,39 @@ def render_markdown(report: dict) -> str:
         "(MLPerf Storage).",
         "",
     ]
+    return "\n".join(out)
+
+
+def _fmt(x, pct=False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * float(x):.1f} %" if pct else f"{float(x):.2f}"
+
+
+def comparison_markdown(doc: dict) -> str:
+    """comparison.md: the table, the breakdown, the environment differences."""
+    rows = doc["rows"]
+    out = [f"# tfbertperf comparison `{doc['id']}`", ""]
+    if doc.get("axes"):
+        out += ["Matrix: " + " × ".join(f"`{k}` ∈ {{{', '.join(v)}}}" for k, v in doc["axes"]), ""]
+    out += ["| run | examples/s | step ms | input-bound (direct) | input cost (what-if) | blocked in next() | AU | "
+            "bottleneck |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['label']} | {_fmt(r['examples_per_sec'])} | {_fmt(r['step_time_ms'])} | "
+                   f"{_fmt(r['input_bound_fraction'], True)} | {_fmt(r['input_cost_fraction'], True)} | "
+                   f"{_fmt(r['input_wait_fraction'], True)} | {_fmt(r['accelerator_utilization'], True)} | "
+                   f"{r['bottleneck']} |")
+    if rows and rows[0].get("examples_per_sec"):
+        base = rows[0]["examples_per_sec"]
+        out += ["", "Throughput relative to the first run: " + ", ".join(
+            f"{r['label']} {float(r['examples_per_sec'] or 0) / base:.2f}×" for r in rows)]
+    out += ["", "## Breakdown, ms per profiled step", "",
+            "| run | " + " | ".join(CATEGORY_ORDER) + " |", "|---|" + "---:|" * len(CATEGORY_ORDER)]
+    for r in rows:
+        out.append(f"| {r['label']} | " + " | ".join(_fmt(r['breakdown_ms'].get(c, 0.0)) for c in CATEGORY_ORDER) + " |")
+    if doc.get("environment_diff"):
+        out += ["", "## Environment differences (ranked by likely impact)", ""]
+        for d in doc["environment_diff"]:
+            out.append(f"- {d.get('why') or d.get('summary') or d}")
+    out += ["", "![step-time breakdown](plots/step_breakdown.png)", ""]
     return "\n".join(out)

@@ -1,0 +1,110 @@
+"""xprof's input_pipeline_analyzer tables mapped onto our categories (parsing stays in xprof; this reads its
+gviz-style JSON).
+
+- breakdown_ms: xprof's per-step breakdown (the step table) mapped onto our categories:
+  infeed → input, hostToDevice → host_to_device (xprof folds it into "input" on most devices; then 0 here),
+  deviceCompute → device_compute, hostCompute → host_compute, kernelLaunch → kernel_launch,
+  deviceToDevice → device_to_device, deviceCollectives → collectives, outfeed → output, compile → compile,
+  other → other.  "other" also absorbs any remainder, so the categories sum to the step time exactly.
+  On a CPU-only host, TF's kernels run on the host: the training compute is `host_compute`.
+- input_ops_us: the host input-op split (file reads, preprocessing, enqueue) per profiled step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+CATEGORIES = ("input", "host_to_device", "device_compute", "host_compute", "kernel_launch", "device_to_device",
+              "collectives", "output", "compile", "other")
+# xprof step-table column id → our category
+XPROF_COLUMNS = {
+    "infeedTimeMs": "input",
+    "hostToDeviceTimeMs": "host_to_device",
+    "deviceComputeTimeMs": "device_compute",
+    "hostComputeTimeMs": "host_compute",
+    "kernelLaunchTimeMs": "kernel_launch",
+    "deviceToDeviceTimeMs": "device_to_device",
+    "deviceCollectivesTimeMs": "collectives",
+    "outfeedTimeMs": "output",
+    "compileTimeMs": "compile",
+    "otherTimeMs": "other",
+}
+COMPUTE_CATEGORIES = ("device_compute", "host_compute", "kernel_launch", "device_to_device", "collectives")
+
+
+def _num(v, default=0.0) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return f if math.isfinite(f) else default
+
+
+def _table_with(doc: list, col_id: str) -> dict | None:
+    for t in doc if isinstance(doc, list) else []:
+        if any(c.get("id") == col_id for c in t.get("cols", []) or []):
+            return t
+    return None
+
+
+def _input_ops_table(doc: list) -> dict | None:
+    for t in doc if isinstance(doc, list) else []:
+        p = t.get("p") or {}
+        if "preprocessing_us" in p or "demanded_file_read_us" in p:
+            return t
+    return None
+
+
+def step_rows(ipa: list) -> list[dict]:
+    """xprof's per-step rows: [{"step": name, "step_time_ms", <category>: ms …}] from input_pipeline_analyzer."""
+    t = _table_with(ipa, "stepnum")
+    if t is None:
+        return []
+    ids = [c.get("id") for c in t.get("cols", [])]
+    rows = []
+    for r in t.get("rows", []) or []:
+        vals = {i: (c or {}).get("v") for i, c in zip(ids, r.get("c", []))}
+        row = {"step": str(vals.get("stepnum", "")), **{c: 0.0 for c in CATEGORIES}}
+        for col, cat in XPROF_COLUMNS.items():
+            row[cat] += _num(vals.get(col))
+        parts = sum(row[c] for c in CATEGORIES)
+        row["step_time_ms"] = _num(vals.get("stepTimeMs"), parts)
+        rows.append(row)
+    return rows
+
+
+def step_number(name: str) -> int | None:
+    tail = name.strip().split(" ")[-1]
+    return int(tail) if tail.lstrip("-").isdigit() else None
+
+
+def breakdown(rows: list[dict]) -> tuple[float, dict]:
+    step_ms = statistics.fmean(r["step_time_ms"] for r in rows)
+    bd = {c: statistics.fmean(r[c] for r in rows) for c in CATEGORIES}
+    named = sum(v for c, v in bd.items() if c != "other")
+    bd["other"] = max(0.0, step_ms - named)  # "other" absorbs the remainder: the categories sum to the step
+    if named > step_ms:  # rounding in xprof's columns: scale down so the sum still equals the step time
+        scale = step_ms / named
+        bd = {c: (v * scale if c != "other" else 0.0) for c, v in bd.items()}
+    return step_ms, bd
+
+
+def input_ops_us(ipa: list, steps: int) -> dict:
+    """Input-pipeline op time per profiled step (µs): storage_read (demanded + advanced file read),
+    preprocessing, enqueue, unclassified — xprof's host input-op categories, divided by the steps profiled."""
+    t = _input_ops_table(ipa)
+    p = (t or {}).get("p") or {}
+    n = max(1, steps)
+    return {
+        "storage_read": round((_num(p.get("demanded_file_read_us")) + _num(p.get("advanced_file_read_us"))) / n, 3),
+        "preprocessing": round(_num(p.get("preprocessing_us")) / n, 3),
+        "enqueue": round(_num(p.get("enqueue_us")) / n, 3),
+        "unclassified": round(_num(p.get("unclassified_nonequeue_us")) / n, 3),
+    }
+
+
+def table_meta(ipa: list) -> dict:
+    """The step table's properties: hardware_type ("CPU_ONLY", "GPU", "TPU", …) and xprof's input conclusion."""
+    p = ((_table_with(ipa, "stepnum") or {}).get("p") or {})
+    return {"hardware_type": p.get("hardware_type", ""), "xprof_input_conclusion": p.get("input_conclusion", "")}

@@ -1,0 +1,138 @@
+"""report.json assembly (schema tfbertperf.report/1, shared/DESIGN.md and docs/report-schema in README), the
+run directory, and the files written into it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from tfbertperf.errors import UsageError
+
+REPORT_SCHEMA = "tfbertperf.report/1"
+RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
+
+
+def make_run_dir(cfg) -> Path:
+    """runs/<UTC timestamp>-<workload>[-<name>]/ — created fresh, never reused (a suffix is added on collision)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    name = cfg.workload + (f"-{cfg.run.name}" if cfg.run.name else "")
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    root = Path(cfg.run.out)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--set run.out={cfg.run.out}: cannot create the runs directory ({e.strerror})") from None
+    for i in range(1000):
+        d = root / (f"{stamp}-{name}" + (f"-{i}" if i else ""))
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise UsageError(f"--set run.out={cfg.run.out}: could not create a fresh run directory")
+
+
+def _percentiles(xs: list[float]) -> dict:
+    import numpy as np
+
+    a = np.asarray(xs or [0.0], dtype=float)
+    return {
+        "mean": round(float(a.mean()), 3),
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p90": round(float(np.percentile(a, 90)), 3),
+        "max": round(float(a.max()), 3),
+    }
+
+
+def steady_steps(result) -> list[int]:
+    """Indices of steps that count for throughput: after warm-up and outside the profiled window (profiling has
+    its own overhead, measured separately by tools/bench/bench_overhead.py), and not among the probe's recovery
+    steps (fed from buffers a run-ahead pipeline filled while a probe block ran; train/probe.py)."""
+    w = result.profile_window
+    idx = [i for i in range(len(result.step_times_ms)) if i >= result.warmup_steps]
+    if w is not None:
+        outside = [i for i in idx if not (w[0] <= i < w[1])]
+        if len(outside) >= 3:
+            idx = outside
+    recovery = set(result.extra.get("probe_recovery_steps") or ())
+    if recovery and result.input_wait_ms:
+        kept = [i for i in idx if i not in recovery]
+        # Only a pipeline that is behind (the loop waits for it) has room to run ahead during a probe block;
+        # one that keeps up has full buffers when the block starts, so its recovery steps are ordinary steps.
+        behind = kept and (sum(result.input_wait_ms[i] for i in kept)
+                           > RECOVERY_WAIT_SHARE * sum(result.step_times_ms[i] for i in kept))
+        if behind and len(kept) >= 3:
+            idx = kept
+    return idx or list(range(len(result.step_times_ms)))
+
+
+def steady_step_ms(result) -> float:
+    """T: the mean wall time of the steady steps (ms).  T and T_c are both means: a stall that hits one step in
+    N costs throughput, and the what-if answer is about throughput."""
+    idx = steady_steps(result)
+    return sum(result.step_times_ms[i] for i in idx) / max(1, len(idx))
+
+
+def bar_entry(report: dict) -> dict:
+    """A stacked-bar entry for report/plots.py: breakdown_ms plus the what-if input cost as a marker."""
+    att = report.get("attribution") or {}
+    bd = dict(att.get("breakdown_ms") or {})
+    if att.get("input_cost_fraction") is not None:
+        bd["_what_if_input_ms"] = att["input_cost_fraction"] * att["step_time_ms"]
+    return bd
+
+
+def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dict,
+                 environment: dict, model_info: dict, plots: list[str]) -> dict:
+    """Assemble report.json (schema tfbertperf.report/1) from the stages' results."""
+    idx = steady_steps(result)
+    times = [result.step_times_ms[i] for i in idx]
+    total_s = sum(times) / 1000.0
+    ex_per_s = result.global_batch_size * len(times) / total_s if total_s > 0 else 0.0
+    report = {
+        "schema": REPORT_SCHEMA,
+        "run_id": run_dir.name,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "workload": cfg.workload,
+        "config": cfg.to_dict(),
+        "environment": environment,
+        "model": model_info,
+        "training": {
+            "loss_trajectory": [[int(s), float(l)] for s, l in result.loss_trajectory],
+            "final_loss": float(result.final_loss),
+            "global_batch_size": int(result.global_batch_size),
+            "replicas": int(result.replicas),
+            "per_replica_batch_size": int(result.extra.get(
+                "per_replica_batch_size", result.global_batch_size // max(1, result.replicas))),
+            "metrics": result.metrics,
+        },
+        "throughput": {
+            "steps": int(result.steps),
+            "steps_measured": len(times),
+            "examples_per_sec": round(ex_per_s, 3),
+            "tokens_per_sec": round(ex_per_s * result.seq_len, 3),
+            "step_time_ms": _percentiles(times),
+        },
+        "attribution": attribution_doc.get("attribution"),
+        "step_timer": attribution_doc.get("step_timer"),
+        "accelerator_utilization": attribution_doc.get("accelerator_utilization"),
+        "storage": storage,
+        "verdict": attribution_doc.get("verdict"),
+        "artifacts": {"tensorboard": "tensorboard", "plots": plots},
+    }
+    if "hosts" in attribution_doc:
+        report["hosts"] = attribution_doc["hosts"]
+    return report
+
+
+def write_run_files(run_dir: Path, cfg, report: dict) -> None:
+    """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted)."""
+    import yaml
+
+    from tfbertperf.report.io import atomic_write_json, atomic_write_text
+    from tfbertperf.report.markdown import run_markdown
+
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    atomic_write_json(run_dir / "environment.json", report.get("environment") or {})
+    atomic_write_json(run_dir / "report.json", report)
+    atomic_write_text(run_dir / "report.md", run_markdown(report))

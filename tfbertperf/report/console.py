@@ -1,0 +1,136 @@
+"""Console views: the table a run prints, analyze's per-host tables, and the lines around them."""
+
+from __future__ import annotations
+
+from tfbertperf.report.plots import CATEGORY_ORDER
+
+LABELS = {
+    "input": "input (storage + preprocessing wait)",
+    "host_to_device": "host → device transfer",
+    "device_compute": "device compute",
+    "host_compute": "host compute",
+    "kernel_launch": "kernel launch",
+    "device_to_device": "device ↔ device",
+    "collectives": "collectives",
+    "output": "output",
+    "compile": "compile",
+    "other": "other / idle",
+}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100.0 * float(x):5.1f} %"
+
+
+def attribution_table(report: dict) -> str:
+    """The table printed at the end of a run: category, ms/step, % of the profiled step."""
+    att = report.get("attribution") or {}
+    bd = att.get("breakdown_ms") or {}
+    fr = att.get("fractions") or {}
+    lines = []
+    head = f"{'category':<40} {'ms/step':>9} {'share':>8}"
+    lines.append(head)
+    lines.append("-" * len(head))
+    for cat in CATEGORY_ORDER:
+        ms = float(bd.get(cat, 0.0))
+        if ms <= 0.0 and cat not in ("input", "device_compute", "host_compute", "other"):
+            continue
+        lines.append(f"{LABELS.get(cat, cat):<40} {ms:9.2f} {_pct(fr.get(cat, 0.0)):>8}")
+    lines.append("-" * len(head))
+    lines.append(f"{'step time (profiled window, ' + str(att.get('steps_profiled', 0)) + ' steps)':<40} "
+                 f"{float(att.get('step_time_ms', 0.0)):9.2f} {'100.0 %':>8}")
+    lines.append("")
+    lines.append(f"input-bound, direct (xprof input + h2d share):   {_pct(att.get('input_bound_fraction'))}")
+    lines.append(f"input cost, what-if ((T - T_c) / T, probe):      {_pct(att.get('input_cost_fraction'))}")
+    st = report.get("step_timer") or {}
+    if st:
+        lines.append(f"time blocked in next(), whole run (step timer):  {_pct(st.get('input_wait_fraction'))}")
+    au = report.get("accelerator_utilization")
+    if au is not None:
+        lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
+    for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
+                       ("input_split_us", "input ops, µs/step, with our storage read time")):
+        ops = att.get(key) or {}
+        if ops:
+            lines.append(f"{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
+    return "\n".join(lines)
+
+
+def verdict_line(report: dict) -> str:
+    v = report.get("verdict") or {}
+    summary = v.get("summary") or ""
+    if summary.startswith(f"{v.get('bottleneck')}-bound"):
+        return f"verdict: {summary}"
+    return f"verdict: {v.get('bottleneck', 'unknown')}-bound — {summary}".rstrip(" —")
+
+
+ROW_LABELS = {
+    "input": "input (blocked wait)",
+    "host_to_device": "host→device",
+    "device_compute": "device compute",
+    "host_compute": "host compute",
+    "kernel_launch": "kernel launch",
+    "device_to_device": "device→device",
+    "collectives": "collectives",
+    "output": "output",
+    "compile": "compile",
+    "other": "other",
+}
+
+
+def host_table(att: dict, title: str) -> str:
+    """Attribution block → text table (category, ms/step, %), nonzero categories only, then the input figures."""
+    lines = [f"{title}: {att['steps_profiled']} steps, {att['step_time_ms']:.2f} ms/step",
+             f"  {'category':<24}{'ms/step':>10}{'%':>8}"]
+    for cat, label in ROW_LABELS.items():
+        ms, fr = att["breakdown_ms"][cat], att["fractions"][cat]
+        if ms > 0.0005 or cat in ("input", "other"):
+            lines.append(f"  {label:<24}{ms:>10.2f}{fr * 100:>7.1f}%")
+    lines.append(f"  {'input share, direct':<24}{'':>10}{att['input_bound_fraction'] * 100:>7.1f}%")
+    if att.get("input_cost_estimate_fraction") is not None:
+        lines.append(f"  {'input share, + stolen CPU':<24}{'':>10}{att['input_cost_estimate_fraction'] * 100:>7.1f}%"
+                     f"   (blocked wait + CPU the pipeline took from compute on {att.get('cores_seen')} cores)")
+    if att.get("input_cost_fraction") is not None:
+        lines.append(f"  {'input cost, what-if':<24}{'':>10}{att['input_cost_fraction'] * 100:>7.1f}%")
+    ops = att.get("input_ops_us") or {}
+    if any(ops.values()):
+        lines.append("  input ops µs/step: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    return "\n".join(lines)
+
+
+def print_run_summary(run_dir, report: dict) -> None:
+    """What `tfbertperf run` prints at the end: headline, attribution table, verdict, where the files are."""
+    tp = report["throughput"]
+    print(f"\nBERT-{report['model'].get('size')} {report['model'].get('task')}: "
+          f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
+          f"{tp['examples_per_sec']:.1f} examples/s, step time mean {tp['step_time_ms']['mean']:.1f} ms")
+    if report.get("attribution"):
+        print()
+        print(attribution_table(report))
+        print()
+        print(verdict_line(report))
+        for r in (report.get("verdict") or {}).get("recommendations") or []:
+            print(f"  - {r}")
+    for w in report.get("workers") or []:
+        a = w.get("attribution") or {}
+        print(f"worker {w['worker']}: {a.get('steps_profiled', 0)} steps profiled, step {a.get('step_time_ms', 0):.1f} ms, "
+              f"input cost {100 * (a.get('input_cost_fraction') or 0):.1f} %, "
+              f"{(w.get('verdict') or {}).get('bottleneck')}-bound")
+    print(f"\nreport: {run_dir / 'report.json'}   (also report.md, plots/)")
+    print(f"TensorBoard: tensorboard --logdir {run_dir.parent}   → Profile tab")
+
+
+def print_analysis(doc: dict) -> None:
+    """What `tfbertperf analyze` prints: a table per host (and combined), AU, verdict, advice, validation."""
+    hosts = doc["hosts"]
+    for host, att in hosts.items():
+        print(host_table(att, f"host {host}"))
+    if len(hosts) > 1:
+        print(host_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
+    print(f"AU {doc['accelerator_utilization']:.1%}   verdict: {doc['verdict']['summary']}")
+    for r in doc["verdict"]["recommendations"]:
+        print(f"  → {r}")
+    v = doc.get("validation")
+    if v:
+        print(f"validated: {v['advice']}: median step {v['baseline_step_ms']:.1f} → {v['recommended_step_ms']:.1f} ms "
+              f"= {v['speedup']:.2f}× (baseline {v['baseline_run']}, recommended {v['recommended_run']})")

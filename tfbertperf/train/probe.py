@@ -1,0 +1,99 @@
+"""The compute-only what-if probe: where its blocks go, what they feed the step, and how state is restored.
+
+T_c in "input cost = (T − T_c) / T" is the mean of the probe's timed steps: the same step function, under the
+same strategy, run the same way on `Dataset.from_tensors(first real batch).repeat()`, with no profiler running.
+Its steps run in `profile.probe_blocks` blocks spread evenly through the steady steps (after warm-up, outside the
+profiled window), so that T and T_c are sampled side by side in time: on a shared or thermally throttled machine
+the speed of the CPU drifts by several per cent over seconds, and a probe run only after the loop would measure a
+different machine than the loop did.  Before a block the model's and optimizer's variables are snapshot to host
+memory and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
+loss trajectory.  The first step of each block is not timed (the first block's first two: the cached batch's
+static shapes may retrace the step).  A pipeline with background stages (prefetch, parallel map/interleave,
+read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
+free; `recovery_steps` lists them, and the run leaves them out of its steady steps if the pipeline was behind
+(report/build.py `steady_steps`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
+PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
+
+
+def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
+               blocks: int) -> list[tuple[int, int]]:
+    """Where the what-if probe runs: [(before_step, timed_steps)], `before_step == steps` meaning after the loop.
+
+    Blocks sit at evenly spaced steady steps (after warm-up + 1, outside the profiled window, whose first step
+    would put the block inside the trace, and not within a block's length before it, so that the steps that
+    follow a block are not the profiled ones); the probe's steps are shared out among them.  Too few steady steps
+    for the blocks, or blocks == 1 → one block after the loop.
+    """
+    if probe_steps <= 0:
+        return []
+    blocks = max(1, min(int(blocks), probe_steps))
+    w0, w1 = window if window else (steps, steps)
+    per = -(-probe_steps // blocks)
+    # Not inside the window, and not so close before it that the block's recovery steps are profiled.
+    cand = [i for i in range(warmup + 1, steps) if not (w0 - per < i < w1)]
+    if blocks == 1 or len(cand) < 2 * blocks:
+        return [(steps, probe_steps)]
+    at = sorted({cand[int((b + 0.5) * len(cand) / blocks)] for b in range(blocks)})
+    base, extra = divmod(probe_steps, len(at))
+    return [(pos, base + (1 if k < extra else 0)) for k, pos in enumerate(at)]
+
+
+def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
+    """The real steps right after each in-loop probe block that a run-ahead pipeline may have fed from buffers
+    filled while the block ran: as many as the block timed (its duration in steps), up to the next block."""
+    out: list[int] = []
+    starts = [p for p, _ in plan] + [steps]
+    for k, (pos, n) in enumerate(plan):
+        out.extend(range(pos, min(pos + n, starts[k + 1], steps)))
+    return out
+
+
+def probe_source(strategy, first_batch):
+    """Compute-only input: the first real batch, cached in memory and repeated (same shapes, same placement)."""
+    import tensorflow as tf
+
+    if strategy is tf.distribute.get_strategy():
+        return tf.data.Dataset.from_tensors(first_batch).repeat()
+    local = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], first_batch)
+    return strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.from_tensors(local).repeat())
+
+
+class Probe:
+    """Runs the probe's blocks: `run_block(n)` times n compute-only steps; `step_times_ms` collects them.
+
+    Args:
+      step_fn: the run's compiled train step (batch → tensor [loss, accuracy]).
+      strategy: the run's tf.distribute strategy.
+      state: the variables to snapshot and restore around a block (model + optimizer).
+      hook: called as hook("probe") before every probe step, outside its timing (loop.STEP_HOOK).
+    """
+
+    def __init__(self, step_fn, strategy, state: list, hook: Callable[[str], None] | None = None) -> None:
+        self.step_fn, self.strategy, self.state, self.hook = step_fn, strategy, state, hook
+        self.step_times_ms: list[float] = []
+        self.blocks = 0
+        self._iter = None
+
+    def run_block(self, first_batch, n_timed: int) -> None:
+        if self._iter is None:
+            self._iter = iter(probe_source(self.strategy, first_batch))
+        untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
+        saved = [v.numpy() for v in self.state]
+        for j in range(untimed + n_timed):
+            if self.hook is not None:
+                self.hook("probe")
+            t0 = time.perf_counter()
+            self.step_fn(next(self._iter)).numpy()
+            if j >= untimed:
+                self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
+        for v, x in zip(self.state, saved):
+            v.assign(x)
+        self.blocks += 1
