@@ -1,0 +1,296 @@
+"""Accelerator device planes read straight from XSpace protobufs (`*.xplane.pb`): busy, copy and idle time.
+
+xprof's converters answer per-step questions, but its generic step table has no host→device column and says
+nothing about devices that did no work.  This module reads each `/device:<KIND>:<N>` plane itself, with the
+protobuf classes TensorFlow ships (`tensorflow/tsl/profiler/protobuf/xplane_pb2.py`).
+
+Definitions (all per device plane; `/host:*` planes and `/device:CPU:*` are skipped):
+  - counted lines: the `Stream #…` lines a GPU tracer writes (CUPTI / ROCm: "Stream #134(Compute)",
+    "Stream #135(MemcpyH2D)", "Stream #16(Kernel)"); a plane without any (TPU) counts its `XLA Ops` line.
+    Derived lines ("TensorFlow Ops", "TensorFlow Name Scope", "Steps", "XLA Modules") repeat the same time
+    and are left out.
+  - memcpy event: every event on a copy-only stream (all of the stream's tags start with "Memcpy"), and an
+    event named "Memcpy…" on any other stream.  Its direction comes from the event name, else the stream tag:
+    "H2D" → h2d, "D2H" → d2h, anything else (D2D, P2P) counts in memcpy only.
+  - busy_ms: length of the union of the non-memcpy event intervals on the counted lines (overlapping kernels
+    on two streams count once).  memcpy_ms / h2d_ms / d2h_ms: the same for the memcpy events.
+  - window_ms: first event start to last event end on the counted lines; busy_fraction = busy / window
+    (0 when there are no events).  events: number of events on the counted lines.
+Times inside the file are picoseconds: an event starts at `line.timestamp_ns * 1000 + event.offset_ps`, on the
+same clock as the host plane, so device intervals can be compared with host step boundaries.  Interval
+functions here take and return picoseconds; everything named `*_ms` is milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
+
+from tfbertperf.errors import UsageError
+
+PS_PER_MS = 1_000_000_000
+_DEVICE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
+_STREAM_TAGS_RE = re.compile(r"\(([^)]*)\)\s*$")
+CONTRACT_KEYS = ("name", "kind", "busy_ms", "memcpy_ms", "h2d_ms", "d2h_ms", "window_ms", "busy_fraction")
+
+
+@functools.cache
+def _xplane_pb2():
+    """TensorFlow's generated xplane_pb2 module (xprof 2.24 ships no Python copy of its own).
+
+    `import tensorflow.tsl...` would import all of TensorFlow (~6 s, native libraries); the generated file only
+    needs google.protobuf, so when TF is not loaded yet we execute that one file.  Both orders were checked: the
+    default descriptor pool accepts the identical file twice and hands back the same message classes.
+    """
+    if "tensorflow" not in sys.modules:
+        tf_spec = importlib.util.find_spec("tensorflow")  # locates the package without importing it
+        for root in (tf_spec.submodule_search_locations or []) if tf_spec else []:
+            path = os.path.join(root, "tsl", "profiler", "protobuf", "xplane_pb2.py")
+            if os.path.exists(path):
+                spec = importlib.util.spec_from_file_location("_tfbertperf_xplane_pb2", path)
+                module = importlib.util.module_from_spec(spec)
+                try:
+                    spec.loader.exec_module(module)
+                    return module
+                except Exception:  # e.g. a protobuf runtime too old for this gencode: the import below says why
+                    break
+    for name in ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "tsl.profiler.protobuf.xplane_pb2"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise UsageError("cannot read .xplane.pb files: TensorFlow's xplane_pb2 protobuf module is not installed")
+
+
+def _read_space(path: Path):
+    """Parse one file into an XSpace; a file that is not one raises UsageError (one line, names the file)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read profile ({e.strerror or e})") from None
+    space = _xplane_pb2().XSpace()
+    try:
+        # proto3 string fields are UTF-8 checked while parsing, so text mangled in transit ("…" bytes
+        # replaced by EF BF BD) fails here too: either the lengths no longer add up or a string is invalid.
+        space.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        reason = " ".join(str(e).split()).split(": ")[-1] or type(e).__name__
+        raise UsageError(f"{path}: not a readable XSpace profile ({reason}); the file is damaged or not an "
+                         f".xplane.pb") from None
+    # Random bytes can parse as unknown fields; a real capture always has at least one plane, and U+FFFD in a
+    # plane name only appears after a text-mode UTF-8 round trip.
+    if not space.planes:
+        said = f"; the profiler reported: {' '.join(space.errors[0].split())}" if space.errors else ""
+        raise UsageError(f"{path}: no profiler planes in this file (empty, damaged or not an .xplane.pb){said}")
+    if any("\ufffd" in p.name for p in space.planes):
+        raise UsageError(f"{path}: not a readable XSpace profile (U+FFFD in plane names); the file is damaged")
+    return space
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge (start, end) intervals into disjoint sorted ones."""
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _length(merged: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in merged)
+
+
+def _direction(tag: str) -> str:
+    return "h2d" if "H2D" in tag.upper() else "d2h" if "D2H" in tag.upper() else "other"
+
+
+def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
+    """Intervals (ps) of one device plane, before rounding; see the module docstring for definitions."""
+    meta = plane.event_metadata
+    streams = [ln for ln in plane.lines if ln.name.startswith("Stream")]
+    counted = streams or [ln for ln in plane.lines if ln.name == "XLA Ops"]
+    busy, copies = [], {"h2d": [], "d2h": [], "other": []}
+    first, last, events = None, None, 0
+    for line in counted:
+        base = line.timestamp_ns * 1000
+        m = _STREAM_TAGS_RE.search(line.name)
+        tags = [t.strip() for t in m.group(1).split(",")] if m else []
+        copy_only = bool(tags) and all(t.startswith("Memcpy") for t in tags)
+        for ev in line.events:
+            if ev.WhichOneof("data") == "num_occurrences":  # aggregated event: no position in time
+                continue
+            s = base + ev.offset_ps
+            e = s + ev.duration_ps
+            events += 1
+            first = s if first is None else min(first, s)
+            last = e if last is None else max(last, e)
+            name = meta[ev.metadata_id].name if ev.metadata_id in meta else ""
+            if name.startswith("Memcpy"):
+                copies[_direction(name)].append((s, e))
+            elif copy_only:
+                copies[_direction(tags[0] if len(tags) == 1 else "")].append((s, e))
+            else:
+                busy.append((s, e))
+    steps = []
+    for line in plane.lines:
+        if line.name == "Steps":
+            base = line.timestamp_ns * 1000
+            for ev in line.events:
+                s = base + ev.offset_ps
+                steps.append((meta[ev.metadata_id].name if ev.metadata_id in meta else "", s, s + ev.duration_ps))
+    return {"host": host, "name": plane.name, "kind": kind, "index": index, "events": events,
+            "busy": _union(busy), "memcpy": _union([iv for v in copies.values() for iv in v]),
+            "h2d": _union(copies["h2d"]), "d2h": _union(copies["d2h"]),
+            "first": first, "last": last, "steps": steps}
+
+
+@functools.lru_cache(maxsize=16)
+def _file_planes(path: str, _mtime_ns: int, _size: int) -> tuple[dict, ...]:
+    """Device-plane summaries of one file (cached on path + mtime + size, since several helpers read it)."""
+    p = Path(path)
+    space = _read_space(p)
+    host = space.hostnames[0] if space.hostnames else p.name.removesuffix(".xplane.pb")
+    out = []
+    for plane in space.planes:
+        m = _DEVICE_RE.match(plane.name)
+        if m and m.group(1).upper() != "CPU":
+            out.append(_plane_summary(plane, host, m.group(1).upper(), int(m.group(2))))
+    out.sort(key=lambda d: (d["kind"], d["index"]))
+    return tuple(out)
+
+
+def _planes(paths) -> list[dict]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for path in paths:
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError as e:
+            raise UsageError(f"{p}: cannot read profile ({e.strerror or e})") from None
+        out.extend(_file_planes(str(p), st.st_mtime_ns, st.st_size))
+    return out
+
+
+def _ms(ps: int) -> float:
+    return round(ps / PS_PER_MS, 4)
+
+
+def device_planes(paths: list[str]) -> list[dict]:
+    """One dict per accelerator device plane of the given `.xplane.pb` files (one file per host).
+
+    Keys: name ("/device:GPU:4"), kind ("GPU", "TPU", …), busy_ms, memcpy_ms, h2d_ms, d2h_ms, window_ms,
+    busy_fraction (see the module docstring), plus events (count) and host (XSpace hostname, else file stem).
+    Idle planes (no events) are included with zeros.  Sorted by file, then kind and device index.
+    Milliseconds are rounded to 4 decimals.  Raises UsageError for an unreadable or damaged file.
+    """
+    out = []
+    for d in _planes(paths):
+        busy, window = _length(d["busy"]), (d["last"] - d["first"]) if d["events"] else 0
+        out.append({"name": d["name"], "kind": d["kind"], "busy_ms": _ms(busy), "memcpy_ms": _ms(_length(d["memcpy"])),
+                    "h2d_ms": _ms(_length(d["h2d"])), "d2h_ms": _ms(_length(d["d2h"])), "window_ms": _ms(window),
+                    "busy_fraction": round(busy / window, 4) if window else 0.0,
+                    "events": d["events"], "host": d["host"]})
+    return out
+
+
+def _select(paths, device: str | None) -> list[dict]:
+    """Planes named `device` ("GPU:4" or "/device:GPU:4"); all of them when device is None."""
+    want = None if device is None else "/device:" + device.removeprefix("/device:")
+    return [d for d in _planes(paths) if want is None or d["name"] == want]
+
+
+def h2d_intervals(paths: list[str], device: str | None = None) -> list[tuple[int, int]]:
+    """Host→device copy intervals, in picoseconds on the profile clock, merged into disjoint sorted pairs.
+
+    With device=None the union over all device planes: the wall time during which at least one H2D copy was in
+    flight (copies to 8 GPUs at once count once).  device="GPU:4" restricts it to one plane.
+    """
+    return _union([iv for d in _select(paths, device) for iv in d["h2d"]])
+
+
+def h2d_ms_between(paths: list[str], start_ps: int, end_ps: int, device: str | None = None) -> float:
+    """Milliseconds of H2D copy (union, as h2d_intervals) that fall inside [start_ps, end_ps) on the profile clock.
+
+    Intervals are clipped to the window, so a copy straddling a step boundary is split between the two steps.
+    """
+    clipped = [(max(s, start_ps), min(e, end_ps))
+               for s, e in h2d_intervals(paths, device) if e > start_ps and s < end_ps]
+    return _ms(_length(clipped))
+
+
+def device_steps(paths: list[str]) -> list[dict]:
+    """The device planes' `Steps` lines (the TF GPU tracer writes one event per step; JAX and TPU captures may not).
+
+    One dict per step event: {"host", "device", "step" (the step name, e.g. "0"), "start_ps", "end_ps",
+    "duration_ms"}; start/end in picoseconds on the profile clock.  Empty when no plane has a Steps line.
+    """
+    return [{"host": d["host"], "device": d["name"], "step": name, "start_ps": s, "end_ps": e,
+             "duration_ms": _ms(e - s)} for d in _planes(paths) for name, s, e in d["steps"]]
+
+
+def h2d_ms_by_step(paths: list[str]) -> dict[str, float]:
+    """H2D copy milliseconds per step: step name → the largest per-device H2D time inside that device's step.
+
+    Each device's copies are clipped to its own `Steps` event, because replicas need not run a step at the same
+    moment (in the V100 capture GPU:4 ran step 0 about 650 ms before GPU:6); the step waits for its slowest
+    replica, hence the max over devices.  How a caller holding xprof's per-step table uses it: xprof's step
+    number and the step name here are the same group id (`str(step_number)`); for each step, move
+    min(h2d, input_ms) out of "input" into "host_to_device" when that table counts copies as input, or out of
+    "other"/"All others" when it does not (xprof's generic table has no H2D column).  Without a Steps line,
+    use h2d_ms_between with the caller's own step boundaries (picoseconds, same clock as the host plane).
+    """
+    out: dict[str, float] = {}
+    for st in device_steps(paths):
+        ms = h2d_ms_between(paths, st["start_ps"], st["end_ps"], device=st["device"])
+        out[st["step"]] = max(out.get(st["step"], 0.0), ms)
+    return out
+
+
+def _short(d: dict, multi_host: bool) -> str:
+    name = d["name"].removeprefix("/device:")
+    return f"{d['host']}/{name}" if multi_host else name
+
+
+def active_summary(devices: list[dict]) -> str:
+    """One line per kind, joined by "; ": "3 of 8 GPUs active: GPU:1, GPU:4, GPU:6; 5 idle: GPU:0, …".
+
+    Active = the plane has at least one event (a GPU that only received copies counts: it took part).
+    """
+    if not devices:
+        return "no accelerator device planes in the profile (host-only capture)"
+    multi_host = len({d.get("host") for d in devices}) > 1
+    parts = []
+    for kind in dict.fromkeys(d["kind"] for d in devices):
+        mine = [d for d in devices if d["kind"] == kind]
+        active = [_short(d, multi_host) for d in mine if d.get("events", 0) or d["busy_ms"] or d["memcpy_ms"]]
+        idle = [_short(d, multi_host) for d in mine if _short(d, multi_host) not in active]
+        text = f"{len(active)} of {len(mine)} {kind}{'s' if len(mine) != 1 else ''} active"
+        text += f": {', '.join(active)}" if active else ""
+        text += f"; {len(idle)} idle: {', '.join(idle)}" if idle else ""
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def format_device_table(devices: list[dict]) -> str:
+    """Fixed-width console table (one row per device, ms and busy %), then the active_summary line."""
+    multi_host = len({d.get("host") for d in devices}) > 1
+    head = f"{'device':<14} {'kind':<5} {'busy ms':>10} {'memcpy ms':>10} {'h2d ms':>9} {'d2h ms':>9} " \
+           f"{'window ms':>10} {'busy %':>7}"
+    rows = [head, "-" * len(head)]
+    for d in devices:
+        rows.append(f"{_short(d, multi_host):<14} {d['kind']:<5} {d['busy_ms']:>10.3f} {d['memcpy_ms']:>10.3f} "
+                    f"{d['h2d_ms']:>9.3f} {d['d2h_ms']:>9.3f} {d['window_ms']:>10.3f} "
+                    f"{100 * d['busy_fraction']:>6.1f}%")
+    rows.append(active_summary(devices))
+    return "\n".join(rows)
