@@ -198,19 +198,24 @@ MINIMUM = {
 }
 
 
-def parse_window(spec: str, total_steps: int) -> tuple[int, int] | None:
-    spec = (spec or "").strip().lower()
+def parse_window(spec, total_steps: int | None, label: str = "--set profile.steps={!r}") -> tuple[int, int] | None:
+    """"START:STOP" (or a (start, stop) pair) → (start, stop), STOP exclusive; None for "", "none", "off", "0".
+
+    `total_steps` (None = unbounded) is the run's last step; `label` names the setting in errors ({!r} = spec).
+    """
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        spec = f"{spec[0]}:{spec[1]}"
+    shown = label.format(spec)
+    spec = str(spec or "").strip().lower()
     if spec in ("", "none", "off", "0"):
         return None
     try:
         a, b = spec.split(":")
         start, stop = int(a), int(b)
     except ValueError:
-        raise UsageError(f"--set profile.steps={spec!r}: expected START:STOP, e.g. 20:40") from None
+        raise UsageError(f"{shown}: expected START:STOP, e.g. 20:40") from None
     if not (0 <= start < stop):
-        raise UsageError(f"--set profile.steps={spec!r}: need 0 <= START < STOP")
-    if stop > total_steps:
-        raise UsageError(
-            f"--set profile.steps={spec!r}: window ends after the last step (train.steps={total_steps})"
-        )
+        raise UsageError(f"{shown}: need 0 <= START < STOP")
+    if total_steps is not None and stop > total_steps:
+        raise UsageError(f"{shown}: window ends after the last step (train.steps={total_steps})")
     return start, stop

@@ -24,6 +24,7 @@ import time
 import keras
 import tensorflow as tf
 
+from tfbertperf.config import parse_window
 from tfbertperf.profile import capture
 
 
@@ -49,7 +50,7 @@ class ProfileCallback(keras.callbacks.Callback):
                  threadpool_events: bool = False):
         super().__init__()
         self.logdir = str(logdir)
-        self.window = _parse_window(profile_steps)
+        self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
         self.marker = marker
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=host_tracer_level, python_tracer_level=int(python_tracer),
@@ -93,26 +94,3 @@ class ProfileCallback(keras.callbacks.Callback):
     def _stop(self):
         tf.profiler.experimental.stop()
         self._profiling = False
-
-
-def _parse_window(spec):
-    if spec is None:
-        return None
-    if isinstance(spec, (tuple, list)):
-        start, stop = int(spec[0]), int(spec[1])
-    else:
-        s = str(spec).strip().lower()
-        if s in ("", "none", "off"):
-            return None
-        try:
-            a, b = s.split(":")
-            start, stop = int(a), int(b)
-        except ValueError:
-            from tfbertperf.errors import UsageError
-
-            raise UsageError(f"ProfileCallback(profile_steps={spec!r}): expected 'START:STOP', e.g. '20:40'") from None
-    if not 0 <= start < stop:
-        from tfbertperf.errors import UsageError
-
-        raise UsageError(f"ProfileCallback(profile_steps={spec!r}): need 0 <= START < STOP")
-    return start, stop

@@ -31,6 +31,7 @@ def _strip_query(uri: str) -> tuple[str, str]:
 
 class AzureBackend(RemoteBackend):
     name = "azure"
+    SHA256_KEY = SHA256_KEY
 
     def __init__(self, uri: str, data_cfg=None) -> None:
         super().__init__(uri, data_cfg)
@@ -132,7 +133,7 @@ class AzureBackend(RemoteBackend):
 
         return sorted(self.call(prefix_uri, once), key=lambda o: o.uri)
 
-    def _props(self, uri: str):
+    def _object(self, uri: str):
         from azure.core.exceptions import ResourceNotFoundError
 
         name = self._name(uri)
@@ -146,17 +147,10 @@ class AzureBackend(RemoteBackend):
         return self.call(uri, once)
 
     def stat(self, uri: str) -> ObjectInfo:
-        p = self._props(uri)
+        p = self._object(uri)
         if p is None:
             raise UsageError(f"{redact_text(uri)}: no such blob")
         return ObjectInfo(_strip_query(uri)[0], int(p.size))
-
-    def exists(self, uri: str) -> bool:
-        return self._props(uri) is not None
-
-    def checksum(self, uri: str) -> str | None:
-        p = self._props(uri)
-        return (p.metadata or {}).get(SHA256_KEY) if p is not None else None
 
     def _read_range(self, uri: str, start: int, length: int) -> bytes:
         if length <= 0:

@@ -29,6 +29,7 @@ def _status(exc: BaseException) -> int | None:
 
 class GCSBackend(RemoteBackend):
     name = "gcs"
+    SHA256_KEY = SHA256_KEY
 
     def __init__(self, uri: str, data_cfg=None) -> None:
         super().__init__(uri, data_cfg)
@@ -115,22 +116,15 @@ class GCSBackend(RemoteBackend):
 
         return sorted(self.call(prefix_uri, once), key=lambda o: o.uri)
 
-    def _blob(self, uri: str):
+    def _object(self, uri: str):
         name = self._name(uri)
         return self.call(uri, lambda: self.bucket.get_blob(name, retry=None))
 
     def stat(self, uri: str) -> ObjectInfo:
-        blob = self._blob(uri)
+        blob = self._object(uri)
         if blob is None:
             raise UsageError(f"{redact_text(uri)}: no such object")
         return ObjectInfo(uri, int(blob.size or 0))
-
-    def exists(self, uri: str) -> bool:
-        return self._blob(uri) is not None
-
-    def checksum(self, uri: str) -> str | None:
-        blob = self._blob(uri)
-        return (blob.metadata or {}).get(SHA256_KEY) if blob is not None else None
 
     def _read_range(self, uri: str, start: int, length: int) -> bytes:
         if length <= 0:

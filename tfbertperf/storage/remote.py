@@ -111,6 +111,20 @@ class RemoteBackend(Backend):
     def _read_range(self, uri: str, start: int, length: int) -> bytes:
         raise NotImplementedError
 
+    # ---- objects ----------------------------------------------------------------------------------------
+    SHA256_KEY = ""  # the metadata key upload writes the content's sha256 under (per SDK naming rules)
+
+    def _object(self, uri: str):
+        """The SDK's properties of the object (with `.metadata`), or None when it does not exist."""
+        raise NotImplementedError
+
+    def exists(self, uri: str) -> bool:
+        return self._object(uri) is not None
+
+    def checksum(self, uri: str) -> str | None:
+        obj = self._object(uri)
+        return (obj.metadata or {}).get(self.SHA256_KEY) if obj is not None else None
+
     # ---- shard sources ----------------------------------------------------------------------------------
     def shard_source(self, uris: list[str], mode: str = "stream", data_cfg=None, record_bytes_hint: int = 2048):
         """ShardSource reading `uris` in `mode` (stream | stage | native); see the module docstring."""
