@@ -11,6 +11,7 @@ COMMANDS = {
     "compare": "a matrix of runs (backends × pipeline presets × …) → one comparison report",
     "analyze": "attribution for any TF program's profile (TensorBoard logdir or .xplane.pb files)",
     "env": "fingerprint this machine, or --diff two fingerprints/reports",
+    "tokenize": "--check: our in-graph tokenizer vs transformers' on the same vocab (parity, differences, reasons)",
 }
 
 

@@ -8,10 +8,11 @@ schema.py holds the sections, fields, defaults and allowed values; loading.py bu
 """
 
 from tfbertperf.config.loading import config_from_dict, known_keys, load_config, resolve_workload
-from tfbertperf.config.schema import (AUTOTUNE, CHOICES, MINIMUM, WORKLOAD_DIR, DataConfig, ModelConfig,
+from tfbertperf.config.schema import (AUTOTUNE, CHOICES, MINIMUM, WORKLOAD_DIR, DataConfig, EmulateConfig,
+                                      ModelConfig,
                                       PipelineConfig, ProfileConfig, RunConfig, RunSection, TrainConfig,
                                       data_home, default_data_dir, parse_window)
 
-__all__ = ["AUTOTUNE", "CHOICES", "MINIMUM", "WORKLOAD_DIR", "DataConfig", "ModelConfig", "PipelineConfig",
+__all__ = ["AUTOTUNE", "CHOICES", "MINIMUM", "WORKLOAD_DIR", "DataConfig", "EmulateConfig", "ModelConfig", "PipelineConfig",
            "ProfileConfig", "RunConfig", "RunSection", "TrainConfig", "config_from_dict", "data_home",
            "default_data_dir", "known_keys", "load_config", "parse_window", "resolve_workload"]

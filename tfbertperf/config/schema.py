@@ -117,6 +117,13 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True)
+class EmulateConfig:
+    device: str = "none"  # none = run the real model; else a device profile name (train/devices.yaml)
+    step_ms: float = 0.0  # > 0: the device step time in ms, overriding the profile's; 0 = from the profile
+    accelerators: int = 1  # data-parallel emulated devices: one step consumes accelerators × train.batch_size
+
+
+@dataclass(frozen=True)
 class RunSection:
     out: str = "runs"  # runs root directory
     name: str = ""  # run name suffix ("" = workload name)
@@ -130,6 +137,7 @@ class RunConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    emulate: EmulateConfig = field(default_factory=EmulateConfig)
     run: RunSection = field(default_factory=RunSection)
 
     # ---- conveniences -------------------------------------------------------------------------------------
@@ -155,6 +163,7 @@ _SECTION_CLASSES = {
     "pipeline": PipelineConfig,
     "train": TrainConfig,
     "profile": ProfileConfig,
+    "emulate": EmulateConfig,
     "run": RunSection,
 }
 
@@ -195,6 +204,8 @@ MINIMUM = {
     ("profile", "probe_steps"): 0,
     ("profile", "probe_blocks"): 1,
     ("model", "num_labels"): 2,
+    ("emulate", "step_ms"): 0.0,
+    ("emulate", "accelerators"): 1,
 }
 
 
