@@ -20,8 +20,8 @@ def _missing(reason: str):
 
 @pytest.fixture(scope="session")
 def azurite():
-    """A running Azurite blob service (tfbertperf.storage.emulators.Azurite)."""
-    from tfbertperf.storage.emulators import Azurite, EmulatorMissing
+    """A running Azurite blob service (tfbertperf.testing.emulators.Azurite)."""
+    from tfbertperf.testing.emulators import Azurite, EmulatorMissing
 
     try:
         server = Azurite().start()
@@ -34,7 +34,7 @@ def azurite():
 @pytest.fixture(scope="session")
 def fake_gcs():
     """A running fake-gcs-server (HTTP for the SDK; HTTPS with a throwaway CA for TF's native gs://)."""
-    from tfbertperf.storage.emulators import EmulatorMissing, FakeGcs
+    from tfbertperf.testing.emulators import EmulatorMissing, FakeGcs
 
     try:
         server = FakeGcs(tls=True).start()

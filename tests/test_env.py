@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfbertperf import env as envmod
+from tfbertperf import envinfo
 from tfbertperf.envinfo import datalocation
 from tfbertperf.redact import REDACTED, redact_connection_string
 
@@ -38,7 +38,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fp(data_dir):
-    return envmod.fingerprint(str(data_dir))
+    return envinfo.fingerprint(str(data_dir))
 
 
 # ---- the fingerprint ---------------------------------------------------------------------------------------
@@ -46,8 +46,8 @@ def fp(data_dir):
 def test_fingerprint_of_this_machine_has_every_section_filled(fp, data_dir):
     import tensorflow as tf
 
-    assert fp["schema"] == envmod.SCHEMA
-    for s in envmod.SECTIONS:
+    assert fp["schema"] == envinfo.SCHEMA
+    for s in envinfo.SECTIONS:
         assert isinstance(fp[s], dict), s
         assert "error" not in fp[s], (s, fp[s])
     assert fp["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
@@ -81,7 +81,7 @@ def test_fingerprint_is_fast_and_leaves_the_tf_runtime_uninitialised(tmp_path):
     # fingerprinting), and the fingerprint itself must cost < 2 s beyond the TF import.
     code = (
         "import json, tensorflow as tf\n"
-        "from tfbertperf.env import fingerprint\n"
+        "from tfbertperf.envinfo import fingerprint\n"
         f"fp = fingerprint({str(tmp_path)!r})\n"
         "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
         "print(json.dumps({'collect_ms': fp['collect_ms'], 'tf_import_ms': fp['tf_import_ms']}))\n"
@@ -149,7 +149,7 @@ def _plant(fp):
 
 def test_diff_ranks_planted_differences_and_explains_each(fp):
     b = _plant(fp)
-    diffs = envmod.diff(fp, b)
+    diffs = envinfo.diff(fp, b)
     by_key = {d["name"]: d for d in diffs}
     planted = ["devices.gpu_count", "devices.gpus.0.device_name", "packages.tensorflow", "precision.keras_policy",
                "data.kind", "data.fstype", "data.probe.first_byte_latency_ms.p50", "threads.intra_op",
@@ -175,8 +175,8 @@ def test_diff_ranks_planted_differences_and_explains_each(fp):
 
 
 def test_two_real_fingerprints_of_one_machine_differ_only_in_measurement_noise(fp, data_dir):
-    again = envmod.fingerprint(str(data_dir))
-    for d in envmod.diff(fp, again):
+    again = envinfo.fingerprint(str(data_dir))
+    for d in envinfo.diff(fp, again):
         assert d["name"].startswith(("data.probe.", "memory.available_mb")), d
 
 
@@ -213,7 +213,7 @@ def test_diff_of_two_reports_puts_attribution_and_losses_side_by_side(fp, tmp_pa
     a = _report(fp, LOSSES, 120.0, 0.08)
     b = _report(_plant(fp), [x * (1 + 2e-5) for x in LOSSES], 370.0, 0.62,
                 **{"data.read_latency_ms": 20.0, "train.precision": "mixed_float16"})
-    doc = envmod.explain(a, b)
+    doc = envinfo.explain(a, b)
     keys = [d["name"] for d in doc["differences"]]
     assert "config.train.precision" in keys and "config.data.read_latency_ms" in keys
     sbs = doc["side_by_side"]
@@ -228,12 +228,12 @@ def test_diff_of_two_reports_puts_attribution_and_losses_side_by_side(fp, tmp_pa
 
     # Diverging losses (from step 30 on) are caught and located
     c = _report(fp, LOSSES[:3] + [x * 1.05 for x in LOSSES[3:]], 121.0, 0.08)
-    n2 = envmod.explain(a, c)["side_by_side"]["numerics"]
+    n2 = envinfo.explain(a, c)["side_by_side"]["numerics"]
     assert n2["match"] is False and n2["first_divergent_step"] == 30
     assert "differ beyond" in n2["verdict"]
     # A different batch size makes the losses incomparable, and says why
     d = _report(fp, LOSSES, 120.0, 0.08, **{"train.batch_size": 64})
-    n3 = envmod.explain(a, d)["side_by_side"]["numerics"]
+    n3 = envinfo.explain(a, d)["side_by_side"]["numerics"]
     assert n3["comparable"] is False and "train.batch_size" in n3["verdict"]
 
     # The CLI prints the same, ranked, with a side-by-side table

@@ -12,7 +12,7 @@ import pytest
 
 from tfbertperf.errors import UsageError
 from tfbertperf.storage import open_backend
-from tfbertperf.storage.proxy import FaultProxy
+from tfbertperf.testing.proxy import FaultProxy
 from tfbertperf.storage.upload import upload_dir
 
 SCHEMES = {"gcs": "gs", "azure": "az"}
@@ -160,7 +160,7 @@ def test_a_real_sas_token_in_the_uri_grants_access_and_stays_hidden(azure_env, m
 
     from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
-    from tfbertperf.storage.emulators import AZURITE_ACCOUNT, AZURITE_KEY
+    from tfbertperf.testing.emulators import AZURITE_ACCOUNT, AZURITE_KEY
 
     (tmp_path / "f").write_bytes(b"hello sas")
     open_backend("az://tfbertperf-test/sas").upload(str(tmp_path / "f"), "az://tfbertperf-test/sas/f")

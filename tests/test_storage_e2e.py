@@ -43,7 +43,7 @@ def prepared(tmp_path_factory, fake_gcs, azurite):
 
 
 def _run(uri: str, runs: str, *extra: str) -> dict:
-    from tfbertperf.run import run
+    from tfbertperf.job import run
 
     cfg = load_config(data_uri=uri, sets=SMALL_DATA + SHORT_RUN + [f"run.out={runs}", *extra])
     return run(cfg, progress=False)[1]
@@ -71,7 +71,7 @@ def test_remote_run_trains_on_exactly_the_local_examples(prepared, local_report,
 
 def test_run_with_5_percent_faults_completes_with_retries_and_the_same_examples(prepared, local_report, fake_gcs,
                                                                                 monkeypatch):
-    from tfbertperf.storage.proxy import FaultProxy
+    from tfbertperf.testing.proxy import FaultProxy
 
     # seed 15: the 2nd and 6th of the first 20 requests fail, so the small run meets faults for sure
     with FaultProxy(fake_gcs.url, error_rate=0.025, reset_rate=0.025, seed=15) as proxy:

@@ -17,7 +17,7 @@ import tensorflow as tf
 from tfbertperf.config import DataConfig
 from tfbertperf.errors import UsageError
 from tfbertperf.storage import open_backend, open_shards
-from tfbertperf.storage.proxy import FaultProxy
+from tfbertperf.testing.proxy import FaultProxy
 from tfbertperf.storage.upload import upload_dir
 
 SCHEMES = {"gcs": "gs", "azure": "az"}
@@ -135,7 +135,7 @@ def test_native_mode_on_azure_explains_it_is_gcs_only(azure_env):
 def test_native_mode_reads_gs_through_tfs_own_filesystem(gcs_env, tfrecord_shards, tmp_path):
     """TF's gs:// filesystem against the emulator's TLS port via our CONNECT proxy and a throwaway CA; in a
     fresh process because TF reads https_proxy/CURL_CA_BUNDLE/NO_GCE_CHECK from its environment."""
-    from tfbertperf.storage.emulators import native_env
+    from tfbertperf.testing.emulators import native_env
 
     local, shards = tfrecord_shards
     prefix = f"gs://tfbertperf-test/native-{uuid.uuid4().hex[:8]}"
@@ -184,7 +184,7 @@ def test_stream_reads_appear_as_named_events_in_the_profiler_trace(uploaded, tmp
 
 
 def test_stage_cache_stays_bounded_and_evicts(uploaded, tmp_path, monkeypatch):
-    from tfbertperf.storage.remote import Stager
+    from tfbertperf.storage.remote_modes import Stager
 
     _, prefix, shards, _ = uploaded
     monkeypatch.setattr(Stager, "GRACE_S", 0.0)  # evict as soon as allowed: the bound is what is under test

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tfbertperf.storage.proxy import FaultProxy
+from tfbertperf.testing.proxy import FaultProxy
 
 PAYLOAD = os.urandom(1_000_000)
 
@@ -124,7 +124,7 @@ def test_connect_tunnels_only_to_the_configured_target(origin):
 
 
 def test_cli_rejects_a_bad_rate_with_one_line():
-    p = subprocess.run([sys.executable, "-m", "tfbertperf.storage.proxy", "--upstream", "http://127.0.0.1:1",
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.testing.proxy", "--upstream", "http://127.0.0.1:1",
                         "--error-rate", "1.5"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "error_rate" in p.stderr
 

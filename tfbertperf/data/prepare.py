@@ -25,7 +25,6 @@ from tfbertperf.data.corpus import DEFAULT_CORPUS, load_corpus, load_default_cor
 from tfbertperf.data.features import feature_spec_summary, serialize
 from tfbertperf.data.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, VOCAB_FILE, shard_name
 from tfbertperf.data.vocab import (
-    RESERVED_TOKENS,
     learn_vocab,
     load_vocab_file,
     make_tokenizer,
@@ -288,5 +287,3 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
-
-__all__ = ["prepare_data", "prepare_local", "RESERVED_TOKENS"]

