@@ -157,7 +157,8 @@ def test_prepared_seq_len_must_match_the_run(data_dirs):
 
 
 def test_synthetic_batch_matches_the_pipeline_element_spec():
-    from tfbertperf.data.pipeline import element_spec, synthetic_batch
+    from tfbertperf.data.pipeline import element_spec
+    from tfbertperf.data.synthetic import synthetic_batch
 
     for task in ("pretrain", "classify"):
         b = synthetic_batch(task, 8, 128, 20, vocab_size=3000)

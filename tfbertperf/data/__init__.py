@@ -12,5 +12,6 @@ Modules: corpus (text → documents of sentences), vocab (WordPiece learning, Fa
 """
 
 from tfbertperf.data.manifest import load_manifest, shard_uris  # noqa: F401
-from tfbertperf.data.pipeline import build_dataset, effective_pipeline, element_spec, synthetic_batch  # noqa: F401
+from tfbertperf.data.pipeline import build_dataset, effective_pipeline, element_spec  # noqa: F401
+from tfbertperf.data.synthetic import synthetic_batch  # noqa: F401
 from tfbertperf.data.prepare import prepare_data  # noqa: F401
