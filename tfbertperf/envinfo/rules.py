@@ -162,182 +162,183 @@ def _one_side(what: str, why: str, score: int) -> Explain:
     return lambda k, a, b: (_only(a, b, what) + why, score)
 
 
-def _cfg(score: int, affects: list[str], why: str) -> tuple:
-    return ("config", affects, lambda k, a, b: (f"run config {k[7:]} = {fmt(a)} vs {fmt(b)}: {why}", score))
+def _section(group: str, rows: list[tuple]) -> list[tuple[str, str, list[str], Explain]]:
+    """Rows of one group as RULES entries.  Most rules only quote the two values, so a row is data and reads as
+    one line: (regex, affects, how[, score[, skip]]) where `how` is a template string → _says(how, score, skip),
+    a (what, why) pair → _one_side(what, why, score), or a function (key, a, b) for the genuinely different ones."""
+    out = []
+    for pattern, affects, how, *args in rows:
+        if isinstance(how, str):
+            how = _says(how, *args)
+        elif isinstance(how, tuple):
+            how = _one_side(*how, *args)
+        out.append((pattern, group, affects, how))
+    return out
 
 
 S, N, SN = ["speed"], ["numerics"], ["speed", "numerics"]
+CFG = "run config {key} = {a} vs {b}: "  # config.* rows: the key without "config." and why that setting matters
 
 # (key regex, group, affects, explain) — explain returns (sentence, score[, affects]) or None for noise.
+# Matched in order, first match wins: keep the specific patterns above the catch-alls of their group.
 RULES: list[tuple[str, str, list[str], Explain]] = [
-    # devices
-    (r"devices\.(gpu|tpu)_count", "devices", S, _gpu_count),
-    (r"devices\.gpus\.\d+\.device_name", "devices", SN,
-     lambda k, a, b: (f"GPU model {fmt(a)} vs {fmt(b)}: different memory bandwidth, tensor cores and clocks", 90)
-     if a and b else (f"{'B' if b else 'A'}'s extra GPU is a {fmt(a or b)}", 60)),
-    (r"devices\.gpus\.\d+\.compute_capability", "devices", SN,
-     # one side without the GPU: already said by gpu_count/device_name
-     lambda k, a, b: (f"GPU compute capability {fmt(a)} vs {fmt(b)}: TF32 and bf16 tensor cores exist only on "
-                      f">= 8.0, so matmul speed and precision differ", 70) if a and b else None),
-    (r"devices\.nvidia_smi\.driver_version", "devices", S,
-     _says("NVIDIA driver {a} vs {b}: the driver bounds the usable CUDA version", 50)),
-    (r"devices\.nvidia_smi\.gpus\.\d+\.memory\.total", "devices", S,
-     _says("GPU memory {a} MiB vs {b} MiB: limits batch size and activation memory", 60)),
-    (r"devices\.nvidia_smi\.gpus\.\d+\.(power\.limit|clocks\.max\.sm)", "devices", S,
-     lambda k, a, b: (f"GPU {k.split('.', 4)[-1]} {fmt(a)} vs {fmt(b)}: a power-capped or down-clocked GPU "
-                      f"computes more slowly", 50)),
-    (r"devices\.nvidia_smi\.gpus\.\d+\.pcie.*", "devices", S,
-     lambda k, a, b: (f"PCIe {k.rsplit('.', 1)[-1]} {fmt(a)} vs {fmt(b)}: host-to-device copies of every "
-                      f"batch cross this link", 50)),
-    (r"devices\.nvidia_smi.*", "devices", S,
-     lambda k, a, b: (f"nvidia-smi {k.split('.', 2)[-1] if k.count('.') > 1 else ''} {fmt(a)} vs {fmt(b)}", 30)),
-    (r"devices\..*", "devices", S, _says("device {key} {a} vs {b}", 40)),
+    *_section("devices", [
+        (r"devices\.(gpu|tpu)_count", S, _gpu_count),
+        (r"devices\.gpus\.\d+\.device_name", SN,
+         lambda k, a, b: (f"GPU model {fmt(a)} vs {fmt(b)}: different memory bandwidth, tensor cores and clocks",
+                          90) if a and b else (f"{'B' if b else 'A'}'s extra GPU is a {fmt(a or b)}", 60)),
+        (r"devices\.gpus\.\d+\.compute_capability", SN,
+         # one side without the GPU: already said by gpu_count/device_name
+         lambda k, a, b: (f"GPU compute capability {fmt(a)} vs {fmt(b)}: TF32 and bf16 tensor cores exist only "
+                          f"on >= 8.0, so matmul speed and precision differ", 70) if a and b else None),
+        (r"devices\.nvidia_smi\.driver_version", S, "NVIDIA driver {a} vs {b}: the driver bounds the usable CUDA "
+                                                    "version", 50),
+        (r"devices\.nvidia_smi\.gpus\.\d+\.memory\.total", S, "GPU memory {a} MiB vs {b} MiB: limits batch size "
+                                                              "and activation memory", 60),
+        (r"devices\.nvidia_smi\.gpus\.\d+\.(power\.limit|clocks\.max\.sm)", S,
+         lambda k, a, b: (f"GPU {k.split('.', 4)[-1]} {fmt(a)} vs {fmt(b)}: a power-capped or down-clocked GPU "
+                          f"computes more slowly", 50)),
+        (r"devices\.nvidia_smi\.gpus\.\d+\.pcie.*", S,
+         lambda k, a, b: (f"PCIe {k.rsplit('.', 1)[-1]} {fmt(a)} vs {fmt(b)}: host-to-device copies of every "
+                          f"batch cross this link", 50)),
+        (r"devices\.nvidia_smi.*", S, lambda k, a, b: (
+            f"nvidia-smi {k.split('.', 2)[-1] if k.count('.') > 1 else ''} {fmt(a)} vs {fmt(b)}", 30)),
+        (r"devices\..*", S, "device {key} {a} vs {b}", 40),
+    ]),
     # run configuration (reports only)
-    (r"config\.model\.size", *_cfg(95, SN, "a different model is being trained")),
-    (r"config\.model\..*", *_cfg(70, SN, "the model differs")),
-    (r"config\.train\.precision", *_cfg(90, SN, "reduced-precision matmuls change step time and losses")),
-    (r"config\.train\.batch_size", *_cfg(85, SN, "work per step differs, so step time and losses differ")),
-    (r"config\.data\.seq_len", *_cfg(85, SN, "attention cost grows with sequence length")),
-    (r"config\.train\.jit", *_cfg(60, SN, "XLA fuses ops: faster steps, slightly different rounding")),
-    (r"config\.train\.strategy", *_cfg(70, SN, "placement and replica count differ")),
-    (r"config\.train\.(deterministic|seed)", *_cfg(40, N, "determinism and initial weights")),
-    (r"config\.train\.learning_rate", *_cfg(50, N, "the optimisation itself differs")),
-    (r"config\.data\.(read_latency_ms|read_bandwidth_mbps)",
-     *_cfg(85, S, "emulated slow storage is injected into every local read")),
-    (r"config\.data\.mode", *_cfg(70, S, "remote shards are read a different way (native/stream/stage)")),
-    (r"config\.data\.(uri|seed|dupe_factor|vocab.*|corpus|masked_lm_prob|max_predictions|short_seq_prob)",
-     *_cfg(45, SN, "the training data differ")),
-    (r"config\.data\..*", *_cfg(45, S, "a storage read setting")),
-    (r"config\.pipeline\.deterministic", *_cfg(45, SN, "deterministic interleave order is slower but reproducible")),
-    (r"config\.pipeline\..*", *_cfg(60, S, "an input-pipeline knob (parallelism, prefetch, cache, parse)")),
-    (r"config\.train\.steps", *_cfg(20, S, "a different number of steps is timed")),
-    (r"config\.profile\..*", *_cfg(15, S, "profiling settings (tracer levels cost time inside the window)")),
-    (r"config\..*", *_cfg(20, S, "a run setting")),
+    *_section("config", [
+        (r"config\.model\.size", SN, CFG + "a different model is being trained", 95),
+        (r"config\.model\..*", SN, CFG + "the model differs", 70),
+        (r"config\.train\.precision", SN, CFG + "reduced-precision matmuls change step time and losses", 90),
+        (r"config\.train\.batch_size", SN, CFG + "work per step differs, so step time and losses differ", 85),
+        (r"config\.data\.seq_len", SN, CFG + "attention cost grows with sequence length", 85),
+        (r"config\.train\.jit", SN, CFG + "XLA fuses ops: faster steps, slightly different rounding", 60),
+        (r"config\.train\.strategy", SN, CFG + "placement and replica count differ", 70),
+        (r"config\.train\.(deterministic|seed)", N, CFG + "determinism and initial weights", 40),
+        (r"config\.train\.learning_rate", N, CFG + "the optimisation itself differs", 50),
+        (r"config\.data\.(read_latency_ms|read_bandwidth_mbps)", S,
+         CFG + "emulated slow storage is injected into every local read", 85),
+        (r"config\.data\.mode", S, CFG + "remote shards are read a different way (native/stream/stage)", 70),
+        (r"config\.data\.(uri|seed|dupe_factor|vocab.*|corpus|masked_lm_prob|max_predictions|short_seq_prob)",
+         SN, CFG + "the training data differ", 45),
+        (r"config\.data\..*", S, CFG + "a storage read setting", 45),
+        (r"config\.pipeline\.deterministic", SN, CFG + "deterministic interleave order is slower but reproducible",
+         45),
+        (r"config\.pipeline\..*", S, CFG + "an input-pipeline knob (parallelism, prefetch, cache, parse)", 60),
+        (r"config\.train\.steps", S, CFG + "a different number of steps is timed", 20),
+        (r"config\.profile\..*", S, CFG + "profiling settings (tracer levels cost time inside the window)", 15),
+        (r"config\..*", S, CFG + "a run setting", 20),
+    ]),
     # framework and packages
-    (r"packages\.(tensorflow|tensorflow-cpu|tf-nightly)", "framework", SN, _tf_version),
-    (r"tensorflow\.build\.is_cuda_build", "framework", S,
-     _one_side("a CUDA build of TF", ": a CPU-only build cannot use a GPU even if present", 85)),
-    (r"tensorflow\.build\.(cuda_version|cudnn_version)", "framework", SN,
-     lambda k, a, b: (f"TF built for {k.rsplit('.', 1)[-1].split('_')[0].upper()} {fmt(a)} vs {fmt(b)}: "
-                      f"GPU kernels (cuBLAS/cuDNN) differ", 65)),
-    (r"tensorflow\.build\..*", "framework", S, _says("TF build {key} {a} vs {b}", 30, skip=2)),
-    (r"tensorflow\.built_with_xla", "framework", S,
-     _one_side("XLA support", ": jit_compile is unavailable without it", 45)),
-    (r"packages\.(keras|tf-keras)", "framework", SN,
-     _says("{key} {a} vs {b}: layer implementations, optimizers and the train step "
-           "are Keras code", 60)),
-    (r"packages\.nvidia-.*", "framework", SN,
-     _says("{key} {a} vs {b}: the CUDA libraries TF loads", 60)),
-    (r"packages\.tensorflow-text", "framework", S,
-     _says("tensorflow-text {a} vs {b}: inline tokenization kernels", 35)),
-    (r"packages\.(tensorflow-io.*|google-cloud-storage|google-auth|azure-storage-blob|azure-core)", "framework", S,
-     _says("{key} {a} vs {b}: the client that reads remote shards", 35)),
-    (r"packages\.(numpy|ml-dtypes|protobuf)", "framework", SN,
-     _says("{key} {a} vs {b}: host-side array/serialization library", 20)),
-    (r"packages\.(xprof|tensorboard-plugin-profile|tensorboard)", "framework", S,
-     _says("{key} {a} vs {b}: profiles are converted by different code, so attribution "
-           "figures may not be like-for-like", 15)),
-    (r"packages\..*", "framework", S, _says("{key} {a} vs {b}", 10)),
-    (r"tensorflow\..*", "framework", S, _says("TF {key} {a} vs {b}", 15)),
+    *_section("framework", [
+        (r"packages\.(tensorflow|tensorflow-cpu|tf-nightly)", SN, _tf_version),
+        (r"tensorflow\.build\.is_cuda_build", S,
+         ("a CUDA build of TF", ": a CPU-only build cannot use a GPU even if present"), 85),
+        (r"tensorflow\.build\.(cuda_version|cudnn_version)", SN,
+         lambda k, a, b: (f"TF built for {k.rsplit('.', 1)[-1].split('_')[0].upper()} {fmt(a)} vs {fmt(b)}: "
+                          f"GPU kernels (cuBLAS/cuDNN) differ", 65)),
+        (r"tensorflow\.build\..*", S, "TF build {key} {a} vs {b}", 30, 2),
+        (r"tensorflow\.built_with_xla", S, ("XLA support", ": jit_compile is unavailable without it"), 45),
+        (r"packages\.(keras|tf-keras)", SN,
+         "{key} {a} vs {b}: layer implementations, optimizers and the train step are Keras code", 60),
+        (r"packages\.nvidia-.*", SN, "{key} {a} vs {b}: the CUDA libraries TF loads", 60),
+        (r"packages\.tensorflow-text", S, "tensorflow-text {a} vs {b}: inline tokenization kernels", 35),
+        (r"packages\.(tensorflow-io.*|google-cloud-storage|google-auth|azure-storage-blob|azure-core)", S,
+         "{key} {a} vs {b}: the client that reads remote shards", 35),
+        (r"packages\.(numpy|ml-dtypes|protobuf)", SN, "{key} {a} vs {b}: host-side array/serialization library", 20),
+        (r"packages\.(xprof|tensorboard-plugin-profile|tensorboard)", S, "{key} {a} vs {b}: profiles are converted "
+                                                                         "by different code, so attribution "
+                                                                         "figures may not be like-for-like", 15),
+        (r"packages\..*", S, "{key} {a} vs {b}", 10),
+        (r"tensorflow\..*", S, "TF {key} {a} vs {b}", 15),
+    ]),
     # precision, determinism, XLA, oneDNN
-    (r"precision\.keras_policy", "precision", SN, _policy),
-    (r"precision\.keras_backend", "precision", SN,
-     _says("Keras backend {a} vs {b}: a different framework executes the model", 85)),
-    (r"precision\.tf32_enabled", "precision", SN,
-     _one_side("TF32 matmuls", ": on Ampere+ GPUs fp32 matmuls run with 10-bit mantissas "
-               "(faster, less precise)", 55)),
-    (r"determinism\.op_determinism", "precision", SN,
-     _one_side("op determinism", ": some ops use slower deterministic kernels; runs "
-               "reproduce bit-for-bit only there", 45)),
-    (r"determinism\.(TF_DETERMINISTIC_OPS|TF_CUDNN_DETERMINISTIC)", "precision", SN,
-     _says("${key} = {a} vs {b}: requests deterministic GPU kernels", 45)),
-    (r"determinism\.PYTHONHASHSEED", "precision", N,
-     _says("$PYTHONHASHSEED = {a} vs {b}: Python-side ordering may differ", 10)),
-    (r"onednn\.enabled", "precision", SN,
-     lambda k, a, b: (f"oneDNN {'off on B' if a and not b else 'off on A'}: TF falls back to Eigen kernels for "
-                      f"CPU matmuls/convs — usually slower, and results differ in the last bits", 75)),
-    (r"xla\.auto_jit", "precision", SN,
-     _says("global XLA auto-clustering {a} vs {b}: fused kernels change speed and rounding", 60)),
-    (r"xla\.(XLA_FLAGS|TF_XLA_FLAGS)", "precision", SN,
-     _says("${key} = {a} vs {b}: XLA compiler options", 55)),
-    (r"xla\..*", "precision", S, _says("graph optimizer option {key} {a} vs {b}", 35)),
+    *_section("precision", [
+        (r"precision\.keras_policy", SN, _policy),
+        (r"precision\.keras_backend", SN, "Keras backend {a} vs {b}: a different framework executes the model", 85),
+        (r"precision\.tf32_enabled", SN, ("TF32 matmuls", ": on Ampere+ GPUs fp32 matmuls run with 10-bit "
+                                                          "mantissas (faster, less precise)"), 55),
+        (r"determinism\.op_determinism", SN, ("op determinism", ": some ops use slower deterministic kernels; "
+                                                                "runs reproduce bit-for-bit only there"), 45),
+        (r"determinism\.(TF_DETERMINISTIC_OPS|TF_CUDNN_DETERMINISTIC)", SN,
+         "${key} = {a} vs {b}: requests deterministic GPU kernels", 45),
+        (r"determinism\.PYTHONHASHSEED", N, "$PYTHONHASHSEED = {a} vs {b}: Python-side ordering may differ", 10),
+        (r"onednn\.enabled", SN,
+         lambda k, a, b: (f"oneDNN {'off on B' if a and not b else 'off on A'}: TF falls back to Eigen kernels "
+                          f"for CPU matmuls/convs — usually slower, and results differ in the last bits", 75)),
+        (r"xla\.auto_jit", SN, "global XLA auto-clustering {a} vs {b}: fused kernels change speed and rounding", 60),
+        (r"xla\.(XLA_FLAGS|TF_XLA_FLAGS)", SN, "${key} = {a} vs {b}: XLA compiler options", 55),
+        (r"xla\..*", S, "graph optimizer option {key} {a} vs {b}", 35),
+    ]),
     # CPU and memory
-    (r"cpu\.architecture", "cpu", SN,
-     _says("CPU architecture {a} vs {b}: entirely different kernels", 95)),
-    (r"cpu\.model", "cpu", S, _says("CPU model {a} vs {b}: per-core speed and cache differ", 70)),
-    (r"cpu\.vendor", "cpu", SN, _says("CPU vendor {a} vs {b}: oneDNN tunes per vendor", 50)),
-    (r"cpu\.usable_cores", "cpu", S, _usable_cores),
-    (r"cpu\.cgroup_cpu_limit", "cpu", S,
-     _says("cgroup CPU quota {a} vs {b} CPUs (none = unlimited): a quota throttles every "
-           "thread once it is used up", 80)),
-    (r"cpu\.(logical_cores|physical_cores|sockets)", "cpu", S,
-     lambda k, a, b: (f"{k[4:].replace('_', ' ')}: {fmt(a)} vs {fmt(b)}", 45)),
-    (r"cpu\.mhz", "cpu", S, _ratio_rule(1.15, 30, 50, lambda a, b, r: f"CPU clock {fmt(a)} MHz vs {fmt(b)} MHz")),
-    (r"cpu\.flags\..*", "cpu", S, _cpu_flag),
-    (r"memory\.total_mb", "cpu", S, _ratio_rule(
-        1.3, 35, 60, lambda a, b, r: f"RAM {fmt(a)} MiB vs {fmt(b)} MiB: less room for page cache, shuffle buffers "
-                                     f"and cache=memory")),
-    (r"memory\.cgroup_limit_mb", "cpu", S,
-     _says("cgroup memory limit {a} vs {b} MiB (none = unlimited): the page cache for "
-           "shards counts against it", 50)),
-    (r"memory\.available_mb", "cpu", S, _ratio_rule(
-        2.0, 25, 45, lambda a, b, r: f"free RAM {fmt(a)} MiB vs {fmt(b)} MiB at fingerprint time")),
-    (r"memory\..*", "cpu", S, _says("{key} {a} vs {b}", 5)),
-    # threads
-    (r"threads\.(intra_op|inter_op)", "threads", S,
-     lambda k, a, b: (f"TF {k[8:].replace('_', '-')} threads {fmt(a)} vs {fmt(b)} (0 = one per core): how many "
-                      f"threads run each op / ops in parallel", 60)),
-    (r"threads\..*", "threads", S,
-     _says("${key} = {a} vs {b}: math-library threading", 55)),
+    *_section("cpu", [
+        (r"cpu\.architecture", SN, "CPU architecture {a} vs {b}: entirely different kernels", 95),
+        (r"cpu\.model", S, "CPU model {a} vs {b}: per-core speed and cache differ", 70),
+        (r"cpu\.vendor", SN, "CPU vendor {a} vs {b}: oneDNN tunes per vendor", 50),
+        (r"cpu\.usable_cores", S, _usable_cores),
+        (r"cpu\.cgroup_cpu_limit", S, "cgroup CPU quota {a} vs {b} CPUs (none = unlimited): a quota throttles "
+                                      "every thread once it is used up", 80),
+        (r"cpu\.(logical_cores|physical_cores|sockets)", S,
+         lambda k, a, b: (f"{k[4:].replace('_', ' ')}: {fmt(a)} vs {fmt(b)}", 45)),
+        (r"cpu\.mhz", S, _ratio_rule(1.15, 30, 50, lambda a, b, r: f"CPU clock {fmt(a)} MHz vs {fmt(b)} MHz")),
+        (r"cpu\.flags\..*", S, _cpu_flag),
+        (r"memory\.total_mb", S, _ratio_rule(
+            1.3, 35, 60, lambda a, b, r: f"RAM {fmt(a)} MiB vs {fmt(b)} MiB: less room for page cache, shuffle "
+                                         f"buffers and cache=memory")),
+        (r"memory\.cgroup_limit_mb", S, "cgroup memory limit {a} vs {b} MiB (none = unlimited): the page cache "
+                                        "for shards counts against it", 50),
+        (r"memory\.available_mb", S, _ratio_rule(
+            2.0, 25, 45, lambda a, b, r: f"free RAM {fmt(a)} MiB vs {fmt(b)} MiB at fingerprint time")),
+        (r"memory\..*", S, "{key} {a} vs {b}", 5),
+    ]),
+    *_section("threads", [
+        (r"threads\.(intra_op|inter_op)", S,
+         lambda k, a, b: (f"TF {k[8:].replace('_', '-')} threads {fmt(a)} vs {fmt(b)} (0 = one per core): how "
+                          f"many threads run each op / ops in parallel", 60)),
+        (r"threads\..*", S, "${key} = {a} vs {b}: math-library threading", 55),
+    ]),
     # data location
-    (r"data\.scheme", "data", S,
-     lambda k, a, b: (f"data on {fmt(a)}:// on A vs {fmt(b)}:// on B: local file reads vs HTTP range requests"
-                      if "file" in (a, b) else f"data on {fmt(a)}:// vs {fmt(b)}://", 90)),
-    (r"data\.kind", "data", S, _data_kind),
-    (r"data\.object_store_backed", "data", S,
-     _one_side("an object-store FUSE mount", ": each file read is an HTTP request", 80)),
-    (r"data\.fuse_daemon", "data", S, _says("FUSE daemon {a} vs {b}", 60)),
-    (r"data\.fstype", "data", S,
-     _says("data filesystem {a} vs {b}: different read path and caching", 55)),
-    (r"data\.rotational", "data", S,
-     lambda k, a, b: (f"data on a {'spinning disk' if a else 'non-rotational disk'} on A vs "
-                      f"{'spinning disk' if b else 'non-rotational disk'} on B: seeks between shards cost "
-                      f"milliseconds on a spinning disk", 50)),
-    # Probe figures are single short measurements on possibly shared machines: only large gaps count
-    # (a network filesystem is >= 0.5 ms to first byte; a local SSD or page-cached VM disk ~0.05-0.2 ms).
-    (r"data\.probe\.first_byte_latency_ms\.p50", "data", S,
-     _ratio_rule(3.0, 45, 90, _latency_sentence, min_abs=0.3)),
-    (r"data\.probe\.read_mb_per_sec", "data", S, _ratio_rule(3.0, 45, 85, _throughput_sentence, min_abs=50)),
-    (r"data\.probe\.cold", "data", S,
-     lambda k, a, b: ("the read probe could drop the page cache on only one side: its figures are not "
-                      "like-for-like", 10)),
-    (r"data\.probe\..*", "data", S, _says("data probe {key}: {a} vs {b}", 15, skip=2)),
-    (r"data\.(emulator|endpoint|access|account)", "data", S,
-     _says("storage {key} {a} vs {b}: an emulator on localhost and a cloud region have "
-           "very different request latency", 45)),
-    (r"data\.exists", "data", S,
-     lambda k, a, b: ("data not prepared yet on " + ("A" if not a else "B") + ": its read probe was skipped", 20)),
-    (r"data\..*", "data", S, _says("data {key} {a} vs {b}", 10)),
-    # environment variables
-    (r"env\..*", "env", S, _env_var),
-    # system
-    (r"os\.machine", "system", SN, _says("machine {a} vs {b}", 95)),
-    (r"os\.wsl", "system", S,
-     _one_side("WSL", ": file I/O across the Windows boundary is slow", 50)),
-    (r"python\.version", "system", SN,
-     _says("Python {a} vs {b}: different wheels and interpreter speed for host-side code", 35)),
-    (r"python\.implementation", "system", S, _says("Python implementation {a} vs {b}", 60)),
-    (r"os\.libc", "system", SN,
-     _says("C library {a} vs {b}: malloc and libm (exp/log/tanh) differ", 20)),
-    (r"os\.(release|distro)", "system", S, _says("OS {key} {a} vs {b}", 20)),
-    (r"host\.container", "system", S,
-     _says("container {a} vs {b}: cgroup limits and overlay filesystems apply inside", 25)),
-    (r"host\.(cloud_provider|platform_hints.*)", "system", S,
-     _says("platform {a} vs {b}: shared or throttled cloud/notebook machines vary", 25)),
-    (r"host\.virtualized", "system", S,
-     _one_side("a hypervisor", ": virtualised CPUs may be shared or throttled", 20)),
-    (r"host\.dmi\..*", "system", S, _says("hardware {key} {a} vs {b}", 15, skip=2)),
-    (r"host\.hostname", "system", S, _says("host {a} vs {b}", 2)),
-    (r".*", "system", S, lambda k, a, b: (f"{k} {fmt(a)} vs {fmt(b)}", 5)),
+    *_section("data", [
+        (r"data\.scheme", S,
+         lambda k, a, b: (f"data on {fmt(a)}:// on A vs {fmt(b)}:// on B: local file reads vs HTTP range "
+                          f"requests" if "file" in (a, b) else f"data on {fmt(a)}:// vs {fmt(b)}://", 90)),
+        (r"data\.kind", S, _data_kind),
+        (r"data\.object_store_backed", S, ("an object-store FUSE mount", ": each file read is an HTTP request"), 80),
+        (r"data\.fuse_daemon", S, "FUSE daemon {a} vs {b}", 60),
+        (r"data\.fstype", S, "data filesystem {a} vs {b}: different read path and caching", 55),
+        (r"data\.rotational", S,
+         lambda k, a, b: (f"data on a {'spinning disk' if a else 'non-rotational disk'} on A vs "
+                          f"{'spinning disk' if b else 'non-rotational disk'} on B: seeks between shards cost "
+                          f"milliseconds on a spinning disk", 50)),
+        # Probe figures are single short measurements on possibly shared machines: only large gaps count
+        # (a network filesystem is >= 0.5 ms to first byte; a local SSD or page-cached VM disk ~0.05-0.2 ms).
+        (r"data\.probe\.first_byte_latency_ms\.p50", S, _ratio_rule(3.0, 45, 90, _latency_sentence, min_abs=0.3)),
+        (r"data\.probe\.read_mb_per_sec", S, _ratio_rule(3.0, 45, 85, _throughput_sentence, min_abs=50)),
+        (r"data\.probe\.cold", S,
+         lambda k, a, b: ("the read probe could drop the page cache on only one side: its figures are not "
+                          "like-for-like", 10)),
+        (r"data\.probe\..*", S, "data probe {key}: {a} vs {b}", 15, 2),
+        (r"data\.(emulator|endpoint|access|account)", S, "storage {key} {a} vs {b}: an emulator on localhost and "
+                                                          "a cloud region have very different request latency", 45),
+        (r"data\.exists", S, lambda k, a, b: (
+            "data not prepared yet on " + ("A" if not a else "B") + ": its read probe was skipped", 20)),
+        (r"data\..*", S, "data {key} {a} vs {b}", 10),
+    ]),
+    *_section("env", [(r"env\..*", S, _env_var)]),
+    *_section("system", [
+        (r"os\.machine", SN, "machine {a} vs {b}", 95),
+        (r"os\.wsl", S, ("WSL", ": file I/O across the Windows boundary is slow"), 50),
+        (r"python\.version", SN, "Python {a} vs {b}: different wheels and interpreter speed for host-side code", 35),
+        (r"python\.implementation", S, "Python implementation {a} vs {b}", 60),
+        (r"os\.libc", SN, "C library {a} vs {b}: malloc and libm (exp/log/tanh) differ", 20),
+        (r"os\.(release|distro)", S, "OS {key} {a} vs {b}", 20),
+        (r"host\.container", S, "container {a} vs {b}: cgroup limits and overlay filesystems apply inside", 25),
+        (r"host\.(cloud_provider|platform_hints.*)", S,
+         "platform {a} vs {b}: shared or throttled cloud/notebook machines vary", 25),
+        (r"host\.virtualized", S, ("a hypervisor", ": virtualised CPUs may be shared or throttled"), 20),
+        (r"host\.dmi\..*", S, "hardware {key} {a} vs {b}", 15, 2),
+        (r"host\.hostname", S, "host {a} vs {b}", 2),
+        (r".*", S, lambda k, a, b: (f"{k} {fmt(a)} vs {fmt(b)}", 5)),  # the catch-all: every key matches
+    ]),
 ]
 COMPILED_RULES = [(re.compile(p + r"$"), g, aff, fn) for p, g, aff, fn in RULES]
