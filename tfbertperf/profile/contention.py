@@ -71,6 +71,8 @@ import os
 import re
 from collections import defaultdict
 
+from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
+
 # Thread-name prefixes (xprof's trace names threads "<pool name>/<id>").
 INPUT_THREAD_PREFIXES = ("tf_data",)
 COMPUTE_THREAD_PREFIXES = ("tf_Compute", "tf_numa", "Eigen", "tf_inter_op", "tf_intra_op")
@@ -80,16 +82,6 @@ TASK_EVENT = "ThreadpoolListener::Region"
 INPUT_WORK_EVENTS = ("ExecutorState::Process", "FunctionRun")
 # Events on the step's own thread during which the loop is blocked waiting for a batch.
 GET_NEXT_EVENT = re.compile(r"^(IteratorGetNext|Iterator::Root$|EagerLocalExecute: IteratorGetNext)")
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def _clip(intervals, lo: float, hi: float):
