@@ -1,0 +1,110 @@
+"""Host utilization sampler on the real machine: busier under a CPU-burning thread than under a sleep, ≥ 10 Hz,
+RSS seen, no GPU here (NVML skipped cleanly), summary keys, TensorBoard scalars and the timeline PNG."""
+
+import threading
+import time
+
+import pytest
+
+from tfbertperf.profile.utilization import UtilizationSampler, write_scalars
+
+SUMMARY_KEYS = {"cpu_busy_fraction_mean", "cpu_iowait_fraction_mean", "rss_mb_max", "disk_read_mb", "net_rx_mb",
+                "gpus", "cpu_busy_fraction_p90", "cores", "per_core_busy_fraction_mean", "samples", "hz"}
+
+
+def _sample_while(work, seconds: float = 1.0, hz: float = 20.0):
+    stop = threading.Event()
+    threads = [threading.Thread(target=work, args=(stop,)) for _ in range(2)]
+    with UtilizationSampler(hz=hz) as s:
+        for th in threads:
+            th.start()
+        s.mark("profile_start")
+        time.sleep(seconds)
+        s.mark("profile_stop")
+        stop.set()
+        for th in threads:
+            th.join()
+    return s
+
+
+def _burn(stop):
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+def _idle(stop):
+    stop.wait()
+
+
+@pytest.fixture(scope="module")
+def busy_and_idle():
+    return _sample_while(_burn), _sample_while(_idle)
+
+
+def test_busier_under_a_cpu_burning_thread_than_under_a_sleep(busy_and_idle):
+    busy, idle = busy_and_idle
+    b, i = busy.summary(), idle.summary()
+    assert b["cpu_busy_fraction_mean"] > i["cpu_busy_fraction_mean"], (b, i)
+    assert 0.0 <= i["cpu_busy_fraction_mean"] <= 1.0 and 0.0 <= b["cpu_busy_fraction_p90"] <= 1.0
+
+
+def test_sampling_rate_rss_and_no_gpu(busy_and_idle):
+    _, idle = busy_and_idle
+    s = idle.summary()
+    assert s["samples"] >= 15, "20 Hz asked over 1 s: at least the 10 Hz floor with slack"
+    assert s["hz"] >= 10.0
+    assert s["rss_mb_max"] > 0
+    assert s["gpus"] == []  # no GPU / no NVML on this machine: skipped, no exception
+    assert all(x["gpus"] == [] for x in idle.samples)
+    assert s["tick_cost_us_mean"] > 0
+
+
+def test_summary_keys_samples_and_marks(busy_and_idle):
+    busy, _ = busy_and_idle
+    s = busy.summary()
+    assert SUMMARY_KEYS <= set(s)
+    assert s["cores"] >= 1 and len(s["per_core_busy_fraction_mean"]) == s["cores"]
+    assert s["disk_read_mb"] >= 0 and s["net_rx_mb"] >= 0 and s["cpu_iowait_fraction_mean"] >= 0
+    ts = [x["t"] for x in busy.samples]
+    assert ts == sorted(ts) and ts[0] > 0
+    names = [m["name"] for m in busy.marks]
+    assert names == ["profile_start", "profile_stop"] and busy.marks[0]["t"] < busy.marks[1]["t"]
+    x = busy.samples[0]
+    assert abs(x["cpu_user"] + x["cpu_system"] + x["cpu_iowait"] + x["cpu_idle"] - 1.0) < 0.2
+
+
+def test_empty_summary_and_idempotent_stop():
+    s = UtilizationSampler(hz=10)
+    assert s.summary()["samples"] == 0 and s.summary()["gpus"] == []
+    s.start()
+    s.stop()
+    s.stop()
+    with pytest.raises(ValueError):
+        UtilizationSampler(hz=0)
+
+
+def test_tensorboard_scalars(busy_and_idle, tmp_path):
+    import tensorflow as tf
+
+    busy, _ = busy_and_idle
+    n = write_scalars(str(tmp_path / "tb"), busy.samples)
+    assert n == len(busy.samples)
+    tags = set()
+    for f in (tmp_path / "tb").iterdir():
+        for e in tf.compat.v1.train.summary_iterator(str(f)):
+            tags.update(v.tag for v in e.summary.value)
+    assert {"host/cpu_busy", "host/rss_mb", "host/cpu_iowait", "host/disk_read_mb_per_s"} <= tags
+
+
+def test_timeline_png(busy_and_idle, tmp_path):
+    from tfbertperf.report.utilization_plot import write_utilization_plot
+
+    busy, _ = busy_and_idle
+    out = write_utilization_plot(tmp_path / "plots" / "utilization.png", busy.samples, busy.marks, "test run")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert [p.name for p in out.parent.iterdir()] == ["utilization.png"], "no temporary file left behind"
+    # marks as a mapping, none at all
+    write_utilization_plot(tmp_path / "b.png", busy.samples, {"profile_start": 0.1, "ckpt": 0.5}, "x")
+    write_utilization_plot(tmp_path / "c.png", busy.samples, None, "x")
