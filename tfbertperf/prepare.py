@@ -29,8 +29,45 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", metavar="NAME|FILE", help="workload YAML whose data/model sections apply")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a RunConfig field, e.g. --set data.dupe_factor=4 (repeatable)")
+    p.add_argument("--synthetic", action="store_true",
+                   help="random pretraining records in the exact feature spec at realistic sizes (no corpus), fast; "
+                        "give --examples N or --size 2GiB (data.seq_len, data.max_predictions apply)")
+    p.add_argument("--examples", type=int, metavar="N", help="--synthetic: number of examples")
+    p.add_argument("--size", metavar="SIZE", help="--synthetic: bytes on disk, e.g. 500MB, 2GiB")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
+
+
+def _synthetic(cfg, out: str, args) -> dict:
+    """--synthetic: write locally (in parallel processes), then upload when `out` is gs:// or az://."""
+    import tempfile
+
+    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.errors import UsageError
+    from tfbertperf.storage.base import split_uri
+
+    if (args.examples is None) == (args.size is None):
+        raise UsageError("prepare --synthetic: give exactly one of --examples N or --size SIZE")
+    if args.examples is not None and args.examples < 1:
+        raise UsageError(f"--examples {args.examples}: must be >= 1")
+    size = parse_size(args.size) if args.size is not None else None
+
+    def say(d: dict) -> None:
+        if not args.quiet:
+            sys.stderr.write(f"[tfbertperf prepare] shard {d['shards_done']}/{d['shards']}: {d['bytes'] / 1e6:.1f}/"
+                             f"{d['bytes_total'] / 1e6:.1f} MB, {d['mb_per_s']:.0f} MB/s, ETA {d['eta_s']:.0f} s\n")
+
+    kw = dict(examples=args.examples, size_bytes=size, seq_len=cfg.data.seq_len, progress=say,
+              max_predictions=cfg.data.max_predictions if any(x.startswith("data.max_predictions=")
+                                                               for x in args.sets) else None)
+    if split_uri(out)[0] in ("gs", "az"):
+        from tfbertperf.storage.upload import upload_dir
+
+        with tempfile.TemporaryDirectory(prefix="tfbertperf-synthetic-") as d:
+            m = write_synthetic(d, **kw)
+            upload_dir(d, out, cfg.data, progress=not args.quiet)
+        return m
+    return write_synthetic(out, **kw)
 
 
 @cli_entry
@@ -44,7 +81,14 @@ def main(argv=None) -> int:
     cfg = load_config(args.workload, None, args.sets)
     out = args.out or cfg.resolved_data_uri()
     t0 = time.perf_counter()
-    m = prepare_data(cfg, out, progress=not args.quiet)
+    if args.synthetic:
+        m = _synthetic(cfg, out, args)
+    elif args.examples is not None or args.size is not None:
+        from tfbertperf.errors import UsageError
+
+        raise UsageError("--examples/--size go with --synthetic")
+    else:
+        m = prepare_data(cfg, out, progress=not args.quiet)
     extra = f", {m['num_labels']} labels" if m["task"] == "classify" else ""
     print(
         f"prepared {m['num_examples']} {m['task']} examples (seq_len {m['seq_len']}, vocab {m['vocab_size']}"
