@@ -115,3 +115,19 @@ def test_missing_and_non_profile_files_are_refused(tmp_path):
 def test_summary_of_no_devices():
     assert "no accelerator" in dev.active_summary([])
     assert dev.format_device_table([]).splitlines()[-1] == dev.active_summary([])
+
+
+def test_v100_exposed_h2d_busy_per_step_and_chip_stats():
+    paths = [str(V100)]
+    inflight, exposed = dev.h2d_ms_by_step(paths), dev.h2d_ms_by_step(paths, exposed=True)
+    # copies overlapping a kernel on the same device cost the step nothing: exposed ≤ in flight
+    assert inflight == {"0": pytest.approx(0.0511, abs=1e-4)} and exposed == {"0": pytest.approx(0.0225, abs=1e-4)}
+    busy = dev.busy_ms_by_step(paths)["0"]
+    host = dev.device_planes(paths)[0]["host"]
+    assert busy == {(host, "/device:GPU:4"): pytest.approx(14.825, rel=0.01),
+                    (host, "/device:GPU:6"): pytest.approx(14.865, rel=0.01)}
+    gpu4 = _by_name(V100)["/device:GPU:4"]
+    assert (gpu4["vendor"], gpu4["compute_capability"], gpu4["model"]) == (None, "7.0", None)
+    amd = dev.device_planes([str(GEMM)])[0]
+    assert (amd["vendor"], amd["compute_capability"]) == ("AMD", "9.4")
+    assert dev.busy_ms_by_step([str(GEMM)]) == {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfbertperf.profile.hardware import classify_gpu, cpu_bf16_capable, cross_check
+from tfbertperf.profile.hardware import classify_device, classify_gpu, cpu_bf16_capable, cross_check
 
 KEYS = {"family", "compute_capability", "bf16", "fp16_tensor_cores", "recommended_precision"}
 
@@ -111,3 +111,13 @@ def test_consistent_profiles_give_none():
     assert cross_check("TPU", ["/physical_device:CPU:0", "/physical_device:TPU:0"]) is None
     assert cross_check("UNKNOWN_HARDWARE", A100_HOST) is None  # nothing to compare
     assert cross_check("CPU_ONLY", {"error": "RuntimeError: no devices"}) is None
+
+
+def test_device_planes_are_classified_from_their_stats_and_the_environment():
+    v100 = classify_device("GPU", None, None, "7.0")  # TF's CUPTI plane: compute capability only
+    assert (v100["vendor"], v100["recommended_precision"]) == ("NVIDIA", "mixed_float16")
+    amd = classify_device("GPU", "AMD", None, "9.4")  # ROCm: the gfx version in the same stats, not an NVIDIA CC
+    assert (amd["family"], amd["vendor"], amd["recommended_precision"]) == ("MI300", "AMD", "mixed_bfloat16")
+    assert classify_device("TPU")["recommended_precision"] == "mixed_bfloat16"
+    assert classify_device("GPU", None, None, None, A100_HOST)["family"] == "A100"  # named by the environment
+    assert classify_device("GPU", None, None, "7.0", A100_HOST)["family"] != "A100"  # unless the CC contradicts it

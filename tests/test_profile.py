@@ -148,7 +148,8 @@ def test_probe_gives_input_cost_fraction_and_au(profiles):
 def _att(**fr):
     fractions = {c: 0.0 for c in steptable.CATEGORIES}
     fractions.update(fr)
-    return {"fractions": fractions, "step_time_ms": 10.0, "input_bound_fraction": fractions["input"],
+    return {"fractions": fractions, "step_time_ms": 10.0,
+            "input_bound_fraction": fractions["input"] + fractions["host_to_device"],
             "input_cost_fraction": None, "input_cost_estimate_fraction": None, "input_ops_us": {}}
 
 
@@ -156,6 +157,8 @@ def _att(**fr):
     ({"input": 0.25, "host_compute": 0.75}, "input"),
     ({"input": 0.05, "host_compute": 0.95}, "compute"),
     ({"input": 0.05, "host_to_device": 0.2, "device_compute": 0.75}, "transfer"),
+    ({"input": 0.1, "host_to_device": 0.2, "device_compute": 0.7}, "transfer"),  # copies outweigh the wait
+    ({"input": 0.3, "host_to_device": 0.16, "device_compute": 0.54}, "input"),  # the wait outweighs the copies
     ({"input": 0.05, "other": 0.35, "host_compute": 0.6}, "other"),
 ])
 def test_verdict_thresholds(fr, expected):

@@ -1,10 +1,13 @@
 """`tfbertperf analyze PATH` — step-time attribution for any TF program's profile.
 
 PATH is a TensorBoard logdir (the newest `plugins/profile/<session>/` is used; `--session` picks another), a
-session directory, or `.xplane.pb` files.  The program must have step markers:
-`with tf.profiler.experimental.Trace("train", step_num=i, _r=1):` around `next(iterator)` + the step.
-Prints a table (category, ms/step, %) per host and combined, and a verdict line; `--json` prints the
-attribution/verdict document (the same sections as report.json).
+session directory, or `.xplane.pb` files.  Per-step attribution needs step markers:
+`with tf.profiler.experimental.Trace("train", step_num=i, _r=1):` around `next(iterator)` + the step (JAX:
+`jax.profiler.StepTraceAnnotation("train", step_num=i)`).
+Prints a table (category, ms/step, %) per host and combined, the accelerator devices (busy, copies, idle ones),
+and a verdict line; `--json` prints the attribution/verdict document (the same sections as report.json, plus
+`devices`).  A profile with accelerator planes but no step markers gets the device summary and one line on
+stderr saying how to mark steps (exit 0); a host-only profile without markers is an error (exit 2).
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
 
     When PATH is one of our run directories, its report.json supplies the config (advice names its knobs),
     the storage metrics, the steady step time and the what-if probe (input_cost_fraction)."""
-    from tfbertperf.profile import attribution, xprof_tools
+    from tfbertperf.profile import attribution, devices, xprof_tools
 
     xplanes = xprof_tools.find_xplanes(path, session=session)
+    devs = devices.device_planes(xplanes)  # refuses a damaged file in one line before xprof's converter sees it
     report = read_run_report(path)
     kw = {}
     if report:
+        kw["env_devices"] = (report.get("environment") or {}).get("devices")
         kw["config"] = report.get("config")
         kw["storage"] = report.get("storage")
         T = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
@@ -51,7 +56,12 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
             kw["step_time_ms"] = T
             if icf is not None:
                 kw["compute_only_step_ms"] = T * (1.0 - icf)
-    doc = attribution.attribute(xplanes, trace=trace, **kw)
+    try:
+        doc = attribution.attribute(xplanes, trace=trace, **kw)
+    except attribution.NoStepsError:
+        if not any(d["events"] for d in devs):
+            raise
+        doc = attribution.device_summary(devs)
     doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
                       "run_report": bool(report)}
     return doc
@@ -84,6 +94,8 @@ def main(argv=None) -> int:
         if not report:
             raise UsageError(f"--validate {path}: not a tfbertperf run directory (no report.json)")
         doc["validation"] = validate(report, doc, progress=sys.stderr.isatty())
+    if doc.get("steps_marked") is False:
+        print(f"tfbertperf: note: {doc['note']}", file=sys.stderr)
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0

@@ -5,7 +5,11 @@ A row applies when its bottleneck matches the verdict's, its `hardware` includes
 ("cpu" for xprof's CPU_ONLY, "gpu", "tpu"; "any" for all), its `runs` fits ("ours": the run's config is known,
 "foreign": `analyze` on someone else's program, "any") and its `when` test holds.  Its text is a format string
 over the context: `pipe`, `data`, `train` (the run's config sections), `storage` (report.json's storage
-block), `ops` (the input-op split).  "--set section.key=value" in a text is what `analyze --validate` applies.
+block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/hardware.py classify_device; {} on
+the host), `precision` (the Keras policy the hardware runs fast: mixed_float16 below compute capability 8.0 and
+on T4/V100, mixed_bfloat16 from 8.0, on AMD matrix cores and TPU; "float32" otherwise), `launch` (the kernel
+launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size).
+"--set section.key=value" in a text is what `analyze --validate` applies.
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ class Advice:
 
 def _small_int(v) -> bool:
     return isinstance(v, int) and v <= 2
+
+
+LAUNCH_BOUND_SHARE = 0.15
+"""Launch-bound advice when kernel launches take ≥ 15 % of the step (xprof calls ≥ 15 % "highly" kernel-launch
+bound): the host cannot issue kernels as fast as the device runs them — more work per launch helps."""
+
+
+def _launch_bound(c: dict) -> bool:
+    return c["launch"] >= LAUNCH_BOUND_SHARE
+
+
+def _reduced_precision(c: dict) -> bool:
+    return c["precision"] != "float32"
 
 
 ADVICE: tuple[Advice, ...] = (
@@ -60,19 +77,43 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "storage latency p50 {storage[request_latency_ms][p50]} ms per request: stage remote shards "
                     "(--set data.mode=stage) or raise data.concurrency",
            lambda c: (c["storage"].get("request_latency_ms") or {}).get("p50", 0) > 10),
-    # ---- transfer-bound
-    Advice("transfer", "host→device copies dominate: prefetch to device (tf.data.experimental.prefetch_to_device), "
-                       "larger batches, or mixed precision (--set train.precision=mixed_bfloat16)"),
+    # ---- transfer-bound (host→device copies measured on the device planes)
+    Advice("transfer", "host→device copies take {h2d:.0%} of the step: overlap them with compute — prefetch to the "
+                       "device (tf.data.experimental.prefetch_to_device, or a distributed dataset), and send fewer "
+                       "bytes per step (int32 token ids, no padding beyond the longest sequence)"),
+    # ---- launch-bound (the host cannot issue kernels fast enough): more work per launch
+    Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
+                      "(--set train.batch_size={bigger_batch}) and compile the step (--set train.jit=true)",
+           _launch_bound, hardware=("gpu", "tpu"), runs="ours"),
+    Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size, "
+                      "run several steps per call (Keras `steps_per_execution`, or a loop inside one tf.function) "
+                      "and compile with XLA (tf.function(jit_compile=True))",
+           _launch_bound, hardware=("gpu", "tpu"), runs="foreign"),
+    Advice("other", "kernel launches take {launch:.0%} of the step: run several steps per call (Keras "
+                    "`steps_per_execution`), raise the batch size, compile with XLA", _launch_bound,
+           hardware=("gpu", "tpu")),
     # ---- other (Python/eager overhead, idle)
     Advice("other", "time outside input and compute (Python/eager overhead): compile the step "
-                    "(--set train.jit=true), raise the batch size, run several steps per tf.function call"),
+                    "(--set train.jit=true), raise the batch size, run several steps per tf.function call",
+           runs="ours"),
+    Advice("other", "time outside input and compute (Python/eager overhead, an idle device): compile the step "
+                    "(tf.function, jit_compile=True), raise the batch size, run several steps per call (Keras "
+                    "`steps_per_execution`)", runs="foreign"),
     # ---- compute-bound
     Advice("compute", "compute-bound: XLA jit false → true (--set train.jit=true)",
            lambda c: not c["train"].get("jit", False), runs="ours"),
-    # Reduced precision pays on accelerators; on a CPU without bf16 units it was measured slower here
-    # (tiny BERT, 2 cores: 0.69× with mixed_bfloat16), so it is not advised for CPU-only profiles.
-    Advice("compute", "compute-bound: mixed precision float32 → mixed_bfloat16 (--set train.precision=mixed_bfloat16)",
-           lambda c: c["train"].get("precision") == "float32", hardware=("gpu", "tpu", "unknown"), runs="ours"),
+    # Reduced precision pays on accelerators with matrix units for it: float16 Tensor Cores from compute
+    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (hardware.py).  On a CPU without bf16 units it was
+    # measured slower here (tiny BERT, 2 cores: 0.69× with mixed_bfloat16), so CPU-only profiles get none.
+    Advice("compute", "compute-bound on {hw[family]}: mixed precision float32 → {precision} "
+                      "(--set train.precision={precision})",
+           lambda c: _reduced_precision(c) and c["train"].get("precision") == "float32", hardware=("gpu", "tpu"),
+           runs="ours"),
+    Advice("compute", "compute-bound on {hw[family]}: mixed precision — "
+                      "tf.keras.mixed_precision.set_global_policy(\"{precision}\")",
+           _reduced_precision, hardware=("gpu", "tpu"), runs="foreign"),
+    Advice("compute", "compute-bound: compile the step with XLA (tf.function(jit_compile=True))",
+           hardware=("gpu", "tpu"), runs="foreign"),
     Advice("compute", "compute-bound on CPU: the input pipeline keeps up; more cores or an accelerator is what "
                       "speeds this step up", hardware=("cpu",)),
     Advice("compute", "compute-bound: the input pipeline keeps up; speed comes from the model side "
@@ -93,10 +134,19 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
     Returns [{"advice": text, "set": ["section.key=value", …]}]; "set" holds the `--set` overrides that apply
     the advice to our runs (empty when it is advice for foreign code).
     """
-    ctx = {"pipe": (config or {}).get("pipeline") or {}, "data": (config or {}).get("data") or {},
-           "train": (config or {}).get("train") or {}, "storage": storage or {},
-           "ops": att.get("input_split_us") or att.get("input_ops_us") or {}}
     kind = hardware_kind(att.get("hardware_type"))
+    hw = dict(att.get("accelerator") or {})
+    if kind == "tpu" and not hw:
+        hw = {"family": "TPU", "recommended_precision": "mixed_bfloat16"}
+    hw.setdefault("family", "this accelerator")
+    train = (config or {}).get("train") or {}
+    fr = att.get("fractions") or {}
+    ctx = {"pipe": (config or {}).get("pipeline") or {}, "data": (config or {}).get("data") or {},
+           "train": train, "storage": storage or {},
+           "ops": att.get("input_split_us") or att.get("input_ops_us") or {},
+           "hw": hw, "precision": hw.get("recommended_precision") or "float32",
+           "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
+           "bigger_batch": 2 * int(train.get("batch_size") or 16)}
     runs = "ours" if config else "foreign"
     texts: list[str] = []
     for row in ADVICE:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from tfbertperf.profile import xprof_tools
-from tfbertperf.profile.figures import (STEP_MARKER_HINT, NoStepsError, accelerator_utilization, attribute_host,
-                                       joined_input_split, step_timer_summary)
+from tfbertperf.profile import devices, xprof_tools
+from tfbertperf.profile.figures import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
+                                       attribute_host, joined_input_split, step_timer_summary)
+from tfbertperf.profile.hardware import cross_check
 from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, verdict
 
-__all__ = ["attribute", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT"]
+__all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",
+           "STEPS_NOT_MARKED"]
 
 
 def _cfg_get(config: dict | None, section: str, key: str, default=None):
@@ -25,8 +27,21 @@ def _cfg_get(config: dict | None, section: str, key: str, default=None):
     return (config.get(section) or {}).get(key, default)
 
 
+def device_summary(devs: list[dict]) -> dict:
+    """`analyze`'s document for a profile with accelerator planes but no step markers (JAX captures, unmarked TF
+    programs): the devices, their one-line summary, device_busy_fraction = Σ busy / Σ window over the devices
+    that ran kernels (busy over the capture, not over steps), and the note on marking steps."""
+    compute = [d for d in devs if d["busy_ms"] > 0]
+    window = sum(d["window_ms"] for d in compute)
+    return {"attribution": None, "verdict": None, "accelerator_utilization": None, "hosts": {}, "devices": devs,
+            "device_summary": devices.active_summary(devs), "steps_marked": False,
+            "device_busy_fraction": round(sum(d["busy_ms"] for d in compute) / window, 6) if window else None,
+            "note": STEPS_NOT_MARKED}
+
+
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
-              storage: dict | None = None, config: dict | None = None, trace: bool = True) -> dict:
+              storage: dict | None = None, config: dict | None = None, trace: bool = True,
+              env_devices=None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -35,11 +50,16 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       compute_only_step_ms: T_c from the what-if probe (ms); None for a foreign profile.
       storage: report.json `storage` block (adds latency-based advice).
       config: RunConfig.to_dict() of the run (advice names its knobs; profile.au_threshold).
-      trace: also read xprof's trace for input_cost_estimate_fraction (costs a second conversion).
+      trace: also read xprof's trace for input_cost_estimate_fraction (costs a second conversion; only done
+        when compute runs on the host).
+      env_devices: the run environment's devices section (report.json environment.devices): names the chip
+        for the advice and is cross-checked with xprof's hardware_type (attribution.hardware_warning).
     Returns:
       {"attribution": {...}, "verdict": {...}, "accelerator_utilization": float,
-       "hosts": {host: attribution block}}; with several hosts the top-level attribution is xprof's combined
-      view, and the estimate/stolen share are the mean of the hosts'.
+       "hosts": {host: attribution block}, "devices": [device plane dicts, profile/devices.py]}; with several
+      hosts the top-level attribution is xprof's combined view, and the estimate/stolen share are the mean of
+      the hosts'.  attribution gains au_compute_only_ratio (T_c / T) when the probe ran, and hardware_warning
+      (one line, or None).
     Raises:
       NoStepsError (a UsageError) when the profile has no step markers; UsageError for unreadable profiles.
     """
@@ -47,14 +67,13 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         xplanes = xprof_tools.find_xplanes(xplanes)
     xplanes = [Path(x) for x in xplanes]
     hosts = xprof_tools.by_host(xplanes)
-    per_host = {h: attribute_host(files, step_time_ms=step_time_ms, compute_only_step_ms=compute_only_step_ms,
-                                  trace=trace)
-                for h, files in hosts.items()}
+    devs = devices.device_planes(xplanes)  # a damaged file is refused here, in one line, before xprof reads it
+    kw = {"step_time_ms": step_time_ms, "compute_only_step_ms": compute_only_step_ms, "env_devices": env_devices}
+    per_host = {h: attribute_host(files, trace=trace, **kw) for h, files in hosts.items()}
     if len(per_host) == 1:
         att = dict(next(iter(per_host.values())))
     else:
-        att = attribute_host(xplanes, step_time_ms=step_time_ms, compute_only_step_ms=compute_only_step_ms,
-                             trace=False)
+        att = attribute_host(xplanes, trace=False, **kw)
         est = [a["input_stolen_cpu_fraction"] for a in per_host.values() if a["input_stolen_cpu_fraction"] is not None]
         if est:
             stolen = statistics.fmean(est)
@@ -65,6 +84,10 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         att["input_split_us"] = split
     threshold = float(_cfg_get(config, "profile", "au_threshold", AU_THRESHOLD_DEFAULT) or AU_THRESHOLD_DEFAULT)
     au = accelerator_utilization(att, step_time_ms=step_time_ms, compute_only_step_ms=compute_only_step_ms)
+    T = step_time_ms or att["step_time_ms"]
+    att["au_compute_only_ratio"] = (round(max(0.0, min(1.0, compute_only_step_ms / T)), 6)
+                                    if compute_only_step_ms is not None and T else None)
+    att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)
     return {
@@ -72,4 +95,5 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold),
         "accelerator_utilization": round(au, 6),
         "hosts": per_host,
+        "devices": devs,
     }

@@ -82,15 +82,16 @@ def _read_space(path: Path):
         space.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as e:
         reason = " ".join(str(e).split()).split(": ")[-1] or type(e).__name__
-        raise UsageError(f"{path}: not a readable XSpace profile ({reason}); the file is damaged or not an "
-                         f".xplane.pb") from None
+        raise UsageError(f"{path}: corrupt, not a readable XSpace profile ({reason}); the file is damaged or not "
+                         f"an .xplane.pb") from None
     # Random bytes can parse as unknown fields; a real capture always has at least one plane, and U+FFFD in a
     # plane name only appears after a text-mode UTF-8 round trip.
     if not space.planes:
         said = f"; the profiler reported: {' '.join(space.errors[0].split())}" if space.errors else ""
-        raise UsageError(f"{path}: no profiler planes in this file (empty, damaged or not an .xplane.pb){said}")
+        raise UsageError(f"{path}: no profiler planes in this file (empty, corrupt or not an .xplane.pb){said}")
     if any("\ufffd" in p.name for p in space.planes):
-        raise UsageError(f"{path}: not a readable XSpace profile (U+FFFD in plane names); the file is damaged")
+        raise UsageError(f"{path}: corrupt, not a readable XSpace profile (U+FFFD in plane names); the file is "
+                         f"damaged")
     return space
 
 
@@ -147,7 +148,15 @@ def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
             for ev in line.events:
                 s = base + ev.offset_ps
                 steps.append((meta[ev.metadata_id].name if ev.metadata_id in meta else "", s, s + ev.duration_ps))
+    stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+    stats = {stat_names.get(st.metadata_id, ""): getattr(st, st.WhichOneof("value") or "str_value", None)
+             for st in plane.stats}
+    cc = None
+    if stats.get("compute_cap_major") is not None:
+        cc = f"{int(stats['compute_cap_major'])}.{int(stats.get('compute_cap_minor') or 0)}"
     return {"host": host, "name": plane.name, "kind": kind, "index": index, "events": events,
+            "vendor": stats.get("device_vendor") or None, "compute_capability": cc,
+            "model": stats.get("device_name") or stats.get("device_type_string") or None,
             "busy": _union(busy), "memcpy": _union([iv for v in copies.values() for iv in v]),
             "h2d": _union(copies["h2d"]), "d2h": _union(copies["d2h"]),
             "first": first, "last": last, "steps": steps}
@@ -190,7 +199,10 @@ def device_planes(paths: list[str]) -> list[dict]:
     """One dict per accelerator device plane of the given `.xplane.pb` files (one file per host).
 
     Keys: name ("/device:GPU:4"), kind ("GPU", "TPU", …), busy_ms, memcpy_ms, h2d_ms, d2h_ms, window_ms,
-    busy_fraction (see the module docstring), plus events (count) and host (XSpace hostname, else file stem).
+    busy_fraction (see the module docstring), plus events (count), host (XSpace hostname, else file stem) and
+    what the plane's stats say about the chip: vendor ("AMD"; None when absent — TF's CUPTI planes have none),
+    compute_capability ("7.0", from compute_cap_major/minor; ROCm planes report the gfx version, 9.4 = gfx942)
+    and model (a device_name stat; None in every fixture).
     Idle planes (no events) are included with zeros.  Sorted by file, then kind and device index.
     Milliseconds are rounded to 4 decimals.  Raises UsageError for an unreadable or damaged file.
     """
@@ -200,7 +212,8 @@ def device_planes(paths: list[str]) -> list[dict]:
         out.append({"name": d["name"], "kind": d["kind"], "busy_ms": _ms(busy), "memcpy_ms": _ms(_length(d["memcpy"])),
                     "h2d_ms": _ms(_length(d["h2d"])), "d2h_ms": _ms(_length(d["d2h"])), "window_ms": _ms(window),
                     "busy_fraction": round(busy / window, 4) if window else 0.0,
-                    "events": d["events"], "host": d["host"]})
+                    "events": d["events"], "host": d["host"], "vendor": d["vendor"],
+                    "compute_capability": d["compute_capability"], "model": d["model"]})
     return out
 
 
@@ -224,9 +237,7 @@ def h2d_ms_between(paths: list[str], start_ps: int, end_ps: int, device: str | N
 
     Intervals are clipped to the window, so a copy straddling a step boundary is split between the two steps.
     """
-    clipped = [(max(s, start_ps), min(e, end_ps))
-               for s, e in h2d_intervals(paths, device) if e > start_ps and s < end_ps]
-    return _ms(_length(clipped))
+    return _ms(_length(_clip(h2d_intervals(paths, device), start_ps, end_ps)))
 
 
 def device_steps(paths: list[str]) -> list[dict]:
@@ -239,8 +250,28 @@ def device_steps(paths: list[str]) -> list[dict]:
              "duration_ms": _ms(e - s)} for d in _planes(paths) for name, s, e in d["steps"]]
 
 
-def h2d_ms_by_step(paths: list[str]) -> dict[str, float]:
+def _clip(intervals, start: int, end: int) -> list[tuple[int, int]]:
+    return [(max(s, start), min(e, end)) for s, e in intervals if e > start and s < end]
+
+
+def busy_ms_by_step(paths: list[str]) -> dict[str, dict[tuple[str, str], float]]:
+    """Kernel (busy) milliseconds per step and device: step name → {(host, device name): busy ms inside that
+    device's own Steps event}.  Empty when no plane has a Steps line."""
+    planes = {(d["host"], d["name"]): d for d in _planes(paths)}
+    out: dict[str, dict[str, float]] = {}
+    for st in device_steps(paths):
+        busy = _length(_clip(planes[(st["host"], st["device"])]["busy"], st["start_ps"], st["end_ps"]))
+        out.setdefault(st["step"], {})[(st["host"], st["device"])] = _ms(busy)
+    return out
+
+
+def h2d_ms_by_step(paths: list[str], exposed: bool = False) -> dict[str, float]:
     """H2D copy milliseconds per step: step name → the largest per-device H2D time inside that device's step.
+
+    exposed=True counts only the copy time during which that device ran no kernel (its busy intervals): a copy
+    that overlaps compute (prefetch to device, a second stream) costs the step nothing, and xprof's own step
+    breakdown gives overlapped time to compute.  In the V100 fixture step 0 holds 0.0511 ms of H2D on GPU:6,
+    0.0224 ms of it exposed (GPU:4: 0.0463 / 0.0225).
 
     Each device's copies are clipped to its own `Steps` event, because replicas need not run a step at the same
     moment (in the V100 capture GPU:4 ran step 0 about 650 ms before GPU:6); the step waits for its slowest
@@ -250,10 +281,15 @@ def h2d_ms_by_step(paths: list[str]) -> dict[str, float]:
     "other"/"All others" when it does not (xprof's generic table has no H2D column).  Without a Steps line,
     use h2d_ms_between with the caller's own step boundaries (picoseconds, same clock as the host plane).
     """
+    planes = {(d["host"], d["name"]): d for d in _planes(paths)}
     out: dict[str, float] = {}
     for st in device_steps(paths):
-        ms = h2d_ms_between(paths, st["start_ps"], st["end_ps"], device=st["device"])
-        out[st["step"]] = max(out.get(st["step"], 0.0), ms)
+        d = planes[(st["host"], st["device"])]
+        copies = _length(_clip(d["h2d"], st["start_ps"], st["end_ps"]))
+        if exposed:  # |copies \ busy| = |copies ∪ busy| − |busy|, both clipped to the step
+            busy = _clip(d["busy"], st["start_ps"], st["end_ps"])
+            copies = _length(_union(_clip(d["h2d"], st["start_ps"], st["end_ps"]) + busy)) - _length(busy)
+        out[st["step"]] = max(out.get(st["step"], 0.0), _ms(copies))
     return out
 
 

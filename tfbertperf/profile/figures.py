@@ -8,12 +8,26 @@ Definitions (all times are means over the profiled steps that xprof found from t
   stood blocked waiting for data.
 - input_cost_fraction: what-if truth from our in-run probe — (T − T_c) / T with T the pipeline-fed step time and
   T_c the compute-only step time (model fed a cached in-memory batch).  None for a foreign profile.
-- input_cost_estimate_fraction (additive): for any profile — (blocked get-next + CPU the input pipeline stole
-  from compute) / step time, from the host threads in xprof's trace (see profile/contention.py).  Closer to
-  the what-if truth than the direct measure when the pipeline competes with compute for CPU cores.
-- accelerator_utilization (MLPerf Storage): compute time / total time = T_c / T when the probe ran; otherwise
-  the compute categories' share of the step minus the stolen share (i.e. compute not spent on the input
-  pipeline's behalf).  au_pass = AU ≥ au_threshold (config profile.au_threshold, default 0.90).
+- input_cost_estimate_fraction (additive): for any profile whose compute runs on the host — (blocked get-next +
+  CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
+  profile/contention.py).  Closer to the what-if truth than the direct measure when the pipeline competes with
+  compute for CPU cores.  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
+  stolen-CPU term would invent input cost there.
+- compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else
+  "accelerator".
+- host_to_device (accelerators, steps marked): the copy time measured on the device planes' H2D streams, per
+  step — the part of each device's H2D copies inside its own step during which it ran no kernel (exposed
+  copies; copies hidden behind compute cost the step nothing), the slowest device's, matched to xprof's step
+  rows by step number and moved out of input, then device compute, then other (steptable.move_transfer).
+  So input = waiting for tf.data, host_to_device = copies.  `transfer` records what moved and from where.
+- accelerator_utilization: on the host (MLPerf Storage) compute time / total time = T_c / T when the probe
+  ran; otherwise the compute categories' share of the step minus the stolen share.  On accelerators: device
+  busy ÷ wall over the profiled steps, device_busy_fraction = Σ_d busy_d / (n × Σ_s step_s) over the n
+  devices that ran kernels (busy_ms > 0; a device that only received copies is not one), where busy_d is the
+  union of d's kernel intervals inside d's own `Steps` events of the profiled steps and step_s xprof's step
+  time; without device Steps lines busy_d is d's busy time over the whole capture, at most Σ_s step_s.
+  au_compute_only_ratio keeps T_c / T as its own figure whenever the probe ran.  au_pass = AU ≥ au_threshold
+  (config profile.au_threshold, default 0.90).
 """
 
 from __future__ import annotations
@@ -22,13 +36,21 @@ import statistics
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, xprof_tools
-from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_us, step_number, step_rows,
-                                          table_meta)
+from tfbertperf.profile import contention, devices, xprof_tools
+from tfbertperf.profile.hardware import classify_device
+from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_us, move_transfer, step_number,
+                                          step_rows, table_meta)
 
 STEP_MARKER_HINT = (
     "wrap each step as `with tf.profiler.experimental.Trace(\"train\", step_num=i, _r=1): batch = next(it); "
     "step(batch)` (next() inside the block), or use tfbertperf.keras.ProfileCallback with model.fit"
+)
+
+
+STEPS_NOT_MARKED = (
+    "steps were not marked, so this is the device summary only (no per-step attribution); mark each step — "
+    f"TensorFlow: {STEP_MARKER_HINT}; JAX: `with jax.profiler.StepTraceAnnotation(\"train\", step_num=i):` "
+    "around each step"
 )
 
 
@@ -71,17 +93,56 @@ def _contention_for(trace: dict, step_names: set[int]) -> dict | None:
     }
 
 
+def compute_on_host(hardware_type: str, devs: list[dict]) -> bool:
+    """True when the training compute runs on the host cores (module docstring, compute_on)."""
+    return str(hardware_type or "").upper() in ("CPU_ONLY", "CPU") or not any(d.get("events") for d in devs)
+
+
+def device_utilization(devs: list[dict], busy_by_step: dict, rows: list[dict]) -> float | None:
+    """device_busy_fraction (module docstring); busy_by_step as devices.busy_ms_by_step.  None without kernels."""
+    compute = [d for d in devs if d["busy_ms"] > 0]
+    wall = sum(r["step_time_ms"] for r in rows)
+    if not compute or wall <= 0:
+        return None
+    by_number = {step_number(k): v for k, v in busy_by_step.items()}
+    matched = [by_number[n] for n in (step_number(r["step"]) for r in rows) if n in by_number]
+    if matched:
+        busy = sum(m.get((d["host"], d["name"]), 0.0) for m in matched for d in compute)
+    else:
+        busy = sum(min(d["busy_ms"], wall) for d in compute)
+    return max(0.0, min(1.0, busy / (len(compute) * wall)))
+
+
+def _accelerator(devs: list[dict], env_devices) -> dict | None:
+    """classify_device facts for the first device plane that ran kernels (else the first with events)."""
+    active = sorted((d for d in devs if d.get("events")), key=lambda d: d["busy_ms"] <= 0)
+    if not active:
+        return None
+    d = active[0]
+    return classify_device(d["kind"], d.get("vendor"), d.get("model"), d.get("compute_capability"), env_devices)
+
+
 def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
-                   compute_only_step_ms: float | None = None, trace: bool = True) -> dict:
+                   compute_only_step_ms: float | None = None, trace: bool = True, env_devices=None) -> dict:
     """The `attribution` block for one set of xplanes (one host, or several combined by xprof).
 
+    env_devices: the environment's devices section (report.json environment.devices), for naming the chip.
     Raises NoStepsError when xprof finds no steps.
     """
+    devs = devices.device_planes(xplanes)  # also refuses a damaged file in one line, before xprof reads it
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
     rows = step_rows(ipa)
     if not rows:
         where = Path(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
+    meta = table_meta(ipa)
+    on_host = compute_on_host(meta["hardware_type"], devs)
+    transfer = None
+    if not on_host:
+        inflight = devices.h2d_ms_by_step(xplanes)
+        transfer = move_transfer(rows, devices.h2d_ms_by_step(xplanes, exposed=True))
+        transfer["inflight_ms_per_step"] = round(statistics.fmean(inflight.values()), 6) if inflight else 0.0
+        transfer["measured"] = "exposed H2D copies on the device planes' Memcpy streams, per step"
     prof_step_ms, bd = breakdown(rows)
     fr = {c: (v / prof_step_ms if prof_step_ms > 0 else 0.0) for c, v in bd.items()}
     input_bound = fr["input"] + fr["host_to_device"]
@@ -91,7 +152,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
     estimate = stolen_fraction = None
     cores = None
-    if trace:
+    if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
         c = _contention_for(xprof_tools.convert(xplanes, "trace_viewer"), numbers)
         if c and c["step_ms"] > 0:
@@ -99,6 +160,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
+    busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     return {
         "source": "xprof",
         "steps_profiled": len(rows),
@@ -111,7 +173,11 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "cores_seen": cores,
         "input_ops_us": input_ops_us(ipa, len(rows)),
-        **table_meta(ipa),
+        **meta,
+        "compute_on": "host" if on_host else "accelerator",
+        "transfer": transfer,
+        "device_busy_fraction": None if busy is None else round(busy, 6),
+        "accelerator": None if on_host else _accelerator(devs, env_devices),
     }
 
 
@@ -126,7 +192,10 @@ def input_share(att: dict) -> tuple[float, str]:
 
 def accelerator_utilization(att: dict, *, step_time_ms: float | None = None,
                             compute_only_step_ms: float | None = None) -> float:
-    """AU = compute time / total time (module docstring)."""
+    """AU = compute time / total time (module docstring): device busy ÷ wall on accelerators, else T_c / T or the
+    compute share less the stolen share."""
+    if att.get("compute_on") == "accelerator" and att.get("device_busy_fraction") is not None:
+        return float(att["device_busy_fraction"])
     T = step_time_ms or att.get("step_time_ms") or 0.0
     if compute_only_step_ms is not None and T > 0:
         return max(0.0, min(1.0, compute_only_step_ms / T))

@@ -92,10 +92,35 @@ def classify_gpu(name: str, compute_capability: str | None = None) -> dict:
         return {"family": family, "vendor": "Google", "compute_capability": None, "bf16": True, "fp16": False,
                 "fp16_tensor_cores": False, "recommended_precision": "mixed_bfloat16", "note": None}
     if compute_capability and re.fullmatch(r"\d+(\.\d+)?", str(compute_capability)):
-        return _from_cc(text or "unknown", str(compute_capability))
+        return _from_cc(text or f"compute capability {compute_capability}", str(compute_capability))
     return {"family": "unknown", "vendor": None, "compute_capability": None, "bf16": False, "fp16": False,
             "fp16_tensor_cores": False, "recommended_precision": "float32",
             "note": f"{text or 'no name'!s} is not in tfbertperf's hardware table"}
+
+
+def classify_device(kind: str, vendor: str | None = None, model: str | None = None,
+                    compute_capability: str | None = None, env_devices=None) -> dict:
+    """classify_gpu for a profile's device plane (profile/devices.py device_planes: kind, vendor, model,
+    compute_capability), with the environment's GPU list (cross_check's env_devices forms) as the source of the
+    model name when the plane has none and the name's compute capability does not contradict the plane's.
+
+    TF's CUPTI planes carry only compute_cap_major/minor (the V100 fixture: 7.0 → mixed_float16); ROCm planes say
+    device_vendor "AMD" and put the gfx version in the same stats (9.4 = gfx942 = MI300), so an AMD plane is not
+    read as an NVIDIA compute capability.  A TPU plane without a model is a TPU all the same (bf16 everywhere).
+    """
+    acc = _env_accelerators(env_devices) if env_devices else None
+    names = [label for k, label, _ in acc or [] if k == str(kind).upper() and not label.startswith("/")]
+    if names and not model and (not compute_capability
+                                or classify_gpu(names[0])["compute_capability"] in (None, compute_capability)):
+        model = names[0]  # the environment's name, unless its compute capability contradicts the plane's
+    if str(kind).upper() == "TPU":
+        facts = classify_gpu(model or "")
+        if facts["vendor"] != "Google":
+            facts = dict(classify_gpu("TPU v4"), family="TPU")
+        return facts
+    if str(vendor or "").upper().startswith("AMD"):
+        return classify_gpu(model or ("AMD Instinct MI300" if compute_capability == "9.4" else "AMD GPU"))
+    return classify_gpu(model or "", compute_capability=compute_capability)
 
 
 def cpu_bf16_capable(flags) -> bool:

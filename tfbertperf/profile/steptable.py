@@ -1,11 +1,18 @@
 """xprof's input_pipeline_analyzer tables mapped onto our categories (parsing stays in xprof; this reads its
 gviz-style JSON).
 
-- breakdown_ms: xprof's per-step breakdown (the step table) mapped onto our categories:
-  infeed → input, hostToDevice → host_to_device (xprof folds it into "input" on most devices; then 0 here),
-  deviceCompute → device_compute, hostCompute → host_compute, kernelLaunch → kernel_launch,
-  deviceToDevice → device_to_device, deviceCollectives → collectives, outfeed → output, compile → compile,
-  other → other.  "other" also absorbs any remainder, so the categories sum to the step time exactly.
+- breakdown_ms: xprof's per-step breakdown (the step table) mapped onto our categories.  Generic table (CPU,
+  GPU; XPROF_COLUMNS): infeed → input, deviceCompute → device_compute, hostCompute → host_compute,
+  kernelLaunch → kernel_launch, deviceToDevice → device_to_device, deviceCollectives → collectives,
+  outfeed → output, compile → compile, other → other.  xprof 2.24's generic table has no host→device column:
+  its "Input" is host wait + the copies it recognises as HOST_TO_DEVICE (events named "MemcpyHToD…"), and it
+  files TF's CUPTI copies ("MemcpyH2D") as device compute.  move_transfer() puts the copies measured on the
+  device planes (profile/devices.py) into host_to_device.  TPU table (TPU_COLUMNS, from xprof's
+  op_stats_to_input_pipeline_analysis.cc, GenerateTpuInputPipelineAnalysisDataTable): tcCompute and
+  scv0Compute (SparseCore v0) → device_compute, tcInfeed and scv0Infeed → input, tcOutfeed → output,
+  tcIdle → other, hostTransfer → host_to_device.  The TPU table has no step-time column: the step is the sum
+  of its columns (xprof's TPU step also counts all-reduce time, which the table does not show).
+  "other" absorbs any remainder, so the categories sum to the step time exactly.
   On a CPU-only host, TF's kernels run on the host: the training compute is `host_compute`.
 - input_ops_us: the host input-op split (file reads, preprocessing, enqueue) per profiled step.
 """
@@ -30,6 +37,19 @@ XPROF_COLUMNS = {
     "compileTimeMs": "compile",
     "otherTimeMs": "other",
 }
+# xprof's TPU step table (input_pipeline_analyzer on a TPU profile) → our category.  "communicationTimeMs"
+# belongs to xprof's inference-latency table (host–device communication of a request), not to a step table.
+TPU_COLUMNS = {
+    "tcComputeTimeMs": "device_compute",
+    "scv0ComputeTimeMs": "device_compute",
+    "tcInfeedTimeMs": "input",
+    "scv0InfeedTimeMs": "input",
+    "tcOutfeedTimeMs": "output",
+    "tcIdleTimeMs": "other",
+    "hostTransferTimeMs": "host_to_device",
+}
+# Where move_transfer takes device-measured copy time from, in order (see its docstring).
+TRANSFER_SOURCES = ("input", "device_compute", "other")
 COMPUTE_CATEGORIES = ("device_compute", "host_compute", "kernel_launch", "device_to_device", "collectives")
 
 
@@ -66,12 +86,41 @@ def step_rows(ipa: list) -> list[dict]:
     for r in t.get("rows", []) or []:
         vals = {i: (c or {}).get("v") for i, c in zip(ids, r.get("c", []))}
         row = {"step": str(vals.get("stepnum", "")), **{c: 0.0 for c in CATEGORIES}}
-        for col, cat in XPROF_COLUMNS.items():
+        for col, cat in (*XPROF_COLUMNS.items(), *TPU_COLUMNS.items()):
             row[cat] += _num(vals.get(col))
         parts = sum(row[c] for c in CATEGORIES)
         row["step_time_ms"] = _num(vals.get("stepTimeMs"), parts)
         rows.append(row)
     return rows
+
+
+def move_transfer(rows: list[dict], h2d_ms: dict[str, float]) -> dict:
+    """Put the host→device copy time measured on the device planes into each step row's host_to_device.
+
+    h2d_ms: step name → ms (profile/devices.py h2d_ms_by_step), matched to a row by step number ("train 5" and
+    "5" are step 5).  A row whose table already has host_to_device (xprof's TPU table) is left alone.  The
+    time moves out of the row's categories in TRANSFER_SOURCES order, each at most what it holds, so the row
+    still sums to its step time: first "input" (xprof's Input holds the copies it recognises), then
+    "device_compute" (where xprof 2.24 files TF's CUPTI "MemcpyH2D" events: deleting the H2D streams from the
+    V100 fixture lowers its device compute, not its input or "All others"), then "other".  Returns
+    {"steps_matched", "moved_ms" (sum over rows), "taken_from_ms": {category: sum over rows}}.
+    """
+    by_number = {step_number(k): v for k, v in h2d_ms.items()}
+    taken = {c: 0.0 for c in TRANSFER_SOURCES}
+    matched = 0
+    for row in rows:
+        ms = by_number.get(step_number(row["step"]))
+        if ms is None or row["host_to_device"] > 0:
+            continue
+        matched += 1
+        for c in TRANSFER_SOURCES:
+            part = min(ms, row[c])
+            row[c] -= part
+            row["host_to_device"] += part
+            taken[c] += part
+            ms -= part
+    return {"steps_matched": matched, "moved_ms": round(sum(taken.values()), 6),
+            "taken_from_ms": {c: round(v, 6) for c, v in taken.items()}}
 
 
 def step_number(name: str) -> int | None:

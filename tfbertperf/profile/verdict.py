@@ -12,7 +12,9 @@ input.  The input share is the best figure available: input_cost_fraction (probe
 (trace) → input_bound_fraction (direct).  xprof itself calls ≥ 20 % "highly input-bound"."""
 
 TRANSFER_BOUND_THRESHOLD = 0.15
-"""Bottleneck "transfer" when host→device copies take ≥ 15 % of the step (and input is below its threshold)."""
+"""Bottleneck "transfer" when host→device copies take ≥ 15 % of the step and at least as much as the wait for
+input does.  Every input share contains the copies (the direct one adds them; the probe's T_c and the trace
+estimate leave them in T), so the wait for input is the share less the copies."""
 
 OTHER_BOUND_THRESHOLD = 0.30
 """Bottleneck "other" when time outside input and compute (xprof's "other": Python/eager overhead, idle;
@@ -28,10 +30,11 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     fr = att["fractions"]
     share, source = input_share(att)
     other = fr["other"] + fr["compile"] + fr["output"]
-    if share >= INPUT_BOUND_THRESHOLD:
-        bottleneck = "input"
-    elif fr["host_to_device"] >= TRANSFER_BOUND_THRESHOLD:
+    h2d = fr["host_to_device"]
+    if h2d >= TRANSFER_BOUND_THRESHOLD and h2d >= share - h2d:
         bottleneck = "transfer"
+    elif share >= INPUT_BOUND_THRESHOLD:
+        bottleneck = "input"
     elif other >= OTHER_BOUND_THRESHOLD:
         bottleneck = "other"
     else:
@@ -40,8 +43,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
              "input_bound_fraction": "blocked wait"}[source]
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
+    copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""
     summary = (f"{what}: input costs {share:.0%} of the {att['step_time_ms']:.1f} ms step ({label}; blocked wait "
-               f"{att['input_bound_fraction']:.0%}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
+               f"{att['input_bound_fraction']:.0%}{copies}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
                f"{au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
     acts = actions(bottleneck, att, config, storage)
     return {"bottleneck": bottleneck, "summary": summary,

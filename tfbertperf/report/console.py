@@ -46,7 +46,11 @@ def attribution_table(report: dict) -> str:
     if st:
         lines.append(f"time blocked in next(), whole run (step timer):  {_pct(st.get('input_wait_fraction'))}")
     au = report.get("accelerator_utilization")
-    if au is not None:
+    if au is not None and att.get("compute_on") == "accelerator":
+        lines.append(f"accelerator utilization (device busy ÷ wall):   {_pct(au)}")
+        if att.get("au_compute_only_ratio") is not None:
+            lines.append(f"compute-only ratio T_c / T (MLPerf Storage):     {_pct(att['au_compute_only_ratio'])}")
+    elif au is not None:
         lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
     for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
                        ("input_split_us", "input ops, µs/step, with our storage read time")):
@@ -95,7 +99,25 @@ def host_table(att: dict, title: str) -> str:
     ops = att.get("input_ops_us") or {}
     if any(ops.values()):
         lines.append("  input ops µs/step: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    tr = att.get("transfer")
+    if tr and tr.get("steps_matched"):
+        taken = ", ".join(f"{k} {v / att['steps_profiled']:.3f}" for k, v in tr["taken_from_ms"].items() if v > 0)
+        lines.append(f"  host→device from the device planes: {tr['moved_ms'] / att['steps_profiled']:.3f} ms/step "
+                     f"exposed ({tr['inflight_ms_per_step']:.3f} in flight), taken from xprof's {taken or '—'}")
     return "\n".join(lines)
+
+
+def au_line(doc: dict) -> str:
+    """AU and what it is: device busy ÷ wall on accelerators, MLPerf's T_c / T (or compute share) on the host."""
+    att = doc.get("attribution") or {}
+    au = doc["accelerator_utilization"]
+    if att.get("compute_on") == "accelerator":
+        text = f"AU {au:.1%} (device busy ÷ wall over the profiled steps)"
+    else:
+        text = f"AU {au:.1%}"
+    if att.get("au_compute_only_ratio") is not None and att.get("compute_on") == "accelerator":
+        text += f", T_c/T {att['au_compute_only_ratio']:.1%}"
+    return text
 
 
 def print_run_summary(run_dir, report: dict) -> None:
@@ -107,6 +129,13 @@ def print_run_summary(run_dir, report: dict) -> None:
     if report.get("attribution"):
         print()
         print(attribution_table(report))
+        if report.get("devices"):
+            from tfbertperf.profile.devices import format_device_table
+
+            print()
+            print(format_device_table(report["devices"]))
+        if report["attribution"].get("hardware_warning"):
+            print(f"warning: {report['attribution']['hardware_warning']}")
         print()
         print(verdict_line(report))
         for r in (report.get("verdict") or {}).get("recommendations") or []:
@@ -121,13 +150,25 @@ def print_run_summary(run_dir, report: dict) -> None:
 
 
 def print_analysis(doc: dict) -> None:
-    """What `tfbertperf analyze` prints: a table per host (and combined), AU, verdict, advice, validation."""
+    """What `tfbertperf analyze` prints: a table per host (and combined), the devices, AU, verdict, advice,
+    validation.  Without step markers (doc["steps_marked"] False): the device table only (analyze adds the note)."""
+    from tfbertperf.profile.devices import format_device_table
+
+    devs = doc.get("devices") or []
+    if doc.get("steps_marked") is False:
+        print(format_device_table(devs))
+        return
     hosts = doc["hosts"]
     for host, att in hosts.items():
         print(host_table(att, f"host {host}"))
     if len(hosts) > 1:
         print(host_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
-    print(f"AU {doc['accelerator_utilization']:.1%}   verdict: {doc['verdict']['summary']}")
+    if devs:
+        print(format_device_table(devs))
+    warning = (doc.get("attribution") or {}).get("hardware_warning")
+    if warning:
+        print(f"warning: {warning}")
+    print(f"{au_line(doc)}   verdict: {doc['verdict']['summary']}")
     for r in doc["verdict"]["recommendations"]:
         print(f"  → {r}")
     v = doc.get("validation")

@@ -5,9 +5,21 @@ Linear on purpose (config → strategy → model → data → loop → probe →
 is timed is what a user's own BERT job would spend.
 
 Timing contract (what `step_times_ms` / `input_wait_ms` / `compute_only_step_ms` mean):
-  * step i's wall time = `next(iterator)` + the train step + pulling that step's loss to the host. Pulling the
-    loss makes the step finish before the next timer read, so wall times add up to the run's duration instead
-    of hiding work in TF's async dispatch.
+  * The loop does not wait for every step: it reads the losses back (`.numpy()`, which waits until the device
+    has finished all work queued so far) only at sync points — every `train.log_every` steps, the last step
+    of warm-up, the last step before the profiled window opens and the last inside it, the step before each
+    probe block and the last of its recovery steps, and the last step (`sync_points`).  In between, the host
+    dispatches the next steps while the device still runs earlier ones, as in real training; the losses of
+    every step are still all recorded (read at the next sync point, already computed by then).
+  * step i's wall time = `next(iterator)` + dispatching the train step, and at a sync point also the wait for
+    the device.  The timer reads are back to back (nothing but hooks, the probe and the capture's start/stop
+    runs between steps, all outside timing), so the times of the steps between two sync points add up to the
+    wall time of that stretch, and T = Σ step time ÷ steps over any stretch bounded by sync points is the true
+    mean step time — which is why warm-up, the window and the probe's recovery steps (the stretches
+    report/build.py `steady_steps` leaves out) end on sync points.  On an accelerator a single step's figure
+    between sync points is its dispatch time and the step at the sync point carries the queued work: per-step
+    percentiles mean little there, means over stretches are exact.  On the CPU, TF runs a tf.function call to
+    completion before returning, so every step is timed whole as before.
   * input wait = wall time inside `next(iterator)` only (two perf_counter reads around it).
   * the what-if probe's timed steps (mean = T_c): see train/probe.py.  When the caller says the pipeline runs
     ahead, the steps right after each probe block are listed in `extra["probe_recovery_steps"]`.
@@ -30,8 +42,20 @@ from tfbertperf.train.step import distribute, make_train_step
 
 # Called as STEP_HOOK("train" | "probe") before every step, outside its timing.  None in normal runs; the
 # attribution benchmark (tools/bench/bench_attribution.py) sets it so that two runs in separate processes take
-# turns on the CPU, every N steps of either kind.
+# turns on the CPU, every N steps of either kind.  (On an accelerator, a device working through queued steps
+# while the hook pauses would go untimed: pause only at sync points there, or set train.log_every=1.)
 STEP_HOOK: Callable[[str], None] | None = None
+
+
+def sync_points(steps: int, warmup: int, window: tuple[int, int] | None, plan: list[tuple[int, int]],
+                log_every: int) -> set[int]:
+    """Steps after which the loop waits for the device and reads the losses back (module docstring)."""
+    edges = {warmup, steps, *range(max(1, log_every), steps + 1, max(1, log_every))}
+    if window:
+        edges |= set(window)
+    for pos, n in plan:
+        edges |= {pos, pos + n}  # before a probe block; after its recovery steps
+    return {e - 1 for e in edges if 0 < e <= steps}
 
 
 def _worker_identity(strategy) -> dict:
@@ -123,6 +147,8 @@ def train(
         clock = time.perf_counter
         plan = probe_plan(steps, warmup, window, cfg.profile.probe_steps, cfg.profile.probe_blocks)
         blocks_at = dict(plan)
+        syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
+        pending: list = []  # step outputs dispatched since the last sync point
         probe = Probe(step_fn, strategy, [*model.variables, *optimizer.variables],
                       hook=lambda kind: STEP_HOOK(kind) if STEP_HOOK is not None else None)
 
@@ -140,17 +166,23 @@ def train(
             with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
                 batch = next(iterator)
                 t1 = clock() if timer_on else t0
-                loss, accuracy = step_fn(batch).numpy().tolist()  # host pull: the step is finished here
+                pending.append((i, step_fn(batch)))  # dispatched; the device may still be running it
+                if i in syncs:  # wait for the device: every queued step is finished after this
+                    done = [(j, out.numpy().tolist()) for j, out in pending]
             t2 = clock()
             if first_batch is None:
                 first_batch = batch
             step_ms.append((t2 - t0) * 1e3)
             if timer_on:
                 wait_ms.append((t1 - t0) * 1e3)
-            losses.append((i, loss))
-            row = {"loss": loss, "step_time_ms": step_ms[-1], "examples_per_sec": global_batch / (t2 - t0)}
-            row["mlm_accuracy" if cfg.model.task == "pretrain" else "accuracy"] = accuracy
-            scalars.append((i, row))
+            if i not in syncs:
+                continue
+            pending = []
+            for j, (loss, accuracy) in done:
+                losses.append((j, loss))
+                row = {"loss": loss, "step_time_ms": step_ms[j], "examples_per_sec": global_batch * 1e3 / step_ms[j]}
+                row["mlm_accuracy" if cfg.model.task == "pretrain" else "accuracy"] = accuracy
+                scalars.append((j, row))
             if (i + 1) % cfg.train.log_every == 0 or i + 1 == steps:
                 recent = step_ms[max(warmup, i + 1 - cfg.train.log_every): i + 1] or step_ms[-1:]
                 ms = statistics.fmean(recent)

@@ -12,10 +12,21 @@ static shapes may retrace the step).  A pipeline with background stages (prefetc
 read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
 free; `recovery_steps` lists them, and the run leaves them out of its steady steps if the pipeline was behind
 (report/build.py `steady_steps`).
+
+What T_c excludes: the host→device copy.  The direct figures count copies as transfer (profile/steptable.py), so
+the probe feeds a batch that already sits on the device: under a tf.distribute strategy the distributed
+iterator puts each replica's slice on its device ahead of the step (as before); under the default strategy
+the first batch is copied once to the default compute device (`tf.identity` under `tf.device("/GPU:0")`) and
+the same device tensors are fed every step.  On a host without GPUs the cached batch is what it always was,
+`Dataset.from_tensors(batch).repeat()` on the CPU: there is nothing to copy, so this is a no-op on CPU.
+Timing: each probe step is timed from its dispatch to its return, and the block's last step also waits for
+the device (reads its output back), so the block's times add up to its wall time and T_c (their mean) is
+block time ÷ steps, as the loop's T is (train/loop.py); the untimed steps before them each wait for the device.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable
 
@@ -57,11 +68,17 @@ def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
 
 
 def probe_source(strategy, first_batch):
-    """Compute-only input: the first real batch, cached in memory and repeated (same shapes, same placement)."""
+    """Compute-only input: the first real batch, cached on the compute device and repeated (same shapes; module
+    docstring: where it is placed).  Returns an iterable of batches."""
     import tensorflow as tf
 
     if strategy is tf.distribute.get_strategy():
-        return tf.data.Dataset.from_tensors(first_batch).repeat()
+        gpus = tf.config.list_logical_devices("GPU")
+        if not gpus:  # nothing to copy on a CPU-only host: the same source as ever
+            return tf.data.Dataset.from_tensors(first_batch).repeat()
+        with tf.device(gpus[0].name):  # one copy now; every probe step then reads device memory
+            cached = tf.nest.map_structure(tf.identity, first_batch)
+        return itertools.repeat(cached)
     local = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], first_batch)
     return strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.from_tensors(local).repeat())
 
@@ -87,11 +104,14 @@ class Probe:
             self._iter = iter(probe_source(self.strategy, first_batch))
         untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
         saved = [v.numpy() for v in self.state]
+        last = untimed + n_timed - 1
         for j in range(untimed + n_timed):
             if self.hook is not None:
                 self.hook("probe")
             t0 = time.perf_counter()
-            self.step_fn(next(self._iter)).numpy()
+            out = self.step_fn(next(self._iter))
+            if j < untimed or j == last:  # warm-up steps and the block's end wait for the device
+                out.numpy()
             if j >= untimed:
                 self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
         for v, x in zip(self.state, saved):
