@@ -290,6 +290,9 @@ def test_deferred_sync_keeps_every_loss_and_the_timer(tmp_path):
         return train(cfg, synthetic_dataset_fn(cfg, 600), 600, None, progress=None)
 
     every, deferred = run(1), run(4)
+    from tensorflow.python.framework import config as tf_config
+
+    assert not tf_config.is_op_determinism_enabled()  # the run put the process-global setting back
     assert [j for j, _ in deferred.loss_trajectory] == list(range(10))
     assert [v for _, v in deferred.loss_trajectory] == [v for _, v in every.loss_trajectory]
     assert len(deferred.step_times_ms) == 10 and all(t > 0 for t in deferred.step_times_ms)

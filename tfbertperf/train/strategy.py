@@ -130,7 +130,8 @@ def per_replica_batch_size(global_batch_size: int, replicas: int) -> int:
 def setup_run(train_cfg):
     """Seed everything, switch op determinism on if asked, set the Keras precision policy.
 
-    Returns restore(): puts the previous global dtype policy back (call it when the run ends).
+    Returns restore(): puts the previous global dtype policy and op-determinism setting back (call it when the
+    run ends), so an in-process run (tests, notebooks, benchmarks) leaves the process as it found it.
     """
     import keras
     import tensorflow as tf
@@ -141,6 +142,9 @@ def setup_run(train_cfg):
         )
     # Python, NumPy, TF and Keras' own seed generator (weight init, dropout) all from train.seed.
     keras.utils.set_random_seed(train_cfg.seed)
+    from tensorflow.python.framework import config as tf_config  # public API: enable only, no query or undo
+
+    was_deterministic = tf_config.is_op_determinism_enabled()
     if train_cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
     previous = keras.mixed_precision.global_policy().name
@@ -148,5 +152,7 @@ def setup_run(train_cfg):
 
     def restore():
         keras.mixed_precision.set_global_policy(previous)
+        if train_cfg.deterministic and not was_deterministic:
+            tf_config.disable_op_determinism()
 
     return restore
