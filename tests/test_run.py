@@ -74,6 +74,16 @@ def test_report_has_every_key_of_the_schema_documented_in_the_package(tuned_run)
         assert not missing, (section, sorted(missing))
 
 
+def test_cpu_run_reports_no_device_planes_and_agrees_with_its_environment(tuned_run):
+    # job.py hands attribute() the fingerprint's devices: a CPU run on a CPU machine gets no mismatch warning, no
+    # accelerator planes, and the host-side figures (compute on the host, no copies to take out of input).
+    _, r = tuned_run
+    assert r["devices"] == [] and r["environment"]["devices"]["gpu_count"] == 0
+    a = r["attribution"]
+    assert a["hardware_warning"] is None and a["compute_on"] == "host"
+    assert a["breakdown_ms"]["host_to_device"] == 0.0
+
+
 def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     _, r = tuned_run
     a = r["attribution"]

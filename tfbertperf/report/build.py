@@ -122,6 +122,8 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
     }
     if "hosts" in attribution_doc:
         report["hosts"] = attribution_doc["hosts"]
+    # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
+    report["devices"] = attribution_doc.get("devices", [])
     return report
 
 
