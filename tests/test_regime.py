@@ -111,3 +111,34 @@ def test_unparsable_size_is_one_line_exit_2(tmp_path):
     r = _cli("tfbertperf.prepare", "--synthetic", "--size", "lots", "--out", str(tmp_path / "x"))
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "lots" in lines[0], r.stderr
+
+
+def test_max_accelerators_search_finds_the_edge_with_few_runs():
+    from tfbertperf.train.maxaccel import search
+
+    calls = []
+
+    def measure(n):  # a pipeline with a 1,000 examples/s ceiling feeding devices that want 100 examples/s each
+        calls.append(n)
+        return {"au": min(1.0, 1000 / (100 * n)) * 0.995, "examples_per_sec": min(1000.0, 100.0 * n)}
+
+    r = search(measure, 0.9)
+    assert r["n"] == 11 and r["au_at_n"] >= 0.9 > r["au_at_n_plus_1"]  # 0.995 × 1000/1100 ≥ 0.9 > 0.995 × 1000/1200
+    assert len(calls) == len(set(calls)) <= 9 and r["examples_per_sec_at_n"] == 1000.0
+    assert search(lambda n: {"au": 0.5, "examples_per_sec": 1.0}, 0.9)["n"] == 0
+
+
+def test_run_max_accelerators_reports_n_and_the_au_on_both_sides(tmp_path):
+    from tfbertperf import regime
+
+    cfg = load_config(sets=[*FAST, f"run.out={tmp_path}", "emulate.step_ms=20", "train.batch_size=16",
+                            "pipeline.preset=naive", "data.read_latency_ms=20", "train.steps=8",
+                            "profile.steps=3:6", "profile.ceiling_seconds=0.5"])
+    run_dir, r = regime.max_accelerators(cfg, progress=False, n_max=8)
+    m = r["max_accelerators"]
+    assert m["trials"] and all(t["pass"] == (t["au"] >= 0.9) for t in m["trials"])
+    if m["n"]:
+        assert m["au_at_n"] >= 0.9 and m["examples_per_sec_at_n"] > 0
+        assert r["emulation"]["accelerators"] == m["n"]
+    assert m["n"] == 8 or m["au_at_n_plus_1"] < 0.9
+    assert json.loads((run_dir / "report.json").read_text())["max_accelerators"]["n"] == m["n"]
