@@ -61,8 +61,10 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
     import tensorflow as tf
 
     from tfbertperf.train import strategy as placement
-    from tfbertperf.train.loop import _write_scalars
 
+    from tfbertperf.train import loop
+
+    step_hook = step_hook or loop.STEP_HOOK  # the benchmarks' turn-taking hook applies here too
     say = progress or (lambda _line: None)
     strategy = strategy or placement.make_strategy(cfg.train)
     restore = placement.setup_run(cfg.train)
@@ -108,7 +110,7 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
             capture.stop()
         del iterator
         if tensorboard_dir:
-            _write_scalars(tensorboard_dir, scalars)
+            loop._write_scalars(tensorboard_dir, scalars)
         timed = step_ms[warmup:]
         examples_per_sec = global_batch * len(timed) / (sum(timed) / 1e3)
         block = {k: v for k, v in emulation.to_report().items()}
