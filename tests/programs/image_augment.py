@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from harness import main  # noqa: E402
+from harness import keras_step, main  # noqa: E402
 
 SIZE, BATCH = 64, 32
 
@@ -54,17 +54,7 @@ def make_step():
         tf.keras.layers.Conv2D(32, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
         tf.keras.layers.Conv2D(32, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
         tf.keras.layers.Dense(10)])
-    opt = tf.keras.optimizers.SGD(0.01)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    return step
+    return keras_step(tf, model)
 
 
 if __name__ == "__main__":

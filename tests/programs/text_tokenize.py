@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf  # noqa: E402
 
-from harness import main  # noqa: E402
+from harness import keras_step, main  # noqa: E402
 
 SEQ, BATCH, BUCKETS = 256, 64, 20000
 
@@ -60,17 +60,7 @@ def make_step():
         tf.keras.Input((SEQ,), dtype="int64"), tf.keras.layers.Embedding(BUCKETS, 32),
         tf.keras.layers.Conv1D(64, 5, activation="relu"), tf.keras.layers.GlobalMaxPooling1D(),
         tf.keras.layers.Dense(2)])
-    opt = tf.keras.optimizers.SGD(0.01)
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    return step
+    return keras_step(tf, model)
 
 
 if __name__ == "__main__":

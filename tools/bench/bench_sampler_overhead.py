@@ -71,8 +71,8 @@ def main(argv=None) -> int:
     m_off, m_on = statistics.median(off), statistics.median(on)
     cost_us = statistics.fmean(costs) if costs else 0.0
     direct = cost_us * 1e-6 * a.hz / (os.cpu_count() or 1)
-    print(f"| sampler | step ms off (median) | step ms on (median) | on ÷ off | sampler CPU per tick | "
-          f"direct: sampler CPU ÷ machine |")
+    print("| sampler | step ms off (median) | step ms on (median) | on ÷ off | sampler CPU per tick | "
+          "direct: sampler CPU ÷ machine |")
     print("|---|---|---|---|---|---|")
     print(f"| {a.hz:g} Hz | {m_off:.2f} | {m_on:.2f} | {m_on / m_off:.4f} | {cost_us:.0f} µs | {direct:.2%} |")
     print(f"segments {a.segments} × {a.segment_steps} steps, batch {a.batch}; load {os.getloadavg()[0]:.2f}",
