@@ -58,6 +58,15 @@ class Inputs:
         self.shard_uris, self.record_bytes_hint = shard_uris(cfg, self.manifest, self.backend)
 
 
+def _close(sources: list) -> None:
+    """Close and forget the shard sources opened so far."""
+    while sources:
+        try:
+            sources.pop().close()
+        except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
+            pass
+
+
 def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
             progress: bool = True) -> dict:
     """Train + profile + attribute in this process; plots go to out_dir/plots.  Returns the report dict (not
@@ -94,18 +103,16 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     try:
         result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), say=say,
                                   strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg), sampler=sampler)
-        storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
+        mode = sources[0].mode if sources else cfg.data.mode
+        storage = {"backend": backend.name, "mode": mode,
                    "uri": redact_text(inputs.uri)}
         storage.update(backend.metrics.summary())  # the training's reads only: the ceiling runs after this
+        _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
         ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
         if sampler is not None:
             sampler.stop()
-        for s in sources:
-            try:
-                s.close()
-            except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
-                pass
+        _close(sources)
 
     step_ms = steady_step_ms(result)
     compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
