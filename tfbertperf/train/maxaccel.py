@@ -12,14 +12,18 @@ from typing import Callable
 
 
 def search(measure: Callable[[int], dict], threshold: float, n_max: int = 4096,
-           progress: Callable[[str], None] | None = None) -> dict:
+           progress: Callable[[str], None] | None = None, confirm: int = 1) -> dict:
     """Args:
       measure: n → {"au": float, "examples_per_sec": float, …} from one short run with n emulated devices.
       threshold: AU pass mark (profile.au_threshold).
       n_max: the search stops there (N = n_max when even that passes).
+      confirm: a failing N is run up to this many times more and passes if any run passes (the best run is
+        kept): on a shared machine one short run can fail on another tenant's burst, and a false fail halves
+        the search's answer.
     Returns:
       {"n", "au_at_n", "au_at_n_plus_1", "examples_per_sec_at_n", "examples_per_sec_at_n_plus_1", "threshold",
-       "trials": [{"accelerators", "au", "examples_per_sec", "pass"}] in the order run}; n = 0 when one device
+       "trials": [{"accelerators", "au", "examples_per_sec", "pass"}] every run in order}; the AU at an N is its
+      best run's; n = 0 when one device
       already fails (au_at_n and examples_per_sec_at_n are then None).
     """
     say = progress or (lambda _m: None)
@@ -27,13 +31,19 @@ def search(measure: Callable[[int], dict], threshold: float, n_max: int = 4096,
     trials: list[dict] = []
 
     def run(n: int) -> bool:
-        if n not in seen:
+        if n in seen:
+            return seen[n]["pass"]
+        for _ in range(1 + max(0, confirm)):
+            if n in seen and seen[n]["pass"]:
+                break
             m = measure(n)
-            seen[n] = {"accelerators": n, "au": float(m["au"]), "examples_per_sec": float(m["examples_per_sec"]),
-                       "pass": bool(m["au"] >= threshold)}
-            trials.append(seen[n])
+            t = {"accelerators": n, "au": float(m["au"]), "examples_per_sec": float(m["examples_per_sec"]),
+                 "pass": bool(m["au"] >= threshold)}
+            trials.append(t)
             say(f"max-accelerators: N={n}  AU {m['au']:.1%}  {m['examples_per_sec']:.1f} examples/s  "
-                f"{'pass' if seen[n]['pass'] else 'fail'}")
+                f"{'pass' if t['pass'] else 'fail'}")
+            if n not in seen or t["au"] > seen[n]["au"]:
+                seen[n] = t
         return seen[n]["pass"]
 
     lo, hi = 0, None  # lo: largest passing N known; hi: smallest failing N known

@@ -116,7 +116,7 @@ def max_n(uri: str, sets: list[str], steps: int, nmax: int, tmp: str) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="48MB", help="synthetic data size (prepare --synthetic --size)")
-    ap.add_argument("--steps", type=int, default=14, help="steps of each max-N trial")
+    ap.add_argument("--steps", type=int, default=16, help="steps of each max-N trial")
     ap.add_argument("--au-steps", type=int, default=80, help="steps of the A100 x1 AU run")
     ap.add_argument("--nmax", type=int, default=64)
     ap.add_argument("--ceiling", type=float, default=3.0, help="seconds of each input ceiling")
