@@ -40,11 +40,7 @@ def main(argv=None) -> int:
         from tfbertperf import regime
 
         run_dir, report = regime.max_accelerators(cfg)
-        m = report["max_accelerators"]
         print_run_summary(run_dir, report)
-        print(f"max accelerators: N = {m['n']} (AU {m['au_at_n'] if m['au_at_n'] is None else format(m['au_at_n'], '.1%')} "
-              f"at N, {m['au_at_n_plus_1'] if m['au_at_n_plus_1'] is None else format(m['au_at_n_plus_1'], '.1%')} "
-              f"at N+1; {m['examples_per_sec_at_n'] or 0:.1f} examples/s at N)")
         return 0
     if args.workers:
         try:
