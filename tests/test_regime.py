@@ -40,6 +40,7 @@ def test_emulated_run_reports_the_device_au_and_global_batch(emulated):
     assert 0.3 < e["au"] <= 1.001 and e["au_steps"] == 13
     assert e["au_threshold"] == 0.9 and e["au_pass"] == (e["au"] >= 0.9)
     assert r["accelerator_utilization"] == e["au"]
+    assert e["overrun_ms_mean"] > -0.05 and e["copy_ms_mean"] > 0  # a step never ends before its deadline
     assert "emulated 2 x custom" in r["verdict"]["summary"]
     # every step waited at least the emulated 20 ms
     assert r["throughput"]["step_time_ms"]["p50"] >= 20.0

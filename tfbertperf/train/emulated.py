@@ -81,6 +81,7 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
         step_ms: list[float] = []
         wait_ms: list[float] = []
         copy_ms: list[float] = []
+        over_ms: list[float] = []  # how late each emulated step ended (a loaded machine wakes sleepers late)
         scalars: list[tuple[int, dict]] = []
         clock = time.perf_counter
         edges = {window[0]: "start", window[1]: "stop"} if window else {}
@@ -100,6 +101,7 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
             step_ms.append((t3 - t0) * 1e3)
             wait_ms.append((t1 - t0) * 1e3)
             copy_ms.append((t2 - t1) * 1e3)
+            over_ms.append((t3 - t1) * 1e3 - emulation.step_ms)
             scalars.append((i, {"step_time_ms": step_ms[-1], "input_wait_ms": wait_ms[-1],
                                 "examples_per_sec": global_batch * 1e3 / step_ms[-1]}))
             if (i + 1) % cfg.train.log_every == 0 or i + 1 == steps:
@@ -117,6 +119,7 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
         block["au"] = round(au_from_steps(step_ms, emulation.step_ms), 6)
         block["au_steps"] = max(0, len(step_ms) - 1)
         block["copy_ms_mean"] = round(statistics.fmean(copy_ms[1:] or copy_ms), 4)
+        block["overrun_ms_mean"] = round(statistics.fmean(over_ms[1:] or over_ms), 4)
         return TrainResult(
             steps=steps, global_batch_size=global_batch, replicas=replicas, seq_len=cfg.data.seq_len,
             loss_trajectory=[], final_loss=0.0, step_times_ms=step_ms, input_wait_ms=wait_ms,
