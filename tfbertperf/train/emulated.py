@@ -8,9 +8,13 @@ Timing of one step i (what `step_times_ms` / `input_wait_ms` mean here):
   t0 → next(iterator) → t1 (input wait) → the copy step, read back → t2 → sleep until t1 + step_ms → t3.
   step_times_ms[i] = t3 − t0; input_wait_ms[i] = t1 − t0.  The copy is inside the device's step time, as it is
   in the published sequences/s the profiles come from (end-to-end training steps, input copy included); a copy
-  longer than step_ms shows as a step longer than step_ms.  The emulated compute is exactly step_ms per step, so
+  longer than step_ms shows as a step longer than step_ms.
+  AU (report.json emulation.au) is DLIO's (argonne-lcf/dlio_benchmark, utils/statscounter.py: compute = the time
+  measured around the emulated computation, AU = Σ compute ÷ total time): the measured compute time Σ(t3 − t1) ÷ wall Σ(t3 − t0) over the steps
+  after the first — a sleep that ends late on a loaded machine (emulation.overrun_ms_mean) is the emulated
+  device's time, not the input's; emulation.au_nominal divides step_ms × steps instead.  The emulated compute is exactly step_ms per step, so
   T_c (compute_only_step_ms) is step_ms without a probe, and AU = step_ms × steps ÷ Σ wall over the steps after
-  the first (emulate.au_from_steps).  The global batch is emulate.accelerators × train.batch_size: the caller's
+  the first (DLIO's measured compute; see below).  The global batch is emulate.accelerators × train.batch_size: the caller's
   dataset_fn must yield batches of that size (tfbertperf.job builds it so).
 """
 
@@ -21,7 +25,7 @@ import statistics
 import time
 from typing import Callable
 
-from tfbertperf.train.emulate import Emulation, au_from_steps, bert_parameters, emulated_step, load_profiles
+from tfbertperf.train.emulate import Emulation, au, au_from_steps, bert_parameters, emulated_step, load_profiles
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute
 
@@ -116,7 +120,11 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
         timed = step_ms[warmup:]
         examples_per_sec = global_batch * len(timed) / (sum(timed) / 1e3)
         block = {k: v for k, v in emulation.to_report().items()}
-        block["au"] = round(au_from_steps(step_ms, emulation.step_ms), 6)
+        # AU as DLIO computes it for MLPerf Storage: the measured compute (the emulated step, from the batch's
+        # arrival to the end of its wait) ÷ wall, steps after the first; a late wake-up is compute, not input.
+        busy = [s - w for s, w in zip(step_ms, wait_ms)]
+        block["au"] = round(au(sum(busy[1:]), sum(step_ms[1:])), 6)
+        block["au_nominal"] = round(au_from_steps(step_ms, emulation.step_ms), 6)  # step_ms × steps ÷ wall
         block["au_steps"] = max(0, len(step_ms) - 1)
         block["copy_ms_mean"] = round(statistics.fmean(copy_ms[1:] or copy_ms), 4)
         block["overrun_ms_mean"] = round(statistics.fmean(over_ms[1:] or over_ms), 4)
