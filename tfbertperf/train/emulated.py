@@ -8,14 +8,15 @@ Timing of one step i (what `step_times_ms` / `input_wait_ms` mean here):
   t0 → next(iterator) → t1 (input wait) → the copy step, read back → t2 → sleep until t1 + step_ms → t3.
   step_times_ms[i] = t3 − t0; input_wait_ms[i] = t1 − t0.  The copy is inside the device's step time, as it is
   in the published sequences/s the profiles come from (end-to-end training steps, input copy included); a copy
-  longer than step_ms shows as a step longer than step_ms.
-  AU (report.json emulation.au) is DLIO's (argonne-lcf/dlio_benchmark, utils/statscounter.py: compute = the time
-  measured around the emulated computation, AU = Σ compute ÷ total time): the measured compute time Σ(t3 − t1) ÷ wall Σ(t3 − t0) over the steps
-  after the first — a sleep that ends late on a loaded machine (emulation.overrun_ms_mean) is the emulated
-  device's time, not the input's; emulation.au_nominal divides step_ms × steps instead.  The emulated compute is exactly step_ms per step, so
-  T_c (compute_only_step_ms) is step_ms without a probe, and AU = step_ms × steps ÷ Σ wall over the steps after
-  the first (DLIO's measured compute; see below).  The global batch is emulate.accelerators × train.batch_size: the caller's
-  dataset_fn must yield batches of that size (tfbertperf.job builds it so).
+  longer than step_ms shows as a step longer than step_ms.  T_c (compute_only_step_ms) is step_ms: no probe.
+  The global batch is emulate.accelerators × train.batch_size: the caller's dataset_fn must yield batches of
+  that size (tfbertperf.job builds it so).
+
+AU (report.json emulation.au) is computed as DLIO does for MLPerf Storage (argonne-lcf/dlio_benchmark,
+utils/statscounter.py: compute = the time measured around the emulated computation, AU = Σ compute ÷ total
+time): Σ(t3 − t1) ÷ Σ(t3 − t0) over the steps after the first.  A sleep that ends late on a loaded machine
+(emulation.overrun_ms_mean) is the emulated device's time, not the input's; emulation.au_nominal divides
+step_ms × steps by the wall instead.
 """
 
 from __future__ import annotations
