@@ -14,7 +14,7 @@ PKG = ROOT / "tfbertperf"
 # Lower rank = lower stage.  A module may import its own rank or lower, never higher.
 BASE = 0  # config, errors, redact: used by every stage
 STAGES = {"storage": 1, "data": 2, "model": 3, "train": 4, "profile": 5, "envinfo": 6, "report": 7}
-COMPOSITION = 8  # job.py composes the stages; cliargs.py and keras.py are shared by commands / users
+COMPOSITION = 8  # job.py (and regime.py, its accelerator-regime part) composes the stages; cliargs.py and keras.py are shared by commands / users
 COMMANDS = {"run", "prepare", "compare", "analyze", "env", "tokenize", "cli", "__main__"}
 COMMAND = 9
 TESTING = 10  # test and demo gear: may use anything, nothing in the product uses it
@@ -34,7 +34,7 @@ def _rank(module: str) -> int:
         return COMMAND
     if head in BASE_MODULES:
         return BASE
-    if head in ("job", "cliargs", "keras"):
+    if head in ("job", "regime", "cliargs", "keras"):
         return COMPOSITION
     raise AssertionError(f"{module}: not placed in a stage; add it to tests/test_layout.py's table")
 

@@ -45,7 +45,8 @@ def busy_and_idle():
 def test_busier_under_a_cpu_burning_thread_than_under_a_sleep(busy_and_idle):
     busy, idle = busy_and_idle
     b, i = busy.summary(), idle.summary()
-    assert b["cpu_busy_fraction_mean"] > i["cpu_busy_fraction_mean"], (b, i)
+    # this process's share: the whole machine can be saturated by other processes on a shared box (both 1.0)
+    assert b["process_cpu_fraction_mean"] > max(0.05, 3 * i["process_cpu_fraction_mean"]), (b, i)
     assert 0.0 <= i["cpu_busy_fraction_mean"] <= 1.0 and 0.0 <= b["cpu_busy_fraction_p90"] <= 1.0
 
 

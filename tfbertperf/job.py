@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from tfbertperf import regime
 from tfbertperf.config import RunConfig
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
@@ -57,6 +58,15 @@ class Inputs:
         self.shard_uris, self.record_bytes_hint = shard_uris(cfg, self.manifest, self.backend)
 
 
+def _close(sources: list) -> None:
+    """Close and forget the shard sources opened so far."""
+    while sources:
+        try:
+            sources.pop().close()
+        except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
+            pass
+
+
 def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
             progress: bool = True) -> dict:
     """Train + profile + attribute in this process; plots go to out_dir/plots.  Returns the report dict (not
@@ -69,39 +79,43 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.xprof_tools import find_xplanes
     from tfbertperf.report.build import bar_entry, build_report, steady_step_ms
     from tfbertperf.storage import open_shards
-    from tfbertperf.train.loop import train
+    from tfbertperf.train.emulate import from_config as emulation_from_config
 
     say = log if progress else (lambda m: None)
+    emulation = emulation_from_config(cfg)  # None: the real model runs
     inputs = inputs or Inputs(cfg, progress)
     backend, manifest = inputs.backend, inputs.manifest
     tb_dir.mkdir(parents=True, exist_ok=True)
     environment = fingerprint(data_uri=inputs.uri, probe=True)
 
     sources = []
+    data_cfg = regime.dataset_config(cfg, emulation)  # emulated: accelerators × batch_size per step
 
     def dataset_fn(input_context=None):
         source = open_shards(inputs.shard_uris, cfg.data, backend, record_bytes_hint=inputs.record_bytes_hint)
         sources.append(source)
         # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
         # tf.distribute.InputContext (multi-worker: each worker reads only its shards).
-        return build_dataset(cfg, manifest, source, input_context)
+        return build_dataset(data_cfg, manifest, source, input_context)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
+    sampler = regime.start_sampler(cfg)
     try:
-        result = train(cfg, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), progress=say, strategy=strategy,
-                       input_runs_ahead=runs_ahead(cfg), capture=capture)
+        result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), say=say,
+                                  strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg), sampler=sampler)
+        mode = sources[0].mode if sources else cfg.data.mode
+        storage = {"backend": backend.name, "mode": mode,
+                   "uri": redact_text(inputs.uri)}
+        storage.update(backend.metrics.summary())  # the training's reads only: the ceiling runs after this
+        _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
+        ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
-        for s in sources:
-            try:
-                s.close()
-            except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
-                pass
+        if sampler is not None:
+            sampler.stop()
+        _close(sources)
 
     step_ms = steady_step_ms(result)
     compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
-    storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
-               "uri": redact_text(inputs.uri)}
-    storage.update(backend.metrics.summary())
     storage["read_ms_per_step"] = round(storage["read_time_ms"] / max(1, result.steps), 3)
 
     attribution_doc: dict = {}
@@ -130,7 +144,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
                           result.extra.get("model") or {}, plots)
     report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
-    return report
+    return regime.finish(report, cfg, result, emulation, ceiling, sampler, out_dir, tb_dir,
+                         title=f"Host utilization — {out_dir.name}")
 
 
 def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
@@ -143,6 +158,9 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     from tfbertperf.report.build import make_run_dir, write_run_files
 
     quiet_tf()
+    from tfbertperf.train.emulate import from_config as emulation_from_config
+
+    emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
     inputs = Inputs(cfg, progress)
     run_dir = make_run_dir(cfg)
     if progress:

@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     add_run_arguments(p)
     p.add_argument("--workers", type=int, default=0,
                    help="multi_worker: launch N local workers on loopback ports (sets train.strategy=multi_worker)")
+    p.add_argument("--max-accelerators", action="store_true",
+                   help="emulated devices: search the largest emulate.accelerators N whose AU stays >= "
+                        "profile.au_threshold with short runs (train.steps each); report N, AU at N and N+1")
     args = p.parse_args(argv)
     sets = list(args.sets)
     if args.workers:
@@ -33,6 +36,12 @@ def main(argv=None) -> int:
             raise UsageError(f"--workers {args.workers}: must be >= 1")
         sets.append("train.strategy=multi_worker")
     cfg = load_config(args.workload, args.data, sets)
+    if args.max_accelerators:
+        from tfbertperf import regime
+
+        run_dir, report = regime.max_accelerators(cfg)
+        print_run_summary(run_dir, report)
+        return 0
     if args.workers:
         try:
             run_dir, report = job.run_multi_worker(cfg, args.workers)

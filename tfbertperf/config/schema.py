@@ -114,6 +114,8 @@ class ProfileConfig:
     probe_blocks: int = 4  # the probe's steps run in this many blocks spread through the steady steps; 1 = after the loop
     au_threshold: float = 0.90  # accelerator utilization pass/fail threshold (MLPerf Storage)
     step_timer: bool = True  # always-on get-next vs. rest timer
+    ceiling_seconds: float = 3.0  # input ceiling: seconds the pipeline alone runs after the loop; 0 = off
+    utilization_hz: float = 10.0  # host utilization sampler rate (samples/s); 0 = off
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,8 @@ MINIMUM = {
     ("profile", "device_tracer_level"): 0,
     ("profile", "probe_steps"): 0,
     ("profile", "probe_blocks"): 1,
+    ("profile", "ceiling_seconds"): 0.0,
+    ("profile", "utilization_hz"): 0.0,
     ("model", "num_labels"): 2,
     ("emulate", "step_ms"): 0.0,
     ("emulate", "accelerators"): 1,

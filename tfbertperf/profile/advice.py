@@ -159,3 +159,22 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
         if row.when(ctx):
             texts.append(row.text.format(**ctx))
     return [{"advice": t, "set": re.findall(r"--set ([a-z_]+\.[a-z_]+=[A-Za-z0-9_.]+)", t)} for t in texts]
+
+
+# Which `--set` keys act on reads (storage) and which on CPU work (preprocessing): refine() puts the rows for the
+# cause the host utilization points at first.
+CAUSE_KEYS = {
+    "storage": ("pipeline.cycle_length", "pipeline.prefetch", "data.mode", "data.concurrency", "pipeline.preset"),
+    "preprocessing": ("pipeline.parse_after_batch", "pipeline.num_parallel_calls", "pipeline.tokenize",
+                      "pipeline.cache", "pipeline.preset"),
+}
+
+
+def order_for_cause(acts: list[dict], cause: str) -> list[dict]:
+    """acts with the rows whose --set keys act on `cause` first (stable otherwise)."""
+    keys = CAUSE_KEYS.get(cause, ())
+
+    def first(a):
+        return 0 if any(s.split("=", 1)[0] in keys for s in a.get("set") or ()) else 1
+
+    return sorted(acts, key=first)

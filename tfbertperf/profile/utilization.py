@@ -8,6 +8,8 @@ One sample (dict) per tick, `t` = seconds since start():
                  user includes nice; iowait = idle while I/O was outstanding, 0 where the OS has no such counter)
   cpu_busy       1 − idle − iowait (so iowait is not counted as busy)
   per_core_busy  [busy fraction of each logical core]
+  process_cpu    this process's CPU time (user + system, all its threads) during the tick ÷ (tick × cores): the
+                 share of the machine the run itself used (cpu_busy also counts every other process)
   rss_mb         this process's resident set size (MB = 10^6 bytes)
   disk_read_bytes, net_rx_bytes   system-wide bytes read from block devices / received on all interfaces
                  (loopback included) during the tick: the deltas of psutil.disk_io_counters().read_bytes and
@@ -188,13 +190,14 @@ class UtilizationSampler:
 
     # -- sampling --------------------------------------------------------------------------------------
     def _read_counters(self):
+        pt = self._proc.cpu_times()
         return (self._ps.cpu_times(percpu=True), self._proc.memory_info().rss, self._io.disk_read_bytes(),
-                self._io.net_rx_bytes())
+                self._io.net_rx_bytes(), pt.user + pt.system, time.perf_counter())
 
     def _tick(self, t: float) -> None:
         c0 = time.thread_time()  # CPU time of this thread: the sampler's own cost, not GIL waits
-        cores, rss, disk, net = cur = self._read_counters()
-        pcores, _, pdisk, pnet = self._prev
+        cores, rss, disk, net, pcpu, now = cur = self._read_counters()
+        pcores, _, pdisk, pnet, ppcpu, pnow = self._prev
         self._prev = cur
         deltas = [_sub(a, b) for a, b in zip(cores, pcores)]
         total = type(deltas[0])(*(sum(x) for x in zip(*deltas)))
@@ -202,6 +205,7 @@ class UtilizationSampler:
         sample = {
             "t": t, "cpu_user": user, "cpu_system": system, "cpu_iowait": iowait, "cpu_idle": idle,
             "cpu_busy": busy, "per_core_busy": [_busy(d)[4] for d in deltas], "rss_mb": rss / MB,
+            "process_cpu": max(0.0, pcpu - ppcpu) / max(1e-9, (now - pnow) * len(deltas)),
             "disk_read_bytes": max(0, disk - pdisk), "net_rx_bytes": max(0, net - pnet),
             "gpus": self._nvml.read() if self._nvml and self._nvml.handles else [],
         }
@@ -220,12 +224,14 @@ class UtilizationSampler:
                 nxt += period * math.ceil((now - nxt) / period)
 
     # -- results ---------------------------------------------------------------------------------------
-    def summary(self) -> dict:
-        """Aggregates over all samples (see the module docstring for units):
-        cpu_busy_fraction_mean / _p90, cpu_iowait_fraction_mean, rss_mb_max, disk_read_mb, net_rx_mb (totals),
-        gpus [{index, name, util_mean, util_max, mem_used_mb_max}], cores, per_core_busy_fraction_mean [per core],
-        samples (count), hz (achieved: samples per second of sampled time), seconds, tick_cost_us_mean, marks."""
-        s = list(self.samples)
+    def summary(self, t_from: float | None = None, t_to: float | None = None) -> dict:
+        """Aggregates over the samples with t_from < t ≤ t_to (s since start; None = unbounded; see the module
+        docstring for units): cpu_busy_fraction_mean / _p90 / _p95, cpu_user / cpu_system / cpu_iowait
+        _fraction_mean, process_cpu_fraction_mean (this process's CPU time ÷ (wall × cores)), rss_mb_max,
+        disk_read_mb, net_rx_mb (totals), gpus [{index, name, util_mean, util_max, mem_used_mb_max}], cores,
+        per_core_busy_fraction_mean [per core], samples (count), hz (achieved: samples per second of sampled
+        time), seconds, tick_cost_us_mean, marks."""
+        s = [x for x in self.samples if (t_from is None or x["t"] > t_from) and (t_to is None or x["t"] <= t_to)]
         n = len(s)
 
         def mean(xs):
@@ -234,7 +240,10 @@ class UtilizationSampler:
 
         busy = sorted(x["cpu_busy"] for x in s)
         cores = len(s[0]["per_core_busy"]) if s else (os.cpu_count() or 0)
-        span = s[-1]["t"] if s else 0.0
+        span = (s[-1]["t"] - (t_from or 0.0)) if s else 0.0
+
+        def pct(q):
+            return busy[min(n - 1, int(math.ceil(q * n)) - 1)] if n else 0.0
         gpus = []
         for i, name in enumerate(self.gpu_names):
             g = [x for smp in s for x in smp["gpus"] if x["index"] == i]
@@ -243,8 +252,12 @@ class UtilizationSampler:
                          "mem_used_mb_max": max((x["mem_used_mb"] for x in g), default=0.0)})
         return {
             "cpu_busy_fraction_mean": mean(busy),
-            "cpu_busy_fraction_p90": busy[min(n - 1, int(math.ceil(0.9 * n)) - 1)] if n else 0.0,
+            "cpu_busy_fraction_p90": pct(0.90),
+            "cpu_busy_fraction_p95": pct(0.95),
+            "cpu_user_fraction_mean": mean(x["cpu_user"] for x in s),
+            "cpu_system_fraction_mean": mean(x["cpu_system"] for x in s),
             "cpu_iowait_fraction_mean": mean(x["cpu_iowait"] for x in s),
+            "process_cpu_fraction_mean": mean(x.get("process_cpu", 0.0) for x in s),
             "rss_mb_max": max((x["rss_mb"] for x in s), default=0.0),
             "disk_read_mb": sum(x["disk_read_bytes"] for x in s) / MB,
             "net_rx_mb": sum(x["net_rx_bytes"] for x in s) / MB,
@@ -273,8 +286,9 @@ def write_scalars(summary_writer_dir: str, samples: list[dict]) -> int:
             step = int(round(smp["t"] * 1000))
             dt = max(1e-6, smp["t"] - prev_t)
             prev_t = smp["t"]
-            for k in ("cpu_busy", "cpu_iowait", "cpu_user", "cpu_system", "rss_mb"):
-                tf.summary.scalar(f"host/{k}", smp[k], step=step)
+            for k in ("cpu_busy", "cpu_iowait", "cpu_user", "cpu_system", "rss_mb", "process_cpu"):
+                if k in smp:
+                    tf.summary.scalar(f"host/{k}", smp[k], step=step)
             tf.summary.scalar("host/disk_read_mb_per_s", smp["disk_read_bytes"] / MB / dt, step=step)
             tf.summary.scalar("host/net_rx_mb_per_s", smp["net_rx_bytes"] / MB / dt, step=step)
             for g in smp.get("gpus", []):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 from tfbertperf.profile.advice import actions
 from tfbertperf.profile.figures import input_share
 
@@ -50,3 +52,92 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     acts = actions(bottleneck, att, config, storage)
     return {"bottleneck": bottleneck, "summary": summary,
             "recommendations": [a["advice"] for a in acts], "actions": acts}
+
+
+HEADROOM_THIN = 1.3
+"""Headroom (input ceiling ÷ demand) below 1.3 is a thin margin: a slower storage day or a faster device and the
+run is input-bound.  Below 1.0 it is input-bound whatever the overlap: the pipeline alone cannot feed the demand."""
+
+CPU_IDLE_BELOW = 0.50
+"""Input-bound with the whole machine's CPU busy < 50 % on average → the pipeline waits on storage."""
+
+CPU_SATURATED_FROM = 0.80
+"""Input-bound with the CPU busy ≥ 80 % → preprocessing-limited (when this run holds at least half of that busy
+time; otherwise other processes hold the CPU)."""
+
+
+def input_cause(host: dict | None) -> tuple[str | None, str]:
+    """("storage" | "preprocessing" | "contention" | "mixed" | None, the numbers as words) from the run's
+    host_utilization summary (profile/utilization.py): CPU busy (all processes) and this process's share."""
+    if not host or not host.get("samples"):
+        return None, ""
+    busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
+    words = f"CPU {busy:.0%} busy (this run {own:.0%}), iowait {host.get('cpu_iowait_fraction_mean', 0.0):.0%}"
+    if busy >= CPU_SATURATED_FROM:
+        return ("preprocessing" if own >= 0.5 * busy else "contention"), words
+    if busy < CPU_IDLE_BELOW or own < CPU_IDLE_BELOW * 0.5:
+        return "storage", words
+    return "mixed", words
+
+
+_CAUSE_TEXT = {
+    "storage": "waiting on storage: the CPU is mostly idle — read more in parallel (interleave cycle_length, "
+               "data.concurrency), prefetch, or stage remote shards to local disk",
+    "preprocessing": "preprocessing-limited: the CPU is saturated — vectorize (parse after batch), cache after "
+                     "parse, move tokenization/masking offline, or add hosts",
+    "contention": "CPU-starved: the CPU is saturated by other processes, not this run — free the cores or give the "
+                  "input pipeline dedicated ones",
+    "mixed": "input-bound with the CPU partly busy: both storage reads and preprocessing count",
+}
+
+
+def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dict | None = None,
+           demand: float | None = None, emulation: dict | None = None) -> dict:
+    """The verdict with the run's input ceiling and host utilization read into it:
+      * headroom < 1 → bottleneck "input" whatever the overlap (the pipeline alone is slower than the demand);
+      * 1 ≤ headroom < HEADROOM_THIN → a "thin margin" note;
+      * input-bound → the cause from the CPU (input_cause): waiting on storage or preprocessing-limited, its
+        advice first, the other rows reordered to match (profile/advice.py order_for_cause);
+      * emulated runs: the summary names the emulated devices and AU (MLPerf Storage) pass/fail.
+    Adds "headroom", "input_cause", "notes"."""
+    from tfbertperf.profile.advice import order_for_cause
+
+    out = dict(doc)
+    notes: list[str] = []
+    if headroom is not None and ceiling is not None and demand:
+        line = (f"input ceiling {ceiling['examples_per_sec']:.0f} examples/s vs demand {demand:.0f} → "
+                f"headroom {headroom:.2f}")
+        if headroom < 1.0:
+            if out["bottleneck"] != "input":
+                out["summary"] = f"input-bound (the pipeline alone cannot feed the demand): {out['summary']}"
+            out["bottleneck"] = "input"
+            notes.append(line + " < 1: input-bound whatever the overlap")
+        elif headroom < HEADROOM_THIN:
+            notes.append(line + f" < {HEADROOM_THIN}: thin margin")
+        else:
+            notes.append(line)
+    cause, words = input_cause(host)
+    if out["bottleneck"] == "input" and cause:
+        out["summary"] += f"; {words} → {_CAUSE_TEXT[cause].split(':')[0]}"
+        acts = order_for_cause(list(out.get("actions") or []), cause)
+        acts.insert(0, {"advice": _CAUSE_TEXT[cause], "set": []})
+        out["actions"] = acts
+        out["recommendations"] = [a["advice"] for a in acts]
+    if emulation and out["bottleneck"] != "input":
+        # No model ran: the step is the emulated device's sleep; XLA/precision advice does not apply.
+        out["bottleneck"] = "compute"
+        out["actions"] = [{"advice": f"the input keeps up with {emulation['accelerators']} emulated "
+                                     f"{emulation['device']}: raise emulate.accelerators (tfbertperf run "
+                                     "--max-accelerators finds the largest N with AU >= the threshold)", "set": []}]
+        out["recommendations"] = [a["advice"] for a in out["actions"]]
+        out["summary"] = "compute-bound (emulated device)" + out["summary"][out["summary"].find(":"):]
+    if emulation:  # one AU in the line: the emulated devices' (MLPerf Storage), not the trace's T_c / T
+        out["summary"] = re.sub(r"; AU \d+% [≥<] \d+% → (pass|fail)", "", out["summary"])
+        notes.insert(0, f"emulated {emulation['accelerators']} x {emulation['device']} ({emulation['step_ms']:.1f} ms "
+                        f"per step): AU {emulation['au']:.1%} {'≥' if emulation['au_pass'] else '<'} "
+                        f"{emulation['au_threshold']:.0%} → {'pass' if emulation['au_pass'] else 'fail'}")
+    if notes:
+        out["summary"] += "; " + "; ".join(notes)
+    out.update({"headroom": headroom, "input_cause": cause if out["bottleneck"] == "input" else None,
+                "notes": notes})
+    return out

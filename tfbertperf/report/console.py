@@ -120,6 +120,33 @@ def au_line(doc: dict) -> str:
     return text
 
 
+def regime_lines(report: dict) -> list[str]:
+    """The two facts a user checks first — can the pipeline feed the device, is the CPU busy or waiting — plus
+    the emulated devices (report.json emulation, input_ceiling, headroom, host_utilization)."""
+    out = []
+    e = report.get("emulation")
+    if e:
+        out.append(f"emulated: {e['accelerators']} x {e['device']} ({e['step_ms']:.1f} ms per step, global batch "
+                   f"{e['global_batch_size']}, demand {e['demand_examples_per_sec']:.0f} examples/s): AU {e['au']:.1%} "
+                   f"→ {'pass' if e['au_pass'] else 'fail'} (threshold {e['au_threshold']:.0%})")
+    c = report.get("input_ceiling")
+    if c:
+        h = report.get("headroom")
+        out.append(f"input ceiling: {c['examples_per_sec']:.0f} examples/s, {c['mb_per_sec']:.1f} MB/s (pipeline alone, "
+                   f"{c['seconds']:.1f} s)" + (f"; headroom {h:.2f}× the demand" if h is not None else ""))
+    u = report.get("host_utilization")
+    if u and u.get("samples"):
+        out.append(f"host: CPU {u['cpu_busy_fraction_mean']:.0%} busy (p95 {u['cpu_busy_fraction_p95']:.0%}; this run "
+                   f"{u['process_cpu_fraction_mean']:.0%}), iowait {u['cpu_iowait_fraction_mean']:.0%}, RSS "
+                   f"{u['rss_mb_max']:.0f} MB, disk read {u['disk_read_mb']:.1f} MB, net recv {u['net_rx_mb']:.1f} MB")
+    m = report.get("max_accelerators")
+    if m:
+        pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
+        out.append(f"max accelerators: N = {m['n']} (AU {pct(m['au_at_n'])} at N, {pct(m['au_at_n_plus_1'])} at N+1; "
+                   f"{m['examples_per_sec_at_n'] or 0:.0f} examples/s at N; {len(m['trials'])} short runs)")
+    return ["", *out] if out else []
+
+
 def print_run_summary(run_dir, report: dict) -> None:
     """What `tfbertperf run` prints at the end: headline, attribution table, verdict, where the files are."""
     tp = report["throughput"]
@@ -140,6 +167,8 @@ def print_run_summary(run_dir, report: dict) -> None:
         print(verdict_line(report))
         for r in (report.get("verdict") or {}).get("recommendations") or []:
             print(f"  - {r}")
+    for line in regime_lines(report):
+        print(line)
     for w in report.get("workers") or []:
         a = w.get("attribution") or {}
         print(f"worker {w['worker']}: {a.get('steps_profiled', 0)} steps profiled, step {a.get('step_time_ms', 0):.1f} ms, "

@@ -33,6 +33,9 @@ def utilization_png(samples: list[dict], marks=None, title: str = "Host utilizat
     fig, ax = plt.subplots(figsize=(9.0, 4.2), dpi=110)
     ax.plot(t, [100 * s["cpu_busy"] for s in samples], color="#1f77b4", label="CPU busy %", linewidth=1.2)
     ax.plot(t, [100 * s["cpu_iowait"] for s in samples], color="#d62728", label="CPU iowait %", linewidth=1.0)
+    if any("process_cpu" in s for s in samples):
+        ax.plot(t, [100 * s.get("process_cpu", 0.0) for s in samples], color="#9467bd", label="this process %",
+                linewidth=1.0)
     ax.set_ylim(0, 105)
     ax.set_xlabel("seconds since sampler start")
     ax.set_ylabel("% of all cores")

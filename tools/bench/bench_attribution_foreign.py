@@ -1,13 +1,19 @@
 """`tfbertperf analyze` on a foreign program's profile vs the what-if truth (issue 4's "must show").
 
-The program is tests/programs/stall_loop.py: a Keras MLP custom loop with step markers, fed by a tf.data
-pipeline with a CPU-heavy parallel map (the "stall").  Per repetition, in a fresh interpreter:
+Programs (--programs, comma-separated; each reported on its own):
+  stall  tests/programs/stall_loop.py: a Keras MLP custom loop with step markers, fed by a tf.data pipeline with
+         a CPU-heavy parallel map (the "stall") — the program the contention model was chosen on;
+  image  tests/programs/image_augment.py: a small CNN, per-image augmentation in a parallel map + prefetch;
+  text   tests/programs/text_tokenize.py: an embedding + conv text classifier, tokenization in a map.
+image and text were written and measured before any change to the attribution model (issue 16).
+Per repetition, in a fresh interpreter:
   truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
   xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
   next() = wall time the program measured blocked in next(iterator) ÷ its step time;
   ours   = analyze's input_cost_estimate_fraction (blocked wait + CPU the pipeline stole from compute).
 
-    python tools/bench/bench_attribution_foreign.py            # 3 repetitions, markdown table
+    python tools/bench/bench_attribution_foreign.py            # 3 repetitions of each program, markdown tables
+    python tools/bench/bench_attribution_foreign.py --programs image,text --reps 3
     python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 24     # a stronger stall
     python tools/bench/bench_attribution_foreign.py --sleep-ms 8   # the sleep pipeline (no CPU used: upper bound)
 """
@@ -28,6 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "programs"))
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--programs", default="stall,image,text")
     p.add_argument("--rounds", type=int, default=0, help="stall strength (stall_loop.py --rounds; 0 = its default)")
     p.add_argument("--sleep-ms", type=float, default=0.0,
                    help="instead of the CPU-heavy map, a per-batch sleep of this many ms (stall_loop.py's sleep mode)")
@@ -36,40 +43,51 @@ def main(argv=None) -> int:
 
     from tfbertperf.analyze import analyze
 
-    rows = []
     t0 = time.time()
-    for k in range(a.reps):
-        out = Path(tempfile.mkdtemp(prefix="bench-foreign-"))
-        mode, truth = ("sleep", "sleep_truth") if a.sleep_ms else ("stall", "truth")
-        cmd = [sys.executable, str(ROOT / "tests" / "programs" / "stall_loop.py"), "--out", str(out),
-               "--modes", f"{mode},{truth}", "--steps", "40", "--window", "20:35"]
-        if a.rounds:
-            cmd += ["--rounds", str(a.rounds)]
-        if a.sleep_ms:
-            cmd += ["--sleep-ms", str(a.sleep_ms)]
-        print(f"[bench] repetition {k + 1}/{a.reps} …", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        import json
+    total = 0
+    for program in a.programs.split(","):
+        rows = []
+        for k in range(a.reps):
+            out = Path(tempfile.mkdtemp(prefix="bench-foreign-"))
+            if program == "stall":
+                mode, truth = ("sleep", "sleep_truth") if a.sleep_ms else ("stall", "truth")
+                cmd = [sys.executable, str(ROOT / "tests" / "programs" / "stall_loop.py"), "--out", str(out),
+                       "--modes", f"{mode},{truth}", "--steps", "40", "--window", "20:35"]
+                if a.rounds:
+                    cmd += ["--rounds", str(a.rounds)]
+                if a.sleep_ms:
+                    cmd += ["--sleep-ms", str(a.sleep_ms)]
+            else:
+                mode, truth = "profiled", "truth"
+                script = {"image": "image_augment.py", "text": "text_tokenize.py"}[program]
+                cmd = [sys.executable, str(ROOT / "tests" / "programs" / script), "--out", str(out)]
+            print(f"[bench] {program}: repetition {k + 1}/{a.reps} …", file=sys.stderr, flush=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            import json
 
-        res = {r["mode"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{"))}
-        att = analyze(res[mode]["logdir"])["attribution"]
-        rows.append({
-            "truth": res[truth]["input_cost_fraction"],
-            "xprof": att["input_bound_fraction"],
-            "next": res[mode]["input_wait_ms"] / res[mode]["step_time_ms"],
-            "ours": att["input_cost_estimate_fraction"],
-        })
-    print("\n| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |")
-    print("|---|---|---|---|---|")
-    for i, r in enumerate(rows, 1):
-        cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in ("xprof", "next", "ours")]
-        print(f"| {i} | {r['truth'] * 100:.1f} % | " + " | ".join(cells) + " |")
-    for k, name in (("xprof", "xprof"), ("next", "next()"), ("ours", "analyze")):
-        err = [r[k] - r["truth"] for r in rows]
-        print(f"\n{name}: mean |error| {statistics.fmean(abs(e) for e in err) * 100:.1f} pp, "
-              f"mean error {statistics.fmean(err) * 100:+.1f} pp", end="")
-    closer = sum(abs(r["ours"] - r["truth"]) < abs(r["xprof"] - r["truth"]) for r in rows)
-    print(f"\nanalyze closer to the truth than xprof in {closer}/{len(rows)} repetitions", end="")
+            res = {r["mode"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{"))}
+            att = analyze(res[mode]["logdir"])["attribution"]
+            rows.append({
+                "truth": res[truth]["input_cost_fraction"],
+                "xprof": att["input_bound_fraction"],
+                "next": res[mode]["input_wait_ms"] / res[mode]["step_time_ms"],
+                "ours": att["input_cost_estimate_fraction"],
+            })
+        total += len(rows)
+        print(f"\n**{program}**\n")
+        print("| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |")
+        print("|---|---|---|---|---|")
+        for i, r in enumerate(rows, 1):
+            cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in ("xprof", "next", "ours")]
+            print(f"| {i} | {r['truth'] * 100:.1f} % | " + " | ".join(cells) + " |")
+        for k, name in (("xprof", "xprof"), ("next", "next()"), ("ours", "analyze")):
+            err = [r[k] - r["truth"] for r in rows]
+            print(f"\n{program} {name}: mean |error| {statistics.fmean(abs(e) for e in err) * 100:.1f} pp, "
+                  f"mean error {statistics.fmean(err) * 100:+.1f} pp, median error "
+                  f"{statistics.median(err) * 100:+.1f} pp", end="")
+        closer = sum(abs(r["ours"] - r["truth"]) < abs(r["xprof"] - r["truth"]) for r in rows)
+        print(f"\n{program}: analyze closer to the truth than xprof in {closer}/{len(rows)} repetitions")
+    rows = [None] * total
     print(f"\n\n{len(rows)} repetitions in {time.time() - t0:.0f} s")
     return 0
 

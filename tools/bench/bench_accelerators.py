@@ -1,0 +1,211 @@
+"""The accelerator regime, measured (issue 16): emulated devices fed by the real pipeline on local disk and on the
+storage emulators (fake-gcs-server for gs://, Azurite for az://, the fault proxy injecting per-request latency in
+front of both; the local backend's own data.read_latency_ms for local disk).  Prints markdown tables.
+
+1. Emulated A100-80GB AMP x1, BERT-large seq 128 (485.59 seq/s, batch 32 → 65.9 ms per step), local disk, tuned
+   preset: AU (MLPerf Storage: emulated compute ÷ wall over the steps after the first).  Goal ≥ 0.97.
+2. Max accelerators (the largest N with AU ≥ 0.90; doubling then bisection, short runs of --steps steps) for
+   local / gs:// / az:// at 0 and 20 ms per request, tuned and naive presets, with each row's input ceiling
+   (the pipeline alone at batch 32, --ceiling s).
+3. Naive → tuned at 20 ms per request: input ceiling ratio and max-N ratio side by side (goal ≥ 5× each).
+4. Headroom: runs at the demand below and above the measured ceiling — demand > ceiling: achieved examples/s
+   within 10 % of the run's own ceiling; demand < ceiling: AU ≥ 0.95.
+
+Remote reads: naive = one 256 KiB request at a time, nothing read ahead (data.concurrency=1, data.lookahead=0),
+as a first attempt reads; tuned = 8 requests in flight (data.concurrency=8).
+
+Data: synthetic pretraining shards (`prepare --synthetic`, exact feature spec, ~0.8 KB records) of --size, read
+in 256 KiB requests (data.chunk_mb=0.25) so that per-request latency matters as it does for real objects.
+
+    python tools/bench/bench_accelerators.py                      # ~15 min on a shared 2-core VM
+    python tools/bench/bench_accelerators.py --quick              # parts 1 and 3 only (local + gs:// at 20 ms)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+A100 = ["emulate.device=a100-80gb-amp", "model.size=large", "data.seq_len=128", "train.batch_size=32"]
+
+
+def log(msg: str) -> None:
+    print(f"bench_accelerators: {msg}", file=sys.stderr, flush=True)
+
+
+def execute(sets: list[str], uri: str, tmp: str):
+    from tfbertperf import job
+    from tfbertperf.config import load_config
+
+    cfg = load_config(data_uri=uri, sets=sets + [f"run.out={tmp}/runs"])
+    d = tempfile.mkdtemp(dir=tmp)
+    from pathlib import Path
+
+    return job.execute(cfg, Path(d), Path(d) / "tb", progress=False)
+
+
+def short(steps: int) -> list[str]:
+    return [f"train.steps={steps}", "train.warmup_steps=2", "profile.steps=none", "profile.probe_steps=0",
+            "profile.utilization_hz=0", "train.log_every=1000"]
+
+
+@contextlib.contextmanager
+def storage(kind: str, latency: float, emus: dict, local: str):
+    """(data URI, extra --set) with `latency` ms per request on `kind` (local | gs | az)."""
+    from tfbertperf.testing.emulators import AZURITE_ACCOUNT, AZURITE_KEY
+    from tfbertperf.testing.proxy import FaultProxy
+
+    if kind == "local":
+        yield local, [f"data.read_latency_ms={latency:g}"]
+        return
+    emu = emus[kind]
+    old = dict(os.environ)
+    with FaultProxy(emu.url if kind == "gs" else f"http://127.0.0.1:{emu.port}", latency_ms=latency) as proxy:
+        if kind == "gs":
+            os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
+        else:
+            os.environ["AZURE_STORAGE_CONNECTION_STRING"] = (
+                f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+                f"BlobEndpoint={proxy.url}/{AZURITE_ACCOUNT};")
+        try:
+            yield f"{kind}://bench/syn", ["data.mode=stream"]
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+
+def ceiling(uri: str, sets: list[str], seconds: float) -> dict:
+    from tfbertperf import job
+    from tfbertperf.config import load_config
+    from tfbertperf.data.ceiling import measure_ceiling
+    from tfbertperf.data.pipeline import build_dataset
+    from tfbertperf.storage import open_shards
+
+    cfg = load_config(data_uri=uri, sets=sets)
+    inputs = job.Inputs(cfg, progress=False)
+    srcs = []
+
+    def ds():
+        srcs.append(open_shards(inputs.shard_uris, cfg.data, inputs.backend, inputs.record_bytes_hint))
+        return build_dataset(cfg, inputs.manifest, srcs[-1])
+
+    try:
+        return measure_ceiling(ds, seconds, bytes_read=lambda: inputs.backend.metrics.bytes_read,
+                               record_bytes=inputs.record_bytes_hint)
+    finally:
+        for s in srcs:
+            s.close()
+
+
+def max_n(uri: str, sets: list[str], steps: int, nmax: int, tmp: str) -> dict:
+    from tfbertperf.train.maxaccel import search
+
+    def measure(n):
+        r = execute(A100 + short(steps) + sets + [f"emulate.accelerators={n}"], uri, tmp)
+        return {"au": r["emulation"]["au"], "examples_per_sec": r["throughput"]["examples_per_sec"]}
+
+    return search(measure, 0.90, n_max=nmax, progress=log)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="48MB", help="synthetic data size (prepare --synthetic --size)")
+    ap.add_argument("--steps", type=int, default=16, help="steps of each max-N trial")
+    ap.add_argument("--au-steps", type=int, default=80, help="steps of the A100 x1 AU run")
+    ap.add_argument("--nmax", type=int, default=64)
+    ap.add_argument("--ceiling", type=float, default=3.0, help="seconds of each input ceiling")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+
+    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.storage.upload import upload_dir
+    from tfbertperf.config import load_config
+    from tfbertperf.testing.emulators import Azurite, FakeGcs
+
+    tmp = tempfile.mkdtemp(prefix="bench-acc-")
+    local = os.path.join(tmp, "syn")
+    m = write_synthetic(local, size_bytes=parse_size(a.size), seq_len=128, shards=16)
+    log(f"synthetic data: {m['num_examples']} examples, {a.size} in 16 shards at {local}")
+    # naive reads as a first attempt does: one request at a time, nothing ahead; tuned: 8 requests in flight
+    remote = {"tuned": ["data.chunk_mb=0.25", "data.concurrency=8"],
+              "naive": ["data.chunk_mb=0.25", "data.concurrency=1", "data.lookahead=0"]}
+    with FakeGcs(tls=False) as gcs, Azurite() as az:
+        os.environ.update(gcs.env())
+        os.environ.update(az.env())
+        az.create_container("bench")
+        gcs.create_bucket("bench")
+        for kind in ("gs", "az"):
+            upload_dir(local, f"{kind}://bench/syn", load_config().data, progress=False)
+        emus = {"gs": gcs, "az": az}
+
+        # 1. A100 x1 on local disk, tuned
+        r = execute(A100 + short(a.au_steps) + ["profile.ceiling_seconds=2"], local, tmp)
+        e = r["emulation"]
+        print("\n1. Emulated A100-80GB AMP x1, BERT-large seq 128, batch 32, local disk, tuned\n")
+        print("| steps | step ms (emulated) | AU | examples/s | demand | input ceiling ex/s | headroom | load |")
+        print("|---|---|---|---|---|---|---|---|")
+        print(f"| {a.au_steps} | {e['step_ms']:.1f} | **{e['au']:.4f}** | {r['throughput']['examples_per_sec']:.1f} | "
+              f"{e['demand_examples_per_sec']:.1f} | {r['input_ceiling']['examples_per_sec']:.0f} | "
+              f"{r['headroom']:.1f} | {os.getloadavg()[0]:.1f} |", flush=True)
+
+        # 2. max-N table
+        rows = [(k, lat, p) for k in ("local", "gs", "az") for lat in (0, 20) for p in ("tuned", "naive")]
+        if a.quick:
+            rows = [("local", 0, "tuned"), ("gs", 20, "tuned"), ("gs", 20, "naive")]
+        results = {}
+        for kind, lat, preset in rows:
+            with storage(kind, lat, emus, local) as (uri, extra):
+                sets = extra + ([] if kind == "local" else remote[preset]) + [f"pipeline.preset={preset}"]
+                c = ceiling(uri, A100 + sets, a.ceiling)
+                s = max_n(uri, sets, a.steps, a.nmax, tmp)
+                c["at_n"] = ceiling(uri, A100 + sets + [f"train.batch_size={32 * max(1, s['n'])}"], a.ceiling)
+            results[(kind, lat, preset)] = (c, s)
+            log(f"{kind} {lat} ms {preset}: ceiling {c['examples_per_sec']:.0f} ex/s, N={s['n']}")
+        print("\n2. Max accelerators, emulated A100-80GB AMP BERT-large seq 128 (486 ex/s per device), AU ≥ 0.90\n")
+        print("| storage | latency / request | preset | input ceiling ex/s (MB/s), batch 32 | N | AU at N | AU at N+1 | "
+              "examples/s at N | input ceiling ex/s at N's batch | trials |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+        for (kind, lat, preset), (c, s) in results.items():
+            print(f"| {kind} | {lat} ms | {preset} | {c['examples_per_sec']:.0f} ({c['mb_per_sec']:.1f}) | **{s['n']}** | "
+                  f"{fmt(s['au_at_n'])} | {fmt(s['au_at_n_plus_1'])} | {s['examples_per_sec_at_n'] or 0:.0f} | "
+                  f"{c['at_n']['examples_per_sec']:.0f} | {len(s['trials'])} |")
+
+        # 3. naive → tuned at 20 ms
+        print("\n3. Naive → tuned at 20 ms per request (same data, one run each)\n")
+        print("| storage | ceiling tuned ÷ naive | max-N tuned ÷ naive |")
+        print("|---|---|---|")
+        for kind in ("local", "gs", "az"):
+            if (kind, 20, "tuned") in results and (kind, 20, "naive") in results:
+                (ct, st), (cn, sn) = results[(kind, 20, "tuned")], results[(kind, 20, "naive")]
+                nr = f"{st['n'] / sn['n']:.1f}×" if sn["n"] else f"{st['n']} vs 0"
+                print(f"| {kind} | {ct['examples_per_sec'] / cn['examples_per_sec']:.1f}× | {nr} |")
+
+        # 4. headroom check: demand below and above the ceiling (local tuned; gs naive 20 ms)
+        print("\n4. Headroom: demand below / above the run's own input ceiling\n")
+        print("| storage | preset | N | demand ex/s | ceiling ex/s | headroom | achieved ex/s | achieved ÷ ceiling | AU |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for kind, lat, preset in (rows[0], rows[-1]) if a.quick else (("local", 0, "tuned"), ("gs", 20, "naive")):
+            c, s = results[(kind, lat, preset)]
+            n_ok = max(1, s["n"] // 2)
+            n_over = max(s["n"] * 2, 2)
+            for n in (n_ok, n_over):
+                with storage(kind, lat, emus, local) as (uri, extra):
+                    sets = extra + ([] if kind == "local" else remote[preset]) + [f"pipeline.preset={preset}"]
+                    r = execute(A100 + short(40) + sets + [f"emulate.accelerators={n}", "profile.ceiling_seconds=3"],
+                                uri, tmp)
+                ce, ach = r["input_ceiling"]["examples_per_sec"], r["throughput"]["examples_per_sec"]
+                print(f"| {kind} {lat} ms | {preset} | {n} | {r['demand_examples_per_sec']:.0f} | {ce:.0f} | "
+                      f"{r['headroom']:.2f} | {ach:.0f} | {ach / ce:.2f} | {r['emulation']['au']:.3f} |", flush=True)
+    print(f"\nload average at the end: {os.getloadavg()}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
