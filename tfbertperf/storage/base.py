@@ -27,6 +27,19 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     return scheme.lower(), bucket, path
 
 
+def _union(intervals) -> float:
+    """Total length covered by (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
 class StorageMetrics:
     """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors, read time.
 
@@ -53,15 +66,18 @@ class StorageMetrics:
         self.read_seconds = 0.0  # summed wall time inside reads
         self.intervals: list[tuple[float, float]] = []  # (start, end) of each timed read, perf_counter seconds
         self.blocking_seconds = 0.0  # wall time the pipeline waited on reads
+        self.blocking_spans: list[tuple[float, float, bool]] = []  # (start, end, seen by xprof as a file read)
         self.first_read: float | None = None
         self.last_read: float | None = None
         self.counters: dict[str, int] = {}  # additive report keys (cache_hits, cache_misses, staged_bytes, …)
         self.skipped: dict[str, int] = {}  # shard -> damaged records skipped (data.skip_corrupt)
         self.failure = None  # the first UsageError raised inside a tf.data function (see storage/integrity.py)
 
-    def record(self, nbytes: int, latency_ms: float, *, blocking: bool = False, end: float | None = None) -> None:
+    def record(self, nbytes: int, latency_ms: float, *, blocking: bool = False, traced: bool = False,
+               end: float | None = None) -> None:
         """One timed read of `nbytes` that ended at `end` (perf_counter; default now).  `blocking`: the input
-        pipeline waited for it inline (TF's reader, emulated latency), so its time is blocking read time too."""
+        pipeline waited for it inline (TF's reader, emulated latency), so its time is blocking read time too;
+        `traced`: xprof files it as a file read itself (TF's own reader ops)."""
         now = time.perf_counter() if end is None else end
         with self._lock:
             self.requests += 1
@@ -71,14 +87,17 @@ class StorageMetrics:
             self.intervals.append((now - latency_ms / 1000.0, now))
             if blocking:
                 self.blocking_seconds += latency_ms / 1000.0
+                self.blocking_spans.append((now - latency_ms / 1000.0, now, traced))
             if self.first_read is None or now - latency_ms / 1000.0 < self.first_read:
                 self.first_read = now - latency_ms / 1000.0
             self.last_read = max(now, self.last_read or now)
 
     def block(self, seconds: float) -> None:
         """Wall time the pipeline waited for reads made in the background (a stream chunk, a staged shard)."""
+        now = time.perf_counter()
         with self._lock:
             self.blocking_seconds += max(0.0, float(seconds))
+            self.blocking_spans.append((now - max(0.0, float(seconds)), now, False))
 
     def add_bytes(self, nbytes: int) -> None:
         """Bytes read outside our own requests, untimed."""
@@ -112,16 +131,15 @@ class StorageMetrics:
         with self._lock:
             self.counters[name] = self.counters.get(name, 0) + int(n)
 
+    def untraced_blocking_ms(self, t0: float, t1: float) -> float:
+        """Wall time in [t0, t1] (perf_counter) during which the pipeline waited on reads xprof cannot see as
+        file reads (stream chunks, staged shards, emulated latency): the union of those waits, clipped."""
+        with self._lock:
+            spans = [(max(a, t0), min(b, t1)) for a, b, traced in self.blocking_spans if not traced]
+        return _union([(a, b) for a, b in spans if b > a]) * 1e3
+
     def _busy_seconds(self) -> float:
-        busy, end = 0.0, None
-        for a, b in sorted(self.intervals):
-            if end is None or a > end:
-                busy += b - a
-                end = b
-            elif b > end:
-                busy += b - end
-                end = b
-        return busy
+        return _union(self.intervals)
 
     def summary(self) -> dict:
         """report.json `storage` counters (backend/mode/uri are added by the caller)."""

@@ -27,7 +27,7 @@ def counted_tfrecords(filename, metrics, *, per_read: int, buffer_size: int):
         n = int(n)
         span = max(0.0, float(last) - float(first)) * (n / (n - 1) if n > 1 else 1.0)
         end = time.perf_counter() - max(0.0, time.time() - float(last))  # the wall clock → perf_counter
-        metrics.record(int(nbytes), span * 1e3, blocking=True, end=end)
+        metrics.record(int(nbytes), span * 1e3, blocking=True, traced=True, end=end)
         return nbytes
 
     def tally(records, stamps):
