@@ -195,3 +195,48 @@ def test_native_damaged_shards_named_and_skipped(remote_damaged, fake_gcs):
         recs, skipped, shards = out[kind + "True"]
         assert recs == [r.hex() for r in d["survivors"]]
         assert skipped == 1 and shards == [f"{d['prefix']}/{BAD}"]
+
+
+# ---- the command: exit 2 and one line; skip_corrupt reported -----------------------------------------------
+SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
+SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def prepared_damaged(tmp_path_factory):
+    """A prepared data dir whose first shard has a flipped payload byte in its 4th record; (dir, shard path,
+    expected error line)."""
+    from tfbertperf.config import load_config
+    from tfbertperf.data.prepare import prepare_data
+
+    d = str(tmp_path_factory.mktemp("prepared") / "data")
+    prepare_data(load_config(sets=SMALL_DATA), d, progress=False)
+    shard = os.path.join(d, json.load(open(os.path.join(d, "manifest.json")))["shards"][0]["name"])
+    start, n = frames(shard)[3]
+    data = bytearray(open(shard, "rb").read())
+    data[start + 12 + n // 2] ^= 0x01
+    open(shard, "wb").write(bytes(data))
+    return d, shard, f"tfbertperf: error: shard {shard}: corrupt TFRecord at byte {start} (data CRC mismatch)"
+
+
+def test_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_damaged, tmp_path):
+    d, _, want = prepared_damaged
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}"] for a in ("--set", s)]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", d, *sets], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("tfbertperf: error")] == [want]
+    assert p.stderr.rstrip().splitlines()[-1] == want
+
+
+def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path):
+    from tfbertperf.config import load_config
+    from tfbertperf.job import run
+
+    d, shard, _ = prepared_damaged
+    cfg = load_config(data_uri=d, sets=SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.skip_corrupt=true"])
+    run_dir, report = run(cfg, progress=False)
+    s = report["storage"]
+    assert s["records_skipped"] >= 1 and s["corrupt_shards"] == [shard]
+    assert json.load(open(run_dir / "report.json"))["storage"]["corrupt_shards"] == [shard]
