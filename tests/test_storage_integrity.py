@@ -230,6 +230,28 @@ def test_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_damaged
     assert p.stderr.rstrip().splitlines()[-1] == want
 
 
+def test_stream_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_damaged, fake_gcs, tmp_path):
+    """Stream mode: the error starts as a Python exception inside tf.data (from_generator): still one line."""
+    from tfbertperf.storage.upload import upload_dir
+
+    d, shard, want = prepared_damaged
+    prefix = f"gs://tfbertperf-test/run-damaged-{uuid.uuid4().hex[:6]}"
+    fake_gcs.create_bucket("tfbertperf-test")
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=fake_gcs.url)
+    os.environ["STORAGE_EMULATOR_HOST"] = fake_gcs.url
+    try:
+        upload_dir(d, prefix, progress=False)
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST")
+    want = want.replace(shard, f"{prefix}/{os.path.basename(shard)}")
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.mode=stream"] for a in ("--set", s)]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", prefix, *sets], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stderr.rstrip().splitlines()[-1] == want
+
+
 def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path):
     from tfbertperf.config import load_config
     from tfbertperf.job import run

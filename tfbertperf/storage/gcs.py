@@ -136,7 +136,8 @@ class GCSBackend(RemoteBackend):
         # One ranged media GET on the SDK's authorized session, body read in a single call: download_as_bytes
         # copies the body through 8 KiB Python iterations, and that GIL time is taken from the TFRecord parser
         # running beside it.  Identity encoding: bytes as stored (no decompressive transcoding).
-        resp = self.client._http.get(blob._get_download_url(self.client), stream=True, timeout=(20, 120),
+        resp = self.client._http.get(blob._get_download_url(self.client), stream=True,
+                                     timeout=(self.connect_timeout_s, self.read_timeout_s),
                                      headers={"Range": f"bytes={start}-{start + length - 1}",
                                               "Accept-Encoding": "identity"})
         try:

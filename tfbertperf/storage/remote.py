@@ -48,6 +48,8 @@ class RemoteBackend(Backend):
     max_attempts = 8  # per request; 5 % injected faults need ~3 in the worst case seen, 8 leaves a wide margin
     backoff_s = 0.05  # first retry delay; doubles each attempt (with jitter), capped at backoff_cap_s
     backoff_cap_s = 2.0
+    connect_timeout_s = 20.0  # per request; a timeout is transient (retried)
+    read_timeout_s = 120.0  # longest wait for the next bytes of a response
 
     def __init__(self, uri: str, data_cfg=None) -> None:
         super().__init__()

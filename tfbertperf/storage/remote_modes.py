@@ -31,6 +31,11 @@ class StreamReader:
         self.ahead = max(2, self.concurrency)
         self.skip_corrupt = bool(getattr(data_cfg, "skip_corrupt", False))
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tfbertperf-stream")
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def chunks(self, uri: str) -> Iterator[bytes]:
         """The shard's bytes in order, `ahead` ranged reads in flight."""
@@ -39,7 +44,7 @@ class StreamReader:
         pending: collections.deque[Future] = collections.deque()
         nxt = 0
         try:
-            while nxt < len(starts) or pending:
+            while (nxt < len(starts) or pending) and not self.closed:  # closed: the run is over, end quietly
                 while nxt < len(starts) and len(pending) < self.ahead:
                     s = starts[nxt]
                     pending.append(self.pool.submit(self.backend.read_range, uri, s, min(self.chunk_bytes, size - s)))
@@ -67,9 +72,15 @@ class StreamReader:
             for buf, starts, lengths in iter_record_spans(self.chunks(uri), shown, skip):
                 metrics.count("records_read", len(starts))
                 yield buf, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
-        except UsageError as e:  # TF re-wraps it; storage/integrity.py re-raises this one
+        except UsageError as e:
+            # A Python exception would cross into TF with its traceback (logged by TF's C++ as it goes); instead
+            # the error is kept and a poisoned chunk (a record at offset -1) fails the substr op in C++, with a
+            # short message; storage/integrity.py re-raises the kept error as the one line.
             metrics.note_failure(e)
-            raise
+            yield b"", np.asarray([-1], dtype=np.int64), np.asarray([0], dtype=np.int64)
+        except RuntimeError:  # the pool was shut down under us: the run is ending (after an error elsewhere)
+            if not self.closed:
+                raise
 
     def source(self) -> ShardSource:
         import tensorflow as tf
@@ -87,8 +98,7 @@ class StreamReader:
             return read_batches(filename).unbatch()
 
         return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stream",
-                           close=lambda: self.pool.shutdown(wait=False, cancel_futures=True),
-                           read_batches=read_batches)
+                           close=self.close, read_batches=read_batches)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,9 +246,11 @@ class Stager:
             t0 = time.perf_counter()
             try:
                 fut.result()  # re-raises the download's error (already a one-line UsageError when it is the user's)
-            except UsageError as e:  # TF re-wraps it; storage/integrity.py re-raises this one
+            except UsageError as e:
+                # kept for storage/integrity.py; the reader gets a path that does not exist, so TF fails in C++
+                # with a short message instead of logging this exception's traceback
                 self.backend.metrics.note_failure(e)
-                raise
+                return os.path.join(self.dir, "failed-download-see-the-error-line").encode()
             finally:
                 self.backend.metrics.block(time.perf_counter() - t0)  # the reader waited for this download
         with self.lock:
