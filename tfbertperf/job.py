@@ -79,6 +79,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.xprof_tools import find_xplanes
     from tfbertperf.report.build import bar_entry, build_report, steady_step_ms
     from tfbertperf.storage import open_shards
+    from tfbertperf.storage.integrity import storage_errors
     from tfbertperf.train.emulate import from_config as emulation_from_config
 
     say = log if progress else (lambda m: None)
@@ -101,14 +102,17 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
     sampler = regime.start_sampler(cfg)
     try:
-        result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), say=say,
-                                  strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg), sampler=sampler)
+        with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
+            result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
+                                      say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
+                                      sampler=sampler)
         mode = sources[0].mode if sources else cfg.data.mode
         storage = {"backend": backend.name, "mode": mode,
                    "uri": redact_text(inputs.uri)}
         storage.update(backend.metrics.summary())  # the training's reads only: the ceiling runs after this
         _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
-        ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
+        with storage_errors(backend, inputs.shard_uris, inputs.uri):
+            ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -116,7 +120,12 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
     step_ms = steady_step_ms(result)
     compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
-    storage["read_ms_per_step"] = round(storage["read_time_ms"] / max(1, result.steps), 3)
+    # what the pipeline waited on per step (background look-ahead/staging excluded; report/SCHEMA.md)
+    storage["read_ms_per_step"] = round(storage["blocking_read_ms"] / max(1, result.steps), 3)
+    if capture is not None and capture.started_at and capture.stopped_at and result.profile_window:
+        # the same, in the traced window only and for reads xprof cannot see: what the input split may move
+        storage["joined_read_ms_per_step"] = round(backend.metrics.untraced_blocking_ms(
+            capture.started_at, capture.stopped_at) / max(1, result.profile_window[1] - result.profile_window[0]), 3)
 
     attribution_doc: dict = {}
     if result.profile_window is not None:

@@ -73,6 +73,7 @@ class DataConfig:
     cache_dir: str = ""  # stage: local cache ("" = a temp dir under the run)
     cache_mb: int = 2048  # stage: bound on the local cache
     lookahead: int = 4  # stage: shards downloaded ahead of consumption
+    skip_corrupt: bool = False  # skip damaged TFRecords (counted in storage.records_skipped) instead of failing
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import time
 
 # Itanium-mangled names of tsl::profiler::threadpool_listener::{Deactivate,IsEnabled}().
 _DEACTIVATE = "_ZN3tsl8profiler19threadpool_listener10DeactivateEv"
@@ -98,6 +99,8 @@ class Capture:
         self.logdir, self.options, self.threadpool_events = str(logdir), options, threadpool_events
         self.threadpool_events_status: str | None = None
         self.active = False
+        self.started_at: float | None = None  # perf_counter when tracing started / stopped (the traced window:
+        self.stopped_at: float | None = None  # job.py clips our storage read time to it)
 
     @classmethod
     def from_config(cls, logdir: str, profile_cfg) -> "Capture":
@@ -106,6 +109,7 @@ class Capture:
     def start(self) -> str:
         self.threadpool_events_status = start(self.logdir, self.options, threadpool_events=self.threadpool_events)
         self.active = True
+        self.started_at = time.perf_counter()
         return self.threadpool_events_status
 
     def stop(self) -> None:
@@ -115,4 +119,5 @@ class Capture:
         import tensorflow as tf
 
         self.active = False
+        self.stopped_at = time.perf_counter()
         tf.profiler.experimental.stop()

@@ -61,17 +61,24 @@ class NoStepsError(UsageError):
 def joined_input_split(ops_us: dict, storage: dict | None) -> dict | None:
     """xprof's input-op split joined with our storage layer's own read time (our runs only).
 
-    Our reads run inside tf.data functions xprof cannot tell from preprocessing: the emulated latency of the
-    local backend is a `py_function` in a map, the stream mode's SDK reads run under `from_generator`.  So the
-    part of our measured read time (storage.read_ms_per_step: wall time inside reads over the run ÷ steps run)
-    that xprof did not already file as a file read is moved to storage_read from preprocessing (then from
-    unclassified), never more than those hold.  None when our storage metrics timed no reads.
+    Some of our reads run inside tf.data functions xprof cannot tell from preprocessing: the emulated latency
+    of the local backend is a `py_function` in a map, stream mode's chunk waits run under `from_generator`,
+    stage mode's waits for a download in a `py_function`.  The time the pipeline waited on those reads inside
+    the traced window, per profiled step (storage.joined_read_ms_per_step; background look-ahead and staging
+    excluded, and TF's own reader left out because xprof files it as a file read itself), is moved to
+    storage_read from preprocessing (then from unclassified), never more than those hold: the split's total is
+    xprof's.  Runs without the windowed figure fall back to storage.read_ms_per_step (blocking reads over the
+    run ÷ steps).  None when our storage metrics timed no such reads.
     """
-    read_us = float((storage or {}).get("read_ms_per_step") or 0.0) * 1e3
+    sto = storage or {}
+    per_step = sto.get("joined_read_ms_per_step", sto.get("read_ms_per_step"))
+    read_us = float(per_step or 0.0) * 1e3
     if read_us <= 0 or not ops_us:
         return None
     out = {k: float(ops_us.get(k, 0.0)) for k in ("storage_read", "preprocessing", "enqueue", "unclassified")}
-    missing = max(0.0, read_us - out["storage_read"])
+    # the windowed figure holds reads xprof did not file as file reads at all; the old whole-run figure may
+    # include them, so the part xprof did see is taken off it
+    missing = read_us if "joined_read_ms_per_step" in sto else max(0.0, read_us - out["storage_read"])
     for k in ("preprocessing", "unclassified"):
         moved = min(missing, out[k])
         out[k] -= moved

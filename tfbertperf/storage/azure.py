@@ -56,7 +56,7 @@ class AzureBackend(RemoteBackend):
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         kw = dict(retry_total=0, transport=RequestsTransport(session=session, session_owner=False),
-                  connection_timeout=20, read_timeout=60,
+                  connection_timeout=self.connect_timeout_s, read_timeout=self.read_timeout_s,
                   # bodies are read in blocks of this size; the 4 KiB default costs a Python iteration per 4 KiB
                   connection_data_block_size=4 * 1024 * 1024)
         conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING", "")

@@ -27,14 +27,33 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     return scheme.lower(), bucket, path
 
 
-class StorageMetrics:
-    """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors.
+def _union(intervals) -> float:
+    """Total length covered by (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
-    Definitions (report.json `storage`): `requests` = successful data reads (ranged GETs; listing/stat calls
-    are not counted), `bytes_read` = payload bytes they returned, `request_latency_ms` = wall time of each
-    successful read, `retries` = attempts repeated after a transient failure (5xx, 429, connection reset,
-    short read), `errors` = attempts that failed (transient or not).  `read_mb_per_sec` = bytes_read / the
-    span from the first read's start to the last read's end.
+
+class StorageMetrics:
+    """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors, read time.
+
+    Definitions (report.json `storage`, report/SCHEMA.md): `requests` = successful data reads (ranged GETs, or
+    for TF's own readers one reader-buffer fill of records; listing/stat calls are not counted), `bytes_read` =
+    payload bytes they returned, `request_latency_ms` = wall time of each successful read, `retries` = attempts
+    repeated after a transient failure (5xx, 429, connection reset, timeout, short read), `errors` = attempts
+    that failed (transient or not).  Read time: `read_time_ms` = the reads' summed wall time (concurrent reads
+    counted each), `busy_read_ms` = wall time during which at least one read was in flight, `blocking_read_ms`
+    = wall time the input pipeline itself waited on reads, `background_read_ms` = busy read time nobody waited
+    on (look-ahead, staging).  `read_mb_per_sec` = bytes_read / busy_read_ms (read throughput);
+    `consume_mb_per_sec` = bytes_read / the span from the first read's start to the last read's end (the pace
+    at which the run consumed data).  `records_skipped` / `corrupt_shards`: damaged records skipped with
+    data.skip_corrupt=true, and the shards they were in.
     """
 
     def __init__(self) -> None:
@@ -45,29 +64,59 @@ class StorageMetrics:
         self.errors = 0
         self.latencies_ms: list[float] = []
         self.read_seconds = 0.0  # summed wall time inside reads
+        self.intervals: list[tuple[float, float]] = []  # (start, end) of each timed read, perf_counter seconds
+        self.blocking_seconds = 0.0  # wall time the pipeline waited on reads
+        self.blocking_spans: list[tuple[float, float, bool]] = []  # (start, end, seen by xprof as a file read)
         self.first_read: float | None = None
         self.last_read: float | None = None
         self.counters: dict[str, int] = {}  # additive report keys (cache_hits, cache_misses, staged_bytes, …)
+        self.skipped: dict[str, int] = {}  # shard -> damaged records skipped (data.skip_corrupt)
+        self.failure = None  # the first UsageError raised inside a tf.data function (see storage/integrity.py)
 
-    def record(self, nbytes: int, latency_ms: float) -> None:
-        now = time.perf_counter()
+    def record(self, nbytes: int, latency_ms: float, *, blocking: bool = False, traced: bool = False,
+               end: float | None = None) -> None:
+        """One timed read of `nbytes` that ended at `end` (perf_counter; default now).  `blocking`: the input
+        pipeline waited for it inline (TF's reader, emulated latency), so its time is blocking read time too;
+        `traced`: xprof files it as a file read itself (TF's own reader ops)."""
+        now = time.perf_counter() if end is None else end
         with self._lock:
             self.requests += 1
             self.bytes_read += int(nbytes)
             self.latencies_ms.append(float(latency_ms))
             self.read_seconds += latency_ms / 1000.0
-            if self.first_read is None:
+            self.intervals.append((now - latency_ms / 1000.0, now))
+            if blocking:
+                self.blocking_seconds += latency_ms / 1000.0
+                self.blocking_spans.append((now - latency_ms / 1000.0, now, traced))
+            if self.first_read is None or now - latency_ms / 1000.0 < self.first_read:
                 self.first_read = now - latency_ms / 1000.0
-            self.last_read = now
+            self.last_read = max(now, self.last_read or now)
+
+    def block(self, seconds: float) -> None:
+        """Wall time the pipeline waited for reads made in the background (a stream chunk, a staged shard)."""
+        now = time.perf_counter()
+        with self._lock:
+            self.blocking_seconds += max(0.0, float(seconds))
+            self.blocking_spans.append((now - max(0.0, float(seconds)), now, False))
 
     def add_bytes(self, nbytes: int) -> None:
-        """Bytes read outside our own requests (native mode: TF's filesystem made the requests)."""
+        """Bytes read outside our own requests, untimed."""
         now = time.perf_counter()
         with self._lock:
             self.bytes_read += int(nbytes)
             if self.first_read is None:
                 self.first_read = now
             self.last_read = now
+
+    def skip(self, shard: str, n: int = 1) -> None:
+        with self._lock:
+            self.skipped[shard] = self.skipped.get(shard, 0) + int(n)
+
+    def note_failure(self, err) -> None:
+        """Keep the first user-facing error raised inside a tf.data function (TF re-wraps it as an OpError)."""
+        with self._lock:
+            if self.failure is None:
+                self.failure = err
 
     def retry(self) -> None:
         with self._lock:
@@ -82,23 +131,41 @@ class StorageMetrics:
         with self._lock:
             self.counters[name] = self.counters.get(name, 0) + int(n)
 
+    def untraced_blocking_ms(self, t0: float, t1: float) -> float:
+        """Wall time in [t0, t1] (perf_counter) during which the pipeline waited on reads xprof cannot see as
+        file reads (stream chunks, staged shards, emulated latency): the union of those waits, clipped."""
+        with self._lock:
+            spans = [(max(a, t0), min(b, t1)) for a, b, traced in self.blocking_spans if not traced]
+        return _union([(a, b) for a, b in spans if b > a]) * 1e3
+
+    def _busy_seconds(self) -> float:
+        return _union(self.intervals)
+
     def summary(self) -> dict:
         """report.json `storage` counters (backend/mode/uri are added by the caller)."""
         with self._lock:
             lat = np.array(self.latencies_ms or [0.0])
             span = (self.last_read - self.first_read) if self.first_read and self.last_read else 0.0
+            busy = self._busy_seconds()
+            blocking = min(self.blocking_seconds, busy) if busy > 0 else self.blocking_seconds
             return {
                 "bytes_read": int(self.bytes_read),
                 "requests": int(self.requests),
-                "read_mb_per_sec": round(self.bytes_read / 1e6 / span, 3) if span > 0 else 0.0,
+                "read_mb_per_sec": round(self.bytes_read / 1e6 / busy, 3) if busy > 0 else 0.0,
+                "consume_mb_per_sec": round(self.bytes_read / 1e6 / span, 3) if span > 0 else 0.0,
                 "request_latency_ms": {
                     "p50": round(float(np.percentile(lat, 50)), 3),
                     "p90": round(float(np.percentile(lat, 90)), 3),
                     "p99": round(float(np.percentile(lat, 99)), 3),
                 },
                 "read_time_ms": round(self.read_seconds * 1e3, 3),
+                "busy_read_ms": round(busy * 1e3, 3),
+                "blocking_read_ms": round(blocking * 1e3, 3),
+                "background_read_ms": round(max(0.0, busy - blocking) * 1e3, 3),
                 "retries": int(self.retries),
                 "errors": int(self.errors),
+                "records_skipped": int(sum(self.skipped.values())),
+                "corrupt_shards": sorted(self.skipped),
                 **{k: int(v) for k, v in sorted(self.counters.items())},
             }
 

@@ -31,7 +31,8 @@ def open_backend(uri: str, data_cfg=None) -> Backend:
 def open_shards(uris: list[str], data_cfg, backend: Backend, record_bytes_hint: int = 2048) -> ShardSource:
     """The ShardSource for `data_cfg.mode` on `backend` (local files: always 'local')."""
     if backend.name == "local":
-        return backend.shard_source(uris, record_bytes_hint=record_bytes_hint)
+        return backend.shard_source(uris, record_bytes_hint=record_bytes_hint,
+                                    skip_corrupt=bool(getattr(data_cfg, "skip_corrupt", False)))
     mode = getattr(data_cfg, "mode", "stream")
     if mode == "local":
         mode = "stream"

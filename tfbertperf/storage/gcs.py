@@ -15,6 +15,7 @@ from tfbertperf.storage.base import ObjectInfo, ShardSource, split_uri
 from tfbertperf.storage.remote import RemoteBackend, TransientError
 
 SHA256_KEY = "tfbertperf-sha256"  # object metadata written by upload, read by checksum (idempotent uploads)
+NATIVE_BUFFER = 8 * 1024 * 1024  # TFRecordDataset's read buffer in native mode (one "request" of records)
 _HTTP_POOL = 64  # connections kept to the service (default 10 would serialize wide interleaves)
 
 
@@ -135,7 +136,8 @@ class GCSBackend(RemoteBackend):
         # One ranged media GET on the SDK's authorized session, body read in a single call: download_as_bytes
         # copies the body through 8 KiB Python iterations, and that GIL time is taken from the TFRecord parser
         # running beside it.  Identity encoding: bytes as stored (no decompressive transcoding).
-        resp = self.client._http.get(blob._get_download_url(self.client), stream=True, timeout=(20, 120),
+        resp = self.client._http.get(blob._get_download_url(self.client), stream=True,
+                                     timeout=(self.connect_timeout_s, self.read_timeout_s),
                                      headers={"Range": f"bytes={start}-{start + length - 1}",
                                               "Accept-Encoding": "identity"})
         try:
@@ -160,29 +162,26 @@ class GCSBackend(RemoteBackend):
         self.metrics.count("uploaded_bytes", os.path.getsize(local_path))
 
     # ---- native mode ------------------------------------------------------------------------------------
-    def _native_source(self, uris: list[str], record_bytes_hint: int) -> ShardSource:
-        """TF's gs:// filesystem reads the shards (TFRecordDataset on the URIs).  Requests are made inside TF,
-        so only bytes are counted (record payload + 16 bytes framing each), not requests or latency."""
+    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None) -> ShardSource:
+        """TF's gs:// filesystem reads the shards (TFRecordDataset on the URIs), counted as TF's reader delivers
+        records (storage/tfreader.py).  With data.skip_corrupt, damaged shards are found first (through the SDK)
+        and read by our skipping parser (storage/integrity.py)."""
         import tensorflow as tf
+
+        from tfbertperf.storage.tfreader import counted_tfrecords
 
         for u in uris:
             self._name(u)
         metrics = self.metrics
-
-        def _count(nbytes):
-            metrics.add_bytes(int(nbytes))
-            return nbytes
+        per_read = max(1, NATIVE_BUFFER // max(1, int(record_bytes_hint)))
 
         def read(filename):
-            ds = tf.data.TFRecordDataset(filename, buffer_size=8 * 1024 * 1024)
+            return counted_tfrecords(filename, metrics, per_read=per_read, buffer_size=NATIVE_BUFFER)
 
-            def tally(records):
-                nbytes = tf.reduce_sum(tf.cast(tf.strings.length(records), tf.int64)) + 16 * tf.cast(
-                    tf.size(records), tf.int64)
-                done = tf.py_function(_count, [nbytes], tf.int64)
-                with tf.control_dependencies([done]):
-                    return tf.identity(records)
+        if getattr(data_cfg if data_cfg is not None else self.data_cfg, "skip_corrupt", False):
+            from tfbertperf.storage.integrity import corrupt_shards, skipping_read
 
-            return ds.batch(256).map(tally).unbatch()
-
+            damaged = set(corrupt_shards(self, list(uris)))
+            if damaged:
+                read = skipping_read(self, damaged, read, chunk_bytes=NATIVE_BUFFER)
         return ShardSource(tf.data.Dataset.from_tensor_slices(list(uris)), read, self, "native")

@@ -89,9 +89,13 @@ class LocalBackend(Backend):
         return os.path.join(local_path(prefix_uri), name)
 
     # ---- tf.data ------------------------------------------------------------------------------------------
-    def shard_source(self, uris: list[str], record_bytes_hint: int = 2048) -> ShardSource:
-        """TFRecordDataset per shard; with emulated latency/bandwidth each READ_BYTES read blocks as above."""
+    def shard_source(self, uris: list[str], record_bytes_hint: int = 2048, skip_corrupt: bool = False) -> ShardSource:
+        """TFRecordDataset per shard, counted (storage/tfreader.py); with emulated latency/bandwidth each
+        READ_BYTES read blocks as above.  With `skip_corrupt`, shards are checked first and damaged ones are read
+        by our own framing parser, which skips the damaged records (storage/integrity.py)."""
         import tensorflow as tf
+
+        from tfbertperf.storage.tfreader import counted_tfrecords
 
         paths = [local_path(u) for u in uris]
         for p in paths:
@@ -100,17 +104,22 @@ class LocalBackend(Backend):
         metrics = self.metrics
         slow = self.read_latency_ms > 0 or self.read_bandwidth_mbps > 0
         per_read = max(1, READ_BYTES // max(1, int(record_bytes_hint)))
+        damaged = set()
+        if skip_corrupt:
+            from tfbertperf.storage.integrity import corrupt_shards
+
+            damaged = set(corrupt_shards(self, paths))
 
         def _sleep_for(nbytes):
             t0 = time.perf_counter()
             self._delay(int(nbytes))
-            metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0)
+            metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0, blocking=True)
             return nbytes
 
-        def read(filename):
-            ds = tf.data.TFRecordDataset(filename, buffer_size=READ_BYTES)
+        def tf_read(filename):
             if not slow:
-                return ds
+                return counted_tfrecords(filename, metrics, per_read=per_read, buffer_size=READ_BYTES)
+            ds = tf.data.TFRecordDataset(filename, buffer_size=READ_BYTES)
 
             def _block(records):
                 nbytes = tf.reduce_sum(tf.cast(tf.strings.length(records), tf.int64))
@@ -120,4 +129,9 @@ class LocalBackend(Backend):
 
             return ds.batch(per_read).map(_block).unbatch()
 
+        read = tf_read
+        if damaged:
+            from tfbertperf.storage.integrity import skipping_read
+
+            read = skipping_read(self, damaged, tf_read, chunk_bytes=READ_BYTES)
         return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local")

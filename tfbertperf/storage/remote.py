@@ -48,6 +48,8 @@ class RemoteBackend(Backend):
     max_attempts = 8  # per request; 5 % injected faults need ~3 in the worst case seen, 8 leaves a wide margin
     backoff_s = 0.05  # first retry delay; doubles each attempt (with jitter), capped at backoff_cap_s
     backoff_cap_s = 2.0
+    connect_timeout_s = 20.0  # per request; a timeout is transient (retried)
+    read_timeout_s = 120.0  # longest wait for the next bytes of a response
 
     def __init__(self, uri: str, data_cfg=None) -> None:
         super().__init__()
@@ -132,7 +134,7 @@ class RemoteBackend(Backend):
         if not uris:
             raise UsageError(f"{self.shown_uri}: no shards to read")
         if mode == "native":
-            return self._native_source(uris, record_bytes_hint)
+            return self._native_source(uris, record_bytes_hint, data_cfg)
         infos = self._stat_all(uris, data_cfg)
         self._sizes = {i.uri: i.size for i in infos}
         if mode == "stream":
@@ -150,7 +152,7 @@ class RemoteBackend(Backend):
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(self.stat, uris))
 
-    def _native_source(self, uris: list[str], record_bytes_hint: int) -> ShardSource:
+    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None) -> ShardSource:
         raise UsageError(
             f"{self.shown_uri}: data.mode=native reads through TensorFlow's own filesystem, which exists for gs:// "
             "only (tensorflow-io's az:// does not load on TF 2.21); use data.mode=stream or stage"

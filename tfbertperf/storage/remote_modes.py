@@ -29,7 +29,13 @@ class StreamReader:
         self.concurrency = max(1, int(getattr(data_cfg, "concurrency", 4)))
         # Read-ahead per shard: enough to keep the pool busy when few shards are open at once.
         self.ahead = max(2, self.concurrency)
+        self.skip_corrupt = bool(getattr(data_cfg, "skip_corrupt", False))
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tfbertperf-stream")
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def chunks(self, uri: str) -> Iterator[bytes]:
         """The shard's bytes in order, `ahead` ranged reads in flight."""
@@ -38,12 +44,15 @@ class StreamReader:
         pending: collections.deque[Future] = collections.deque()
         nxt = 0
         try:
-            while nxt < len(starts) or pending:
+            while (nxt < len(starts) or pending) and not self.closed:  # closed: the run is over, end quietly
                 while nxt < len(starts) and len(pending) < self.ahead:
                     s = starts[nxt]
                     pending.append(self.pool.submit(self.backend.read_range, uri, s, min(self.chunk_bytes, size - s)))
                     nxt += 1
-                yield pending.popleft().result()
+                t0 = time.perf_counter()
+                data = pending.popleft().result()
+                self.backend.metrics.block(time.perf_counter() - t0)  # the parser waited on this chunk
+                yield data
         finally:
             for f in pending:
                 f.cancel()
@@ -57,10 +66,21 @@ class StreamReader:
         uri = uri_bytes.decode() if isinstance(uri_bytes, bytes) else str(uri_bytes)
         if uri not in self.sizes:
             raise UsageError(f"shard {redact_text(uri)}: not one of the shards this source was opened for")
-        metrics = self.backend.metrics
-        for buf, starts, lengths in iter_record_spans(self.chunks(uri), redact_text(uri)):
-            metrics.count("records_read", len(starts))
-            yield buf, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+        metrics, shown = self.backend.metrics, redact_text(uri)
+        skip = (lambda _off, _why: metrics.skip(shown)) if self.skip_corrupt else None
+        try:
+            for buf, starts, lengths in iter_record_spans(self.chunks(uri), shown, skip):
+                metrics.count("records_read", len(starts))
+                yield buf, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+        except UsageError as e:
+            # A Python exception would cross into TF with its traceback (logged by TF's C++ as it goes); instead
+            # the error is kept and a poisoned chunk (a record at offset -1) fails the substr op in C++, with a
+            # short message; storage/integrity.py re-raises the kept error as the one line.
+            metrics.note_failure(e)
+            yield b"", np.asarray([-1], dtype=np.int64), np.asarray([0], dtype=np.int64)
+        except RuntimeError:  # the pool was shut down under us: the run is ending (after an error elsewhere)
+            if not self.closed:
+                raise
 
     def source(self) -> ShardSource:
         import tensorflow as tf
@@ -78,8 +98,7 @@ class StreamReader:
             return read_batches(filename).unbatch()
 
         return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stream",
-                           close=lambda: self.pool.shutdown(wait=False, cancel_futures=True),
-                           read_batches=read_batches)
+                           close=self.close, read_batches=read_batches)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -102,6 +121,7 @@ class Stager:
         self.index = {u: k for k, u in enumerate(self.uris)}
         self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
         self.lookahead = int(getattr(data_cfg, "lookahead", 4))
+        self.skip_corrupt = bool(getattr(data_cfg, "skip_corrupt", False))
         self.cache_bytes = int(float(getattr(data_cfg, "cache_mb", 2048)) * MB)
         cache_dir = getattr(data_cfg, "cache_dir", "") or ""
         self.own_dir = not cache_dir
@@ -153,9 +173,26 @@ class Stager:
                 if self.closed:
                     raise UsageError(f"shard {redact_text(uri)}: staging stopped")
                 f.write(self.backend.read_range(uri, start, min(self.chunk_bytes, size - start)))
+        if self.skip_corrupt:
+            self._drop_damaged(uri, part)
         os.replace(part, final)
         self.backend.metrics.count("staged_bytes", size)
         return final
+
+    def _drop_damaged(self, uri: str, path: str) -> None:
+        """data.skip_corrupt: rewrite a downloaded shard without its damaged frames (counted once per download)."""
+        from tfbertperf.storage.integrity import first_problem, raw_chunks
+        from tfbertperf.storage.local import LocalBackend
+        from tfbertperf.storage.tfrecord import frame, iter_record_batches
+
+        local = LocalBackend()
+        if first_problem(local, path) is None:
+            return
+        shown, metrics = redact_text(uri), self.backend.metrics
+        with open(path + ".clean", "wb") as out:
+            for records in iter_record_batches(raw_chunks(local, path), shown, lambda _o, _w: metrics.skip(shown)):
+                out.write(b"".join(frame(r) for r in records))
+        os.replace(path + ".clean", path)
 
     def _schedule(self, uri: str, demand: bool) -> Future | None:
         """Start downloading `uri` unless cached/in flight (caller holds the lock).  Look-ahead downloads are
@@ -206,7 +243,16 @@ class Stager:
                 if nxt != uri:
                     self._schedule(nxt, demand=False)
         if fut is not None:
-            fut.result()  # re-raises the download's error (already a one-line UsageError when it is the user's)
+            t0 = time.perf_counter()
+            try:
+                fut.result()  # re-raises the download's error (already a one-line UsageError when it is the user's)
+            except UsageError as e:
+                # kept for storage/integrity.py; the reader gets a path that does not exist, so TF fails in C++
+                # with a short message instead of logging this exception's traceback
+                self.backend.metrics.note_failure(e)
+                return os.path.join(self.dir, "failed-download-see-the-error-line").encode()
+            finally:
+                self.backend.metrics.block(time.perf_counter() - t0)  # the reader waited for this download
         with self.lock:
             path = self.ready.get(uri)
             self.handed_out[uri] = time.monotonic()
@@ -231,3 +277,4 @@ class Stager:
             return tf.data.TFRecordDataset(local, buffer_size=min(self.chunk_bytes, 4 * MB))
 
         return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stage", close=self.close)
+

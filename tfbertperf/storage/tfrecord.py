@@ -9,7 +9,7 @@ Both checks are verified, so a corrupt or truncated shard fails loudly, naming t
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import google_crc32c
 
@@ -34,17 +34,36 @@ def frame(record: bytes) -> bytes:
     return length + _U32.pack(masked_crc32c(length)) + record + _U32.pack(masked_crc32c(record))
 
 
-def iter_record_spans(chunks: Iterable[bytes], shard: str) -> Iterator[tuple[bytes, list[int], list[int]]]:
+def _masked(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _resync(buf: bytes, pos: int) -> int | None:
+    """The first position after `pos` where a frame header's length CRC checks out (a damaged length field loses
+    the frame boundary), or None when `buf` holds none (the caller keeps the last HEADER_BYTES - 1 bytes)."""
+    crc = google_crc32c.value
+    for p in range(pos + 1, len(buf) - HEADER_BYTES + 1):
+        if _masked(crc(buf[p : p + 8])) == _U32.unpack_from(buf, p + 8)[0]:
+            return p
+    return None
+
+
+def iter_record_spans(chunks: Iterable[bytes], shard: str, on_corrupt: Callable[[int, str], None] | None = None
+                      ) -> Iterator[tuple[bytes, list[int], list[int]]]:
     """Parse a shard delivered as consecutive byte chunks.  For each chunk, yield (buf, starts, lengths): the
     bytes holding that chunk's complete records and where each record's payload sits in them.
 
     Handing tf.data one buffer plus offsets per chunk (cut into records by `tf.strings.substr` in C++) instead
     of one Python bytes object per record is what lets stream mode keep up with a raw download.  Raises
-    UsageError("shard <uri>: …") on a CRC mismatch or a truncated tail.
+    UsageError("shard <uri>: …") on a CRC mismatch or a truncated tail — unless `on_corrupt(offset, why)` is
+    given: then the damaged frame is skipped and reported through it (a data CRC mismatch skips that one record;
+    a length CRC mismatch skips to the next position where a frame header checks out; a truncated tail ends the
+    shard), and parsing goes on.
     """
     crc = google_crc32c.value
     buf = b""
     offset = 0  # byte offset in the shard of buf[0]
+    resyncing = False
     for chunk in chunks:
         buf = buf + chunk if buf else bytes(chunk)
         starts: list[int] = []
@@ -53,18 +72,26 @@ def iter_record_spans(chunks: Iterable[bytes], shard: str) -> Iterator[tuple[byt
         n = len(buf)
         while n - pos >= HEADER_BYTES:
             length, len_crc = _LEN.unpack_from(buf, pos)
-            c = crc(buf[pos : pos + 8])
-            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != len_crc:
-                raise UsageError(
-                    f"shard {shard}: corrupt TFRecord at byte {offset + pos} (length CRC mismatch; not a TFRecord "
-                    "file, or damaged)"
-                )
+            if _masked(crc(buf[pos : pos + 8])) != len_crc:
+                why = "length CRC mismatch; not a TFRecord file, or damaged"
+                if on_corrupt is None:
+                    raise UsageError(f"shard {shard}: corrupt TFRecord at byte {offset + pos} ({why})")
+                if not resyncing:
+                    on_corrupt(offset + pos, why)
+                nxt = _resync(buf, pos)
+                resyncing = nxt is None
+                pos = nxt if nxt is not None else n - HEADER_BYTES + 1
+                continue
+            resyncing = False
             end = pos + HEADER_BYTES + length + FOOTER_BYTES
             if end > n:
                 break  # record continues in the next chunk
-            c = crc(buf[pos + HEADER_BYTES : end - FOOTER_BYTES])
-            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _U32.unpack_from(buf, end - FOOTER_BYTES)[0]:
-                raise UsageError(f"shard {shard}: corrupt TFRecord at byte {offset + pos} (data CRC mismatch)")
+            if _masked(crc(buf[pos + HEADER_BYTES : end - FOOTER_BYTES])) != _U32.unpack_from(buf, end - FOOTER_BYTES)[0]:
+                if on_corrupt is None:
+                    raise UsageError(f"shard {shard}: corrupt TFRecord at byte {offset + pos} (data CRC mismatch)")
+                on_corrupt(offset + pos, "data CRC mismatch")
+                pos = end
+                continue
             starts.append(pos + HEADER_BYTES)
             lengths.append(length)
             pos = end
@@ -73,10 +100,14 @@ def iter_record_spans(chunks: Iterable[bytes], shard: str) -> Iterator[tuple[byt
         buf = buf[pos:]
         offset += pos
     if buf:
-        raise UsageError(f"shard {shard}: truncated TFRecord at byte {offset} ({len(buf)} trailing bytes)")
+        why = f"{len(buf)} trailing bytes"
+        if on_corrupt is None:
+            raise UsageError(f"shard {shard}: truncated TFRecord at byte {offset} ({why})")
+        if not resyncing:
+            on_corrupt(offset, f"truncated, {why}")
 
 
-def iter_record_batches(chunks: Iterable[bytes], shard: str) -> Iterator[list[bytes]]:
+def iter_record_batches(chunks: Iterable[bytes], shard: str, on_corrupt=None) -> Iterator[list[bytes]]:
     """Like iter_record_spans, but the records of each chunk as a list of bytes (for Python consumers)."""
-    for buf, starts, lengths in iter_record_spans(chunks, shard):
+    for buf, starts, lengths in iter_record_spans(chunks, shard, on_corrupt):
         yield [buf[a : a + n] for a, n in zip(starts, lengths)]

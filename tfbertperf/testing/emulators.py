@@ -91,12 +91,28 @@ class _Emulator:
     scratch: str | None = None  # removed by stop()
 
     def _launch(self, cmd: list[str], ready_url: str, name: str):
+        self._argv = (cmd, ready_url, name)  # for restart
         try:
             self.proc = _spawn(cmd)
             _wait_http(ready_url, self.proc, name)
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def kill(self) -> None:
+        """Stop the process only (port closed; data kept when it lives on disk) — an outage; `relaunch` ends it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def relaunch(self):
+        """Start the same command again (same ports, same scratch directory): the emulator after a restart.
+        The process gets SIGTERM when the *thread* that relaunched it ends (PR_SET_PDEATHSIG is per thread)."""
+        cmd, ready_url, name = self._argv
+        self.proc = _spawn(cmd)
+        _wait_http(ready_url, self.proc, name)
         return self
 
     def stop(self) -> None:

@@ -41,15 +41,17 @@ class FaultProxy:
       bandwidth_mbps: cap in MB/s (1e6 bytes) on all response bodies together; 0 = none.
       error_rate: fraction of requests answered with HTTP 503 instead of being forwarded.
       reset_rate: fraction of requests whose connection is reset (TCP RST) half-way through the response body.
+      stall_rate: fraction of requests held `stall_s` seconds before being forwarded (a client timeout).
       fail_after: after this many requests, every request is reset (an outage; for interruption tests).
       seed: for the fault dice (None = random).
       connect_target: "host:port" every CONNECT is tunnelled to (None = CONNECT refused).
     """
 
     def __init__(self, upstream: str = "", *, latency_ms: float = 0.0, bandwidth_mbps: float = 0.0,
-                 error_rate: float = 0.0, reset_rate: float = 0.0, fail_after: int | None = None,
+                 error_rate: float = 0.0, reset_rate: float = 0.0, stall_rate: float = 0.0, stall_s: float = 5.0,
+                 fail_after: int | None = None,
                  seed: int | None = None, connect_target: str | None = None, port: int = 0) -> None:
-        for name, v in (("error_rate", error_rate), ("reset_rate", reset_rate)):
+        for name, v in (("error_rate", error_rate), ("reset_rate", reset_rate), ("stall_rate", stall_rate)):
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name}={v}: must be in [0, 1]")
         u = urllib.parse.urlsplit(upstream) if upstream else None
@@ -60,12 +62,14 @@ class FaultProxy:
         self.bandwidth_bps = bandwidth_mbps * 1e6
         self.error_rate = error_rate
         self.reset_rate = reset_rate
+        self.stall_rate, self.stall_s = stall_rate, stall_s
         self.fail_after = fail_after
         self.connect_target = connect_target
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._next_free = 0.0  # bandwidth: monotonic time the link is next free
-        self.stats = {"requests": 0, "injected_503": 0, "injected_resets": 0, "bytes_out": 0, "tunnels": 0}
+        self.stats = {"requests": 0, "injected_503": 0, "injected_resets": 0, "injected_stalls": 0, "bytes_out": 0,
+                      "tunnels": 0}
         self._server = ProxyServer(("127.0.0.1", port), ProxyHandler)
         self._server.proxy = self
         self._thread: threading.Thread | None = None
@@ -97,7 +101,7 @@ class FaultProxy:
 
     # ---- decisions (thread-safe) ------------------------------------------------------------------------
     def _fate(self) -> str:
-        """'ok' | '503' | 'reset' | 'outage' for the next request, counting it."""
+        """'ok' | '503' | 'reset' | 'stall' | 'outage' for the next request, counting it."""
         with self._lock:
             self.stats["requests"] += 1
             if self.fail_after is not None and self.stats["requests"] > self.fail_after:
@@ -110,6 +114,9 @@ class FaultProxy:
             if r < self.error_rate + self.reset_rate:
                 self.stats["injected_resets"] += 1
                 return "reset"
+            if r < self.error_rate + self.reset_rate + self.stall_rate:
+                self.stats["injected_stalls"] += 1
+                return "stall"
             return "ok"
 
     def _throttle(self, nbytes: int) -> None:

@@ -131,6 +131,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         fate = p._fate()
         if p.latency_s:
             time.sleep(p.latency_s)
+        if fate == "stall":
+            time.sleep(p.stall_s)  # the client times out first; then it is answered normally (or nobody listens)
         if fate == "503":
             msg = b"Service Unavailable (injected by tfbertperf fault proxy)\n"
             self.send_response(503)

@@ -1,0 +1,141 @@
+"""Storage figures that mean what they say: read throughput is bytes over busy read time (the consumption pace is
+its own figure), blocking reads are told from background look-ahead/staging, local shards read by TF's own
+reader are counted too, and the input split never moves more than xprof measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import pytest
+
+from tfbertperf.config import DataConfig
+from tfbertperf.storage import open_backend, open_shards
+from tfbertperf.storage.base import StorageMetrics
+
+MB = 1_000_000
+
+
+def _metrics(gap_s: float) -> StorageMetrics:
+    """Two 1 MB reads of 10 ms each, `gap_s` apart (a consumer that asks for data at that pace)."""
+    m = StorageMetrics()
+    t = 1000.0
+    m.record(MB, 10.0, end=t + 0.010)
+    m.record(MB, 10.0, end=t + 0.010 + gap_s + 0.010)
+    return m
+
+
+def test_read_throughput_is_bytes_over_busy_read_time_and_the_pace_is_separate():
+    s = _metrics(gap_s=1.0).summary()
+    assert s["busy_read_ms"] == pytest.approx(20.0)
+    assert s["read_mb_per_sec"] == pytest.approx(100.0)  # 2 MB in 20 ms of reading
+    assert s["consume_mb_per_sec"] == pytest.approx(2 / 1.02, rel=1e-3)  # 2 MB over the 1.02 s the run took
+
+
+def test_concurrent_reads_count_their_overlap_once():
+    m = StorageMetrics()
+    m.record(MB, 10.0, end=5.010)
+    m.record(MB, 10.0, end=5.015)  # overlaps the first by 5 ms
+    s = m.summary()
+    assert s["read_time_ms"] == pytest.approx(20.0) and s["busy_read_ms"] == pytest.approx(15.0)
+    assert s["read_mb_per_sec"] == pytest.approx(2 / 0.015, rel=1e-3)
+
+
+def test_env_diff_of_runs_that_read_alike_at_different_paces_shows_the_same_read_throughput():
+    """Two runs read the same bytes equally fast; one consumed them more slowly (a busier machine).  The side by
+    side used to show the pace as read_mb_per_sec (here 1.96 vs 0.2, 9.8x apart)."""
+    from tfbertperf.envinfo.sidebyside import side_by_side
+
+    a, b = ({"storage": _metrics(gap).summary()} for gap in (1.0, 10.0))
+    row = next(m for m in side_by_side(a, b)["metrics"] if m["name"] == "storage read_mb_per_sec")
+    assert row["a"] == row["b"] == pytest.approx(100.0) and row["ratio_b_over_a"] == 1.0
+
+
+def test_blocking_waits_are_clipped_to_the_window_and_traced_reads_left_to_xprof():
+    m = StorageMetrics()
+    m.record(MB, 100.0, blocking=True, traced=True, end=10.1)  # TF's own reader: xprof sees it
+    m.record(MB, 100.0, blocking=True, end=10.3)  # emulated latency [10.2, 10.3]
+    m.blocking_spans.append((10.25, 10.45, False))  # a stream chunk wait overlapping it
+    assert m.untraced_blocking_ms(10.0, 10.4) == pytest.approx(200.0)  # [10.2, 10.4], union, clipped
+    assert m.untraced_blocking_ms(11.0, 12.0) == 0.0
+
+
+def test_input_split_never_moves_more_than_xprof_measured():
+    from tfbertperf.profile.figures import joined_input_split
+
+    ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 7.0, "unclassified": 200.0}
+    for per_step in (0.05, 3.0, 50.0):
+        split = joined_input_split(ops, {"read_ms_per_step": 99.0, "joined_read_ms_per_step": per_step})
+        assert sum(split.values()) == pytest.approx(sum(ops.values()))
+        assert split["storage_read"] == pytest.approx(min(100.0 + per_step * 1e3, 5300.0))
+        assert split["enqueue"] == 7.0
+    # a run whose blocking reads were all TF's own (seen by xprof) or outside the window moves nothing
+    assert joined_input_split(ops, {"read_ms_per_step": 2.4, "joined_read_ms_per_step": 0.0}) is None
+
+
+def test_local_shards_read_by_tfs_reader_are_counted(tfrecord_shards):
+    local, shards = tfrecord_shards
+    b = open_backend(local)
+    src = open_shards([os.path.join(local, n) for n in sorted(shards)], DataConfig(), b, record_bytes_hint=1500)
+    got = [r.numpy() for r in src.filenames.interleave(src.read, cycle_length=2)]
+    assert len(got) == sum(len(r) for r in shards.values())
+    s = b.metrics.summary()
+    assert s["bytes_read"] == sum(os.path.getsize(os.path.join(local, n)) for n in shards)
+    per_read = 256 * 1024 // 1500  # records per reader buffer: one request each
+    assert s["requests"] == sum(-(-len(r) // per_read) for r in shards.values())
+    assert s["busy_read_ms"] > 0 and s["read_mb_per_sec"] > 0
+    assert s["blocking_read_ms"] == s["busy_read_ms"] and s["background_read_ms"] == 0.0  # inline reads
+
+
+def test_stream_look_ahead_is_background_not_blocking(tfrecord_shards, gcs_env, monkeypatch):
+    """Behind 30 ms of latency per request, a consumer slower than the link: the reader waits for the first
+    chunk of each shard only; the look-ahead reads (3 in flight) happen while it parses."""
+    from tfbertperf.storage.upload import upload_dir
+    from tfbertperf.testing.proxy import FaultProxy
+
+    local, shards = tfrecord_shards
+    prefix = "gs://tfbertperf-test/figures-stream"
+    upload_dir(local, prefix, progress=False)
+    with FaultProxy(gcs_env.url, latency_ms=30) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        cfg = DataConfig(mode="stream", chunk_mb=1 / 16, concurrency=3)  # 64 KiB chunks: 14 requests
+        b = open_backend(prefix, cfg)
+        src = open_shards([f"{prefix}/{n}" for n in sorted(shards)], cfg, b)
+
+        n = 0
+        for batch in src.filenames.interleave(src.read_batches, cycle_length=1):
+            n += int(batch.shape[0])
+            time.sleep(0.05)  # the consumer: slower than one request
+        src.close()
+    assert n == sum(len(r) for r in shards.values())
+    s = b.metrics.summary()
+    assert s["requests"] > 2 * len(shards)
+    # the old read_ms_per_step summed every request's time (read_time_ms); what the parser waited is far less
+    assert 0 < s["blocking_read_ms"] < 0.6 * s["read_time_ms"]
+    assert s["background_read_ms"] > 0.3 * s["busy_read_ms"]
+    assert s["blocking_read_ms"] + s["background_read_ms"] == pytest.approx(s["busy_read_ms"], abs=0.01)
+
+
+@pytest.mark.parametrize("mode", ["stage"])
+def test_stage_look_ahead_downloads_are_background(tfrecord_shards, gcs_env, monkeypatch, mode):
+    from tfbertperf.storage.upload import upload_dir
+    from tfbertperf.testing.proxy import FaultProxy
+
+    local, shards = tfrecord_shards
+    prefix = "gs://tfbertperf-test/figures-stage"
+    upload_dir(local, prefix, progress=False)
+    with FaultProxy(gcs_env.url, latency_ms=30) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        cfg = dataclasses.replace(DataConfig(), mode=mode, chunk_mb=1 / 64, concurrency=3, lookahead=3, cache_mb=64)
+        b = open_backend(prefix, cfg)
+        src = open_shards([f"{prefix}/{n}" for n in sorted(shards)], cfg, b)
+        n = 0
+        for _ in src.filenames.interleave(src.read, cycle_length=1):
+            n += 1
+            if n % 20 == 0:
+                time.sleep(0.05)
+        src.close()
+    s = b.metrics.summary()
+    assert n == sum(len(r) for r in shards.values())
+    assert s["cache_misses"] >= 1 and s["background_read_ms"] > s["blocking_read_ms"] > 0

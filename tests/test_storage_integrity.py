@@ -1,0 +1,264 @@
+"""Damaged shards in every read mode (local, stream, stage, native): one line naming the shard and the byte
+offset of the first bad frame; with data.skip_corrupt the read goes on, skips exactly the damaged records and
+counts them.  Shards are written by TF itself and damaged here (one flipped payload byte, or cut mid-record)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from tfbertperf.config import DataConfig
+from tfbertperf.errors import UsageError
+from tfbertperf.storage import open_backend, open_shards
+from tfbertperf.storage.integrity import storage_errors
+from tfbertperf.storage.tfrecord import frame, iter_record_batches
+
+BAD = "train-00001-of-00004.tfrecord"  # the damaged shard
+FLIP_RECORD, CUT_RECORD = 5, 7
+SMALL = DataConfig(chunk_mb=0.0625, concurrency=3, lookahead=2, cache_mb=64)
+
+
+def frames(path: str) -> list[tuple[int, int]]:
+    """(frame start, payload length) of every record of a sound TFRecord file."""
+    out, pos, data = [], 0, open(path, "rb").read()
+    while pos < len(data):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        out.append((pos, n))
+        pos += 16 + n
+    return out
+
+
+@pytest.fixture(scope="module")
+def damaged(tfrecord_shards, tmp_path_factory):
+    """{"flip": dir, "trunc": dir} — copies of the shards with BAD damaged — and the expected error lines
+    (with the shard's path still to prefix), and the records that survive skipping."""
+    src, shards = tfrecord_shards
+    fr = frames(os.path.join(src, BAD))
+    out = {}
+    for kind in ("flip", "trunc"):
+        d = tmp_path_factory.mktemp(kind)
+        for n in shards:
+            shutil.copy(os.path.join(src, n), d / n)
+        data = bytearray((d / BAD).read_bytes())
+        if kind == "flip":
+            start, n = fr[FLIP_RECORD]
+            data[start + 12 + n // 2] ^= 0x10
+            want = f"corrupt TFRecord at byte {start} (data CRC mismatch)"
+            keep = [r for i, r in enumerate(shards[BAD]) if i != FLIP_RECORD]
+        else:
+            start, n = fr[CUT_RECORD]
+            data = data[: start + 12 + n // 2]
+            want = f"truncated TFRecord at byte {start} ({12 + n // 2} trailing bytes)"
+            keep = shards[BAD][:CUT_RECORD]
+        (d / BAD).write_bytes(bytes(data))
+        survivors = [r for name, recs in shards.items() for r in (keep if name == BAD else recs)]
+        out[kind] = {"dir": str(d), "want": want, "survivors": sorted(survivors)}
+    return out
+
+
+def _read(backend, uris, cfg, data_uri) -> list[bytes]:
+    src = open_shards(uris, cfg, backend)
+    ds = src.filenames.interleave(src.read_batches or src.read, cycle_length=2, num_parallel_calls=2)
+    if src.read_batches:
+        ds = ds.unbatch()
+    try:
+        with storage_errors(backend, uris, data_uri):
+            return [r.numpy() for r in ds]
+    finally:
+        src.close()
+
+
+def _uris(backend, prefix):
+    return [backend.join(prefix, f"train-{s:05d}-of-00004.tfrecord") for s in range(4)]
+
+
+# ---- framing parser -------------------------------------------------------------------------------------
+def test_parser_skips_exactly_the_damaged_frame_and_resyncs_after_a_damaged_length():
+    recs = [bytes([i]) * (50 + i) for i in range(10)]
+    blob = bytearray(b"".join(frame(r) for r in recs))
+    starts = [sum(len(frame(r)) for r in recs[:i]) for i in range(10)]
+    blob[starts[3] + 12 + 5] ^= 1  # payload of record 3
+    blob[starts[6] + 2] ^= 1  # length field of record 6: frame boundary lost until record 7
+    seen = []
+    got = [r for b in iter_record_batches([bytes(blob[:200]), bytes(blob[200:])], "s",
+                                          on_corrupt=lambda off, why: seen.append((off, why)))
+           for r in b]
+    assert got == [r for i, r in enumerate(recs) if i not in (3, 6)]
+    assert seen == [(starts[3], "data CRC mismatch"),
+                    (starts[6], "length CRC mismatch; not a TFRecord file, or damaged")]
+
+
+# ---- local ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["flip", "trunc"])
+def test_local_damaged_shard_is_named_with_its_offset(damaged, kind):
+    d = damaged[kind]
+    b = open_backend(d["dir"])
+    with pytest.raises(UsageError) as e:
+        _read(b, _uris(b, d["dir"]), DataConfig(), d["dir"])
+    assert str(e.value) == f"shard {os.path.join(d['dir'], BAD)}: {d['want']}"
+
+
+@pytest.mark.parametrize("kind", ["flip", "trunc"])
+def test_local_skip_corrupt_reads_every_sound_record_and_counts_the_skipped(damaged, kind):
+    d = damaged[kind]
+    b = open_backend(d["dir"])
+    got = _read(b, _uris(b, d["dir"]), DataConfig(skip_corrupt=True), d["dir"])
+    assert sorted(got) == d["survivors"]
+    s = b.metrics.summary()
+    assert s["records_skipped"] == 1 and s["corrupt_shards"] == [os.path.join(d["dir"], BAD)]
+
+
+# ---- stream and stage (fake-gcs-server) -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def remote_damaged(damaged, fake_gcs):
+    from tfbertperf.storage.upload import upload_dir
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    fake_gcs.create_bucket("tfbertperf-test")
+    out = {}
+    for kind, d in damaged.items():
+        prefix = f"gs://tfbertperf-test/damaged-{kind}-{uuid.uuid4().hex[:6]}"
+        upload_dir(d["dir"], prefix, progress=False)
+        out[kind] = dict(d, prefix=prefix)
+    yield out
+    mp.undo()
+
+
+@pytest.mark.parametrize("mode", ["stream", "stage"])
+@pytest.mark.parametrize("kind", ["flip", "trunc"])
+def test_remote_damaged_shard_is_named_with_its_offset(remote_damaged, fake_gcs, monkeypatch, mode, kind):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    d = remote_damaged[kind]
+    cfg = dataclasses.replace(SMALL, mode=mode)
+    b = open_backend(d["prefix"], cfg)
+    with pytest.raises(UsageError) as e:
+        _read(b, _uris(b, d["prefix"]), cfg, d["prefix"])
+    assert str(e.value) == f"shard {d['prefix']}/{BAD}: {d['want']}"
+
+
+@pytest.mark.parametrize("mode", ["stream", "stage"])
+@pytest.mark.parametrize("kind", ["flip", "trunc"])
+def test_remote_skip_corrupt_reads_every_sound_record(remote_damaged, fake_gcs, monkeypatch, mode, kind):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    d = remote_damaged[kind]
+    cfg = dataclasses.replace(SMALL, mode=mode, skip_corrupt=True)
+    b = open_backend(d["prefix"], cfg)
+    got = _read(b, _uris(b, d["prefix"]), cfg, d["prefix"])
+    assert sorted(got) == d["survivors"]
+    s = b.metrics.summary()
+    assert s["records_skipped"] == 1 and s["corrupt_shards"] == [f"{d['prefix']}/{BAD}"]
+
+
+# ---- native (TF's gs:// filesystem, in a fresh process) ---------------------------------------------------
+def test_native_damaged_shards_named_and_skipped(remote_damaged, fake_gcs):
+    from tfbertperf.testing.emulators import native_env
+    from tfbertperf.testing.proxy import FaultProxy
+
+    prog = textwrap.dedent(f"""
+        import json, sys
+        from tfbertperf.config import DataConfig
+        from tfbertperf.errors import UsageError
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_storage_integrity import _read, _uris
+        from tfbertperf.storage import open_backend
+        out = {{}}
+        for kind, d in json.loads(sys.argv[1]).items():
+            for skip in (False, True):
+                cfg = DataConfig(mode="native", skip_corrupt=skip)
+                b = open_backend(d["prefix"], cfg)
+                try:
+                    got = _read(b, _uris(b, d["prefix"]), cfg, d["prefix"])
+                    s = b.metrics.summary()
+                    out[kind + str(skip)] = [sorted(r.hex() for r in got), s["records_skipped"], s["corrupt_shards"]]
+                except UsageError as e:
+                    out[kind + str(skip)] = str(e)
+        print(json.dumps(out))
+    """)
+    arg = json.dumps({k: {"prefix": v["prefix"]} for k, v in remote_damaged.items()})
+    with FaultProxy(connect_target=f"127.0.0.1:{fake_gcs.tls_port}") as proxy:
+        env = dict(os.environ, STORAGE_EMULATOR_HOST=fake_gcs.url, **native_env(proxy.url, fake_gcs.certs["ca"]))
+        p = subprocess.run([sys.executable, "-c", prog, arg], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for kind, d in remote_damaged.items():
+        assert out[kind + "False"] == f"shard {d['prefix']}/{BAD}: {d['want']}"
+        recs, skipped, shards = out[kind + "True"]
+        assert recs == [r.hex() for r in d["survivors"]]
+        assert skipped == 1 and shards == [f"{d['prefix']}/{BAD}"]
+
+
+# ---- the command: exit 2 and one line; skip_corrupt reported -----------------------------------------------
+SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
+SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def prepared_damaged(tmp_path_factory):
+    """A prepared data dir whose first shard has a flipped payload byte in its 4th record; (dir, shard path,
+    expected error line)."""
+    from tfbertperf.config import load_config
+    from tfbertperf.data.prepare import prepare_data
+
+    d = str(tmp_path_factory.mktemp("prepared") / "data")
+    prepare_data(load_config(sets=SMALL_DATA), d, progress=False)
+    shard = os.path.join(d, json.load(open(os.path.join(d, "manifest.json")))["shards"][0]["name"])
+    start, n = frames(shard)[3]
+    data = bytearray(open(shard, "rb").read())
+    data[start + 12 + n // 2] ^= 0x01
+    open(shard, "wb").write(bytes(data))
+    return d, shard, f"tfbertperf: error: shard {shard}: corrupt TFRecord at byte {start} (data CRC mismatch)"
+
+
+def test_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_damaged, tmp_path):
+    d, _, want = prepared_damaged
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}"] for a in ("--set", s)]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", d, *sets], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("tfbertperf: error")] == [want]
+    assert p.stderr.rstrip().splitlines()[-1] == want
+
+
+def test_stream_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_damaged, fake_gcs, tmp_path):
+    """Stream mode: the error starts as a Python exception inside tf.data (from_generator): still one line."""
+    from tfbertperf.storage.upload import upload_dir
+
+    d, shard, want = prepared_damaged
+    prefix = f"gs://tfbertperf-test/run-damaged-{uuid.uuid4().hex[:6]}"
+    fake_gcs.create_bucket("tfbertperf-test")
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=fake_gcs.url)
+    os.environ["STORAGE_EMULATOR_HOST"] = fake_gcs.url
+    try:
+        upload_dir(d, prefix, progress=False)
+    finally:
+        os.environ.pop("STORAGE_EMULATOR_HOST")
+    want = want.replace(shard, f"{prefix}/{os.path.basename(shard)}")
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.mode=stream"] for a in ("--set", s)]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", prefix, *sets], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stderr.rstrip().splitlines()[-1] == want
+
+
+def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path):
+    from tfbertperf.config import load_config
+    from tfbertperf.job import run
+
+    d, shard, _ = prepared_damaged
+    cfg = load_config(data_uri=d, sets=SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.skip_corrupt=true"])
+    run_dir, report = run(cfg, progress=False)
+    s = report["storage"]
+    assert s["records_skipped"] >= 1 and s["corrupt_shards"] == [shard]
+    assert json.load(open(run_dir / "report.json"))["storage"]["corrupt_shards"] == [shard]
