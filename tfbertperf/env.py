@@ -10,10 +10,10 @@ The logic is the env stage, tfbertperf.envinfo (fingerprint, load_doc, diff, exp
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from tfbertperf.cliargs import Parser
 from tfbertperf.envinfo import explain, fingerprint, format_diff, format_fingerprint, load_doc, to_json
 from tfbertperf.errors import UsageError, cli_entry
 from tfbertperf.redact import redact_text
@@ -32,7 +32,7 @@ def write_json_atomic(path: str, doc: dict) -> None:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI: fingerprint this machine, or explain the difference between two fingerprints/reports."""
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="tfbertperf env",
         description="Fingerprint this machine (secrets redacted), or rank the differences between two "
                     "environment.json / report.json files by likely impact on speed and numerics.")
