@@ -150,9 +150,11 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     (`resume_config` gives its cfg).  Ctrl-C during training ends with a report marked incomplete and the
     INTERRUPTED marker (report/build.py `mark_interrupted`); at any other moment only the marker is written.
     """
-    from tfbertperf.report.build import make_run_dir, mark_interrupted, write_config, write_run_files
+    from tfbertperf.report.build import (check_runs_root, make_run_dir, mark_interrupted, write_config,
+                                         write_run_files)
 
     quiet_tf()
+    check_runs_root(cfg)
     inputs = Inputs(cfg, progress)
     run_dir = resume or make_run_dir(cfg)
     if progress:
@@ -231,11 +233,12 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     """`tfbertperf run --workers N`: N local MultiWorkerMirrored workers on loopback ports, each profiled and
     attributed; report.json holds worker 0's view plus a `workers` list with every worker's attribution.
     Raises WorkerError (train/multiworker.py) when the group fails."""
-    from tfbertperf.report.build import bar_entry, make_run_dir, write_run_files
+    from tfbertperf.report.build import bar_entry, check_runs_root, make_run_dir, write_run_files
     from tfbertperf.report.plots import write_step_breakdown
     from tfbertperf.train.multiworker import launch_workers
 
     quiet_tf()
+    check_runs_root(cfg)
     Inputs(cfg, progress)  # prepare/validate the data once, before N processes would race for it
     run_dir = make_run_dir(cfg)
     log(f"run directory {run_dir}; launching {workers} local workers")

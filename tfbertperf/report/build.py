@@ -12,6 +12,18 @@ REPORT_SCHEMA = "tfbertperf.report/1"
 RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
 
 
+def check_runs_root(cfg) -> None:
+    """Before any work: run.out can be made (its nearest existing ancestor is a writable directory)."""
+    import os
+
+    p = Path(cfg.run.out).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        why = "not a directory" if not p.is_dir() else "not writable"
+        raise UsageError(f"--set run.out={cfg.run.out}: cannot create the runs directory ({p} is {why})")
+
+
 def make_run_dir(cfg) -> Path:
     """runs/<UTC timestamp>-<workload>[-<name>]/ — created fresh, never reused (a suffix is added on collision)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
