@@ -138,7 +138,11 @@ def resolve_workload(name_or_file: str | None) -> tuple[str, dict]:
         known = sorted(x.stem for x in WORKLOAD_DIR.glob("*.yaml"))
         raise UsageError(f"--workload {name_or_file}: no such workload file or name (known: {', '.join(known)})")
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--workload {p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UsageError(f"--workload {p}: cannot read ({e.strerror})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
