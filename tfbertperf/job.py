@@ -258,6 +258,7 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
                          title=f"Step-time breakdown per worker — {workers} workers, BERT-{cfg.model.size}")
     combined["artifacts"] = {"tensorboard": "tensorboard", "plots": ["plots/step_breakdown.png"],
                              "workers": [f"worker-{i}" for i in range(workers)]}
+    combined["retries"] = parts[0].get("retries") or []  # group re-runs after a worker crashed, and why
     write_run_files(run_dir, cfg, combined)
     return run_dir, combined
 
