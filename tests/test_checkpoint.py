@@ -187,3 +187,28 @@ def test_data_mode_resolved_into_the_config():
     assert load_config(data_uri="gs://b/p", sets=["data.mode=stage"]).data.mode == "stage"
     assert load_config(data_uri="/tmp/x", sets=["data.mode=stream"]).data.mode == "local"
     assert load_config().data.mode == "local"
+
+
+def test_a_pipeline_tf_data_cannot_save_is_fast_forwarded_on_resume(tmp_path):
+    """data.mode=stream reads through a Python generator, which tf.data cannot checkpoint: the checkpoint then
+    holds the model and optimizer, and the resumed loop skips the batches already consumed."""
+    import keras
+    import tensorflow as tf
+
+    from tfbertperf.train.checkpoint import Checkpointer
+
+    def gen():
+        yield from range(100)
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.Adam()
+    opt.build(model.trainable_variables)
+    ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec((), tf.int64))
+    it = iter(ds)
+    for _ in range(3):
+        next(it)
+    Checkpointer(tmp_path, 3, model, opt, it).save(3, {})
+    state = json.loads((tmp_path / "checkpoints" / "step-00000003" / "state.json").read_text())
+    assert state["iterator"] is False and state["iterator_not_saved"]
+    restored = Checkpointer(tmp_path, 3, model, opt, iter(ds)).restore()
+    assert restored.step == 3 and restored.skip_batches == 3
