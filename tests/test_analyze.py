@@ -78,8 +78,11 @@ def test_stall_estimate_is_closer_to_the_what_if_truth_than_xprofs_figure(profil
 
 def test_breakdown_sums_to_step_time_and_fractions_to_one(profiles):
     att = analyze_json(profiles["stall"]["logdir"])["attribution"]
-    assert abs(sum(att["breakdown_ms"].values()) - att["step_time_ms"]) < 1e-3 * max(1.0, att["step_time_ms"])
-    assert abs(sum(att["fractions"].values()) - 1.0) <= 0.01
+    # measured, not the remainder: xprof's step is the program's own step (its wall clock around each step),
+    # and the input category is the program's own time blocked in next()
+    own = profiles["stall"]
+    assert 0.6 < att["step_time_ms"] / own["step_time_ms"] < 1.6, (att["step_time_ms"], own["step_time_ms"])
+    assert abs(att["breakdown_ms"]["input"] - own["input_wait_ms"]) < 0.5 * own["input_wait_ms"] + 1.0
     assert set(att["breakdown_ms"]) == {"input", "host_to_device", "device_compute", "host_compute",
                                         "kernel_launch", "device_to_device", "collectives", "output",
                                         "compile", "other"}
@@ -164,8 +167,9 @@ def test_validate_needs_one_of_our_run_directories(profiles):
 
 @pytest.mark.slow
 def test_validate_reruns_with_the_top_recommendation_and_measures_speedup(tmp_path):
+    # slow reads (100 ms each) make the naive baseline input-bound, so its top advice has a speedup to show
     sets = ["pipeline.preset=naive", "train.steps=12", "profile.steps=3:10", "profile.probe_steps=3",
-            "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}"]
+            "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}", "data.read_latency_ms=100"]
     p = subprocess.run([sys.executable, "-m", "tfbertperf.run", *[x for s in sets for x in ("--set", s)]],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -174,6 +178,7 @@ def test_validate_reruns_with_the_top_recommendation_and_measures_speedup(tmp_pa
     v = doc["validation"]
     assert v["set"] and v["set"] == doc["verdict"]["actions"][0]["set"]
     assert v["speedup"] == pytest.approx(v["baseline_step_ms"] / v["recommended_step_ms"], rel=1e-3)
+    assert v["speedup"] > 1.2, v  # the advice helps, measured side by side
     rec = json.loads((Path(v["recommended_run"]) / "report.json").read_text())
     key, value = v["set"][0].split("=", 1)
     section, name = key.split(".")

@@ -78,20 +78,25 @@ def test_fingerprint_of_this_machine_has_every_section_filled(fp, data_dir):
 
 def test_fingerprint_is_fast_and_leaves_the_tf_runtime_uninitialised(tmp_path):
     # In a fresh process: TF's runtime must still accept thread settings afterwards (run.py configures after
-    # fingerprinting), and the fingerprint itself must cost < 2 s beyond the TF import.
+    # fingerprinting), and the fingerprint itself costs less than the TF import it follows — both measured in the
+    # same process, so a loaded machine slows both (a ratio, not a wall-clock threshold).
     code = (
-        "import json, tensorflow as tf\n"
+        "import json, time\n"
+        "t0 = time.perf_counter()\n"
+        "import tensorflow as tf\n"
+        "import_ms = (time.perf_counter() - t0) * 1e3\n"
         "from tfbertperf.envinfo import fingerprint\n"
         f"fp = fingerprint({str(tmp_path)!r})\n"
         "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
-        "print(json.dumps({'collect_ms': fp['collect_ms'], 'tf_import_ms': fp['tf_import_ms']}))\n"
+        "print(json.dumps({'collect_ms': fp['collect_ms'], 'tf_import_ms': fp['tf_import_ms'],"
+        " 'import_ms': import_ms}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.returncode == 0, out.stderr[-2000:]
     t = json.loads(out.stdout.strip().splitlines()[-1])
-    assert t["collect_ms"] < 2000
-    assert t["tf_import_ms"] < 50  # TF was imported before: nothing charged twice
+    assert t["collect_ms"] < t["import_ms"], t
+    assert t["tf_import_ms"] < 0.05 * t["import_ms"], t  # TF was imported before: nothing charged twice
 
 
 def test_remote_data_locations_are_described_without_probing(monkeypatch):

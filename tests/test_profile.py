@@ -127,11 +127,18 @@ def test_attribution_block_has_the_report_schema(profiles):
               "input_cost_fraction", "input_ops_us"):
         assert k in att
     assert att["steps_profiled"] >= 10
-    assert abs(sum(att["fractions"].values()) - 1) <= 0.01
+    # measured, not the remainder: the named categories cover the step; xprof's step is the program's own
+    assert att["fractions"]["other"] < 0.5, att["fractions"]
+    assert 0.6 < att["step_time_ms"] / profiles["stall"]["step_time_ms"] < 1.6
     assert att["input_cost_fraction"] is None
     assert att["fractions"]["host_compute"] > 0.2  # CPU-only: training compute shows as host compute
     assert isinstance(att["au_pass"], bool) and att["au_threshold"] == 0.9
-    assert doc["verdict"]["bottleneck"] in ("input", "compute", "transfer", "other")
+    # without a probe the verdict rests on the best figure there is, quotes it and follows from it
+    from tfbertperf.profile.figures import input_share
+
+    share, source = input_share(att)
+    assert source != "input_cost_fraction" and f"input costs {share:.0%}" in doc["verdict"]["summary"]
+    assert (doc["verdict"]["bottleneck"] == "input") == (share >= 0.20)
 
 
 def test_probe_gives_input_cost_fraction_and_au(profiles):

@@ -58,7 +58,10 @@ def test_report_follows_the_design_schema(tuned_run):
     assert r["throughput"]["steps"] == 30 and r["throughput"]["examples_per_sec"] > 0
     assert len(r["training"]["loss_trajectory"]) == 30
     assert r["storage"]["backend"] == "local"
-    assert r["verdict"]["bottleneck"] in ("input", "compute", "transfer", "other")
+    # the verdict rests on the run's own what-if figure (the probe's), quotes it and follows from it
+    share = r["attribution"]["input_cost_fraction"]
+    assert f"input costs {share:.0%}" in r["verdict"]["summary"] and "what-if probe" in r["verdict"]["summary"]
+    assert (r["verdict"]["bottleneck"] == "input") == (share >= 0.20)
     st = r["step_timer"]
     assert st["steps"] > 0 and 0.0 <= st["input_wait_fraction"] <= 1.0
 
@@ -89,9 +92,11 @@ def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     a = r["attribution"]
     assert a["source"] == "xprof"
     assert a["steps_profiled"] >= 10
-    assert abs(sum(a["fractions"].values()) - 1.0) <= 0.01
     assert set(a["breakdown_ms"]) >= {"input", "host_to_device", "device_compute", "host_compute", "other"}
-    assert abs(sum(a["breakdown_ms"].values()) - a["step_time_ms"]) <= 0.02 * a["step_time_ms"] + 0.01
+    # measured, not the remainder: training on the CPU shows as host compute, and xprof's profiled step is the
+    # length our own step timer measured for the steady steps (the window adds the tracer's overhead only)
+    assert a["fractions"]["host_compute"] >= 0.5 and a["fractions"]["other"] < 0.25, a["fractions"]
+    assert 0.7 < a["step_time_ms"] / a["steady_step_time_ms"] < 2.0, (a["step_time_ms"], a["steady_step_time_ms"])
     assert 0.0 <= a["input_bound_fraction"] <= 1.0
     assert a["input_cost_fraction"] is not None and -1.0 < a["input_cost_fraction"] < 1.0
     assert set(a["input_ops_us"]) >= {"storage_read", "preprocessing", "enqueue"}
@@ -134,7 +139,9 @@ def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
     assert naive["pipeline"]["cycle_length"] == 1 and naive["config"]["pipeline"]["preset"] == "naive"
     assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"] + 0.05
     assert naive["verdict"]["bottleneck"] == "input"
-    assert naive["storage"]["requests"] > 0 and naive["storage"]["request_latency_ms"]["p50"] >= 400
+    assert naive["storage"]["requests"] > 0
+    # the naive pipeline's sequential reads stall the step; the tuned one hides them (measured step times)
+    assert naive["throughput"]["step_time_ms"]["mean"] > 1.5 * tuned["throughput"]["step_time_ms"]["mean"]
     # xprof files the emulated reads (a py_function in a map) under preprocessing; the join with our storage
     # metrics puts them back under storage_read.
     split, ops = naive["attribution"]["input_split_us"], naive["attribution"]["input_ops_us"]
@@ -187,3 +194,42 @@ def test_steady_steps_leave_out_probe_recovery_steps_only_when_the_pipeline_is_b
     assert behind == [i for i in range(2, 20) if i not in (5, 6, 7, 14, 15)]
     assert keeping_up == list(range(2, 20))  # full buffers when a block starts: nothing was fed for free
     assert pipeline_runs_ahead(load_config()) and not pipeline_runs_ahead(load_config(sets=["pipeline.preset=naive"]))
+
+
+def _labels(text: str) -> set[str]:
+    """The fixed text of the summary's label lines: a line up to its first figure, for the table rows and the
+    "name: figure" lines (headline, verdict, advice and paths vary with the run and are left out)."""
+    import re
+
+    out = set()
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("BERT-", "verdict:", "  - ", "report:", "TensorBoard:", "---")):
+            continue
+        out.add(re.sub(r"\d+", "#", re.split(r"\s{2,}|(?<=:)\s", line, maxsplit=1)[0]))
+    return out
+
+
+def test_readme_output_block_has_the_labels_the_code_prints(tuned_run):
+    """README's output block (tools/readme_output.py pastes it) may not drift from the code's labels."""
+    import contextlib
+    import io
+    import re
+
+    from tfbertperf.report.console import print_run_summary
+
+    run_dir, report = tuned_run
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_run_summary(run_dir, report)
+    ours = _labels(buf.getvalue())
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"## Reading the output.*?```\n(.*?)```", readme, re.S).group(1)
+    theirs = _labels(block)
+    assert {"category", "host compute", "input-bound, direct (xprof input + h#d share):",
+            "accelerator utilization (MLPerf Storage):"} <= theirs, theirs
+    assert theirs <= ours, sorted(theirs - ours)
+    # and every fixed line the code prints is shown (table rows depend on which categories the run had; the
+    # storage-joined input split is printed only when our storage layer timed reads, as here but not by default)
+    fixed = {x for x in ours if x.endswith(":") or x in ("category", "step time (profiled window, # steps)")}
+    fixed.discard("input ops, µs/step, with our storage read time:")
+    assert fixed <= theirs, sorted(fixed - theirs)

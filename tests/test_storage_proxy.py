@@ -73,12 +73,15 @@ def test_latency_is_added_per_request(origin):
     with FaultProxy(origin) as fast, FaultProxy(origin, latency_ms=60) as slow:
         def timed(port):
             t0 = time.perf_counter()
-            for _ in range(5):
-                _get(port)
-            return (time.perf_counter() - t0) / 5
+            _get(port)
+            return time.perf_counter() - t0
 
-        base, delayed = timed(fast.port), timed(slow.port)
-    assert delayed - base >= 0.055  # at least the injected 60 ms (less timer slack)
+        # interleaved, and the fastest of each kind: a hiccup of the loaded machine slows one request, not all
+        base, delayed = [], []
+        for _ in range(5):
+            base.append(timed(fast.port))
+            delayed.append(timed(slow.port))
+    assert min(delayed) - min(base) >= 0.055  # at least the injected 60 ms (less timer slack)
 
 
 def test_bandwidth_cap_limits_throughput(origin):

@@ -68,10 +68,13 @@ def test_a_mirrored_run_on_two_logical_cpus_is_profiled_and_xprof_finds_its_step
                   capture=Capture.from_config({str(tmp_path)!r}, c.profile))
         doc = attribution.attribute_host(xprof_tools.find_xplanes({str(tmp_path)!r}))
         print(json.dumps({{"replicas": r.replicas, "steps": doc["steps_profiled"],
-                          "step_ms": doc["step_time_ms"], "fractions": doc["fractions"]}}))
+                          "step_ms": doc["step_time_ms"], "fractions": doc["fractions"],
+                          "own_ms": sum(r.step_times_ms[3:12]) / 9}}))
     """)
     assert out["replicas"] == 2 and out["steps"] >= 6
-    assert out["step_ms"] > 0 and abs(sum(out["fractions"].values()) - 1.0) <= 0.01
+    # xprof's step is the loop's own (its timer over the window's steps), and the compute shows as host compute
+    assert 0.6 < out["step_ms"] / out["own_ms"] < 1.6, out
+    assert out["fractions"]["host_compute"] >= 0.3, out["fractions"]
 
 
 def test_same_seed_gives_identical_loss_trajectories_and_another_seed_does_not():

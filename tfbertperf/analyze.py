@@ -19,6 +19,21 @@ from pathlib import Path
 
 from tfbertperf.cliargs import Parser
 from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.report.build import INTERRUPTED  # the marker a run stopped by Ctrl-C leaves in its directory
+
+
+
+def interrupted_marker(xplane: Path) -> str | None:
+    """The INTERRUPTED marker's line when the profile lies inside a run directory that has one, else None."""
+    for d in list(Path(xplane).resolve().parents)[:6]:
+        f = d / INTERRUPTED
+        if f.is_file():
+            try:
+                return f.read_text().strip() or "interrupted"
+            except OSError:
+                return "interrupted"
+    return None
+
 
 def read_run_report(path) -> dict | None:
     """report.json of one of our run directories (PATH itself or the run dir above a tensorboard/ logdir)."""
@@ -64,6 +79,9 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
         doc = attribution.device_summary(devs)
     doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
                       "run_report": bool(report)}
+    marker = interrupted_marker(xplanes[0])
+    if marker or (report or {}).get("incomplete"):
+        doc["profile"]["interrupted"] = marker or "interrupted (report.json is marked incomplete)"
     return doc
 
 
@@ -94,6 +112,9 @@ def main(argv=None) -> int:
         if not report:
             raise UsageError(f"--validate {path}: not a tfbertperf run directory (no report.json)")
         doc["validation"] = validate(report, doc, progress=sys.stderr.isatty())
+    if doc["profile"].get("interrupted"):
+        print(f"tfbertperf: note: this profile is from an interrupted run ({doc['profile']['interrupted']}): "
+              "its window may hold fewer steps than the run planned", file=sys.stderr)
     if doc.get("steps_marked") is False:
         print(f"tfbertperf: note: {doc['note']}", file=sys.stderr)
     if a.json:

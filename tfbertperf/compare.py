@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     p = Parser(prog="tfbertperf compare", description=__doc__.split("\n\n")[0])
     p.add_argument("--matrix", action="append", default=[], metavar="KEY=V1,V2",
                    help="an axis of the run matrix (repeatable; the matrix is their product)")
-    p.add_argument("--reports", nargs="+", metavar="REPORT", help="compare existing report.json files / run dirs")
+    p.add_argument("--reports", nargs="+", metavar="REPORT", help="compare existing report.json files / run directories (not a runs root: e.g. runs/2026*)")
     add_run_arguments(p)  # the part every cell shares
     p.add_argument("--out", default="runs", help="where the comparison directory goes (default ./runs)")
     args = p.parse_args(argv)

@@ -10,20 +10,25 @@ The logic is the env stage, tfbertperf.envinfo (fingerprint, load_doc, diff, exp
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from tfbertperf.cliargs import Parser
 from tfbertperf.envinfo import explain, fingerprint, format_diff, format_fingerprint, load_doc, to_json
 from tfbertperf.errors import UsageError, cli_entry
 from tfbertperf.redact import redact_text
 
 
+def check_out(path: str) -> None:
+    """--out's directory must exist (checked before any work is done)."""
+    if not Path(path).parent.is_dir():
+        raise UsageError(f"--out {redact_text(path)}: directory {redact_text(str(Path(path).parent))} does not exist")
+
+
 def write_json_atomic(path: str, doc: dict) -> None:
     """Write JSON to `path` via a temporary file + rename, so a killed process never leaves half a file."""
+    check_out(path)
     target = Path(path)
-    if not target.parent.exists():
-        raise UsageError(f"--out {redact_text(path)}: directory {redact_text(str(target.parent))} does not exist")
     from tfbertperf.report.io import atomic_write_bytes
 
     atomic_write_bytes(target, (to_json(doc) + "\n").encode("utf-8"))
@@ -32,7 +37,7 @@ def write_json_atomic(path: str, doc: dict) -> None:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI: fingerprint this machine, or explain the difference between two fingerprints/reports."""
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="tfbertperf env",
         description="Fingerprint this machine (secrets redacted), or rank the differences between two "
                     "environment.json / report.json files by likely impact on speed and numerics.")
@@ -46,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance for loss comparison (1e-3)")
     ap.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance for loss comparison (1e-5)")
     args = ap.parse_args(argv)
+    if args.out:
+        check_out(args.out)
+    if args.data:
+        from tfbertperf.config import load_config
+
+        load_config(data_uri=args.data)  # the URI rules every command shares (scheme, syntax)
     if args.diff:
         if args.data or args.no_probe:
             raise UsageError("--diff compares two files; --data/--no-probe apply to fingerprinting only")

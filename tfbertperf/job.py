@@ -8,6 +8,7 @@ it; it is not a command itself.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -68,9 +69,10 @@ def _close(sources: list) -> None:
 
 
 def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
-            progress: bool = True) -> dict:
+            progress: bool = True, checkpoints: bool = False) -> dict:
     """Train + profile + attribute in this process; plots go to out_dir/plots.  Returns the report dict (not
-    written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first)."""
+    written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first).
+    `checkpoints`: save/resume checkpoints under out_dir (train/checkpoint.py)."""
     quiet_tf()
     from tfbertperf.data.pipeline import build_dataset, effective_pipeline, runs_ahead
     from tfbertperf.envinfo import fingerprint
@@ -105,14 +107,16 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
             result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
                                       say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
-                                      sampler=sampler)
+                                      sampler=sampler, run_dir=str(out_dir) if checkpoints else None)
         mode = sources[0].mode if sources else cfg.data.mode
         storage = {"backend": backend.name, "mode": mode,
                    "uri": redact_text(inputs.uri)}
         storage.update(backend.metrics.summary())  # the training's reads only: the ceiling runs after this
         _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
-        with storage_errors(backend, inputs.shard_uris, inputs.uri):
-            ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
+        ceiling = None
+        if result.extra.get("interrupted_at_step") is None:  # Ctrl-C: no further measuring
+            with storage_errors(backend, inputs.shard_uris, inputs.uri):
+                ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -153,30 +157,75 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
                           result.extra.get("model") or {}, plots)
     report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
+    if result.extra.get("interrupted_at_step") is not None:
+        report["incomplete"] = True  # Ctrl-C: the steps done, no probe after the loop, no partial profile
+        report["interrupted_at_step"] = result.extra["interrupted_at_step"]
+    if result.extra.get("resumed_from_step"):
+        report["resumed_from_step"] = result.extra["resumed_from_step"]
     return regime.finish(report, cfg, result, emulation, ceiling, sampler, out_dir, tb_dir,
                          title=f"Host utilization — {out_dir.name}")
 
 
-def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
+def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tuple[Path, dict]:
     """Run one profiled training job; return (run directory, report dict).
 
     Stages: data (prepare on first use for the default) → shard source for the storage backend and read mode →
     tf.data pipeline → Keras BERT training with step markers and the profiled window → xprof attribution →
-    report.json / report.md / plots / environment.json in a fresh run directory.
+    report.json / report.md / plots / environment.json in a fresh run directory (config.yaml first, so that a
+    killed run can be resumed).  `resume`: an earlier run's directory to continue from its last checkpoint
+    (`resume_config` gives its cfg).  Ctrl-C during training ends with a report marked incomplete and the
+    INTERRUPTED marker (report/build.py `mark_interrupted`); at any other moment only the marker is written.
     """
-    from tfbertperf.report.build import make_run_dir, write_run_files
+    from tfbertperf.report.build import (check_runs_root, make_run_dir, mark_interrupted, write_config,
+                                         write_run_files)
 
     quiet_tf()
+    check_runs_root(cfg)
     from tfbertperf.train.emulate import from_config as emulation_from_config
 
     emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
     inputs = Inputs(cfg, progress)
-    run_dir = make_run_dir(cfg)
+    run_dir = resume or make_run_dir(cfg)
     if progress:
         log(f"run directory {run_dir}")
-    report = execute(cfg, run_dir, run_dir / "tensorboard", inputs=inputs, progress=progress)
-    write_run_files(run_dir, cfg, report)
+    try:
+        write_config(run_dir, cfg)
+        report = execute(cfg, run_dir, run_dir / "tensorboard", inputs=inputs, progress=progress,
+                         checkpoints=bool(cfg.train.checkpoint_every or resume))
+        write_run_files(run_dir, cfg, report)
+    except KeyboardInterrupt:
+        mark_interrupted(run_dir, True)
+        raise
+    mark_interrupted(run_dir, bool(report.get("incomplete")), report.get("interrupted_at_step"))
     return run_dir, report
+
+
+def resume_config(run_dir: str, sets: list[str]) -> tuple[Path, RunConfig]:
+    """(run directory, its RunConfig from config.yaml with `sets` applied) for `run --resume RUN_DIR`."""
+    import yaml
+
+    from tfbertperf.config import load_config
+    from tfbertperf.redact import REDACTED
+    from tfbertperf.train.checkpoint import latest_step
+
+    d = Path(run_dir)
+    try:
+        doc = yaml.safe_load((d / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"--resume {run_dir}: no readable config.yaml ({getattr(e, 'strerror', None) or e})") \
+            from None
+    if (d / "report.json").is_file() and not (d / "INTERRUPTED").is_file():
+        raise UsageError(f"--resume {run_dir}: this run finished (report.json); nothing to resume")
+    if not latest_step(d):
+        raise UsageError(f"--resume {run_dir}: no checkpoint to resume from (runs save them with "
+                         "--set train.checkpoint_every=N)")
+    flat = {f"{s}.{k}": v for s, body in (doc or {}).items() if isinstance(body, dict)
+            for k, v in body.items() if v != REDACTED}
+    for s in sets:
+        if "=" not in s:
+            raise UsageError(f"--set {s}: expected section.key=value")
+    cfg = load_config(overrides={**flat, **dict(s.split("=", 1) for s in sets)})
+    return d, dataclasses.replace(cfg, workload=str((doc or {}).get("workload") or cfg.workload))
 
 
 def worker_entry(cfg: RunConfig, worker_index: int, worker_dir: str, strategy) -> dict:
@@ -213,11 +262,12 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     """`tfbertperf run --workers N`: N local MultiWorkerMirrored workers on loopback ports, each profiled and
     attributed; report.json holds worker 0's view plus a `workers` list with every worker's attribution.
     Raises WorkerError (train/multiworker.py) when the group fails."""
-    from tfbertperf.report.build import bar_entry, make_run_dir, write_run_files
+    from tfbertperf.report.build import bar_entry, check_runs_root, make_run_dir, write_run_files
     from tfbertperf.report.plots import write_step_breakdown
     from tfbertperf.train.multiworker import launch_workers
 
     quiet_tf()
+    check_runs_root(cfg)
     Inputs(cfg, progress)  # prepare/validate the data once, before N processes would race for it
     run_dir = make_run_dir(cfg)
     log(f"run directory {run_dir}; launching {workers} local workers")
@@ -237,6 +287,7 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
                          title=f"Step-time breakdown per worker — {workers} workers, BERT-{cfg.model.size}")
     combined["artifacts"] = {"tensorboard": "tensorboard", "plots": ["plots/step_breakdown.png"],
                              "workers": [f"worker-{i}" for i in range(workers)]}
+    combined["retries"] = parts[0].get("retries") or []  # group re-runs after a worker crashed, and why
     write_run_files(run_dir, cfg, combined)
     return run_dir, combined
 

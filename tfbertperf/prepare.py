@@ -10,16 +10,16 @@ seed) is reachable with --set.  Progress goes to stderr; a one-line summary to s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+from tfbertperf.cliargs import Parser
 from tfbertperf.errors import cli_entry
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> Parser:
+    p = Parser(
         prog="tfbertperf prepare",
         description="Build a WordPiece vocab and TFRecord shards (pretraining or classification examples) "
         "into a local directory, gs:// or az://.",
@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
                    "(default: data.uri, else the embedded default data directory)")
     p.add_argument("--workload", metavar="NAME|FILE", help="workload YAML whose data/model sections apply")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a RunConfig field, e.g. --set data.dupe_factor=4 (repeatable)")
+                   help="override any RunConfig field, e.g. --set data.dupe_factor=4 (repeatable)")
     p.add_argument("--synthetic", action="store_true",
                    help="random pretraining records in the exact feature spec at realistic sizes (no corpus), fast; "
                         "give --examples N or --size 2GiB (data.seq_len, data.max_predictions apply)")

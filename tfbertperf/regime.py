@@ -49,8 +49,9 @@ def start_sampler(cfg):
 
 
 def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, strategy, capture, runs_ahead: bool,
-              sampler):
-    """Train (the real model, or the emulated devices); the sampler marks train_start / train_end."""
+              sampler, run_dir: str | None = None):
+    """Train (the real model, or the emulated devices); the sampler marks train_start / train_end.
+    `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none."""
     if sampler is not None:
         sampler.mark("train_start")
         capture = MarkingCapture(capture, sampler) if capture is not None else None
@@ -63,7 +64,7 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
         from tfbertperf.train.loop import train
 
         return train(cfg, dataset_fn, vocab_size, tb_dir, progress=say, strategy=strategy,
-                     input_runs_ahead=runs_ahead, capture=capture)
+                     input_runs_ahead=runs_ahead, capture=capture, run_dir=run_dir)
     finally:
         if sampler is not None:
             sampler.mark("train_end")

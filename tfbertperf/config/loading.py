@@ -109,6 +109,9 @@ def _validate(cfg: RunConfig) -> None:
             f"--set data.max_predictions={cfg.data.max_predictions}: must not exceed data.seq_len={cfg.data.seq_len}"
         )
     parse_window(cfg.profile.steps, cfg.train.steps)
+    if cfg.train.checkpoint_every and cfg.train.strategy == "multi_worker":
+        raise UsageError(f"--set train.checkpoint_every={cfg.train.checkpoint_every}: checkpoints are for "
+                         "single-process runs (not train.strategy=multi_worker)")
     uri = cfg.data.uri
     if uri and "://" in uri:
         scheme = uri.split("://", 1)[0].lower()
@@ -116,6 +119,12 @@ def _validate(cfg: RunConfig) -> None:
             from tfbertperf.redact import redact_text
 
             raise UsageError(f"--data {redact_text(uri)}: unknown URI scheme {scheme!r} (use a path, file://, gs:// or az://)")
+        if scheme == "az" and cfg.data.mode == "native":
+            from tfbertperf.redact import redact_text
+
+            raise UsageError(f"--data {redact_text(uri)}: data.mode=native reads through TensorFlow's own filesystem, "
+                             "which exists for gs:// only (tensorflow-io's az:// does not load on TF 2.21); "
+                             "use data.mode=stream or stage")
 
 
 def resolve_workload(name_or_file: str | None) -> tuple[str, dict]:
@@ -129,7 +138,11 @@ def resolve_workload(name_or_file: str | None) -> tuple[str, dict]:
         known = sorted(x.stem for x in WORKLOAD_DIR.glob("*.yaml"))
         raise UsageError(f"--workload {name_or_file}: no such workload file or name (known: {', '.join(known)})")
     try:
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--workload {p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UsageError(f"--workload {p}: cannot read ({e.strerror})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -157,13 +170,17 @@ def load_config(
     """
     name, doc = resolve_workload(workload)
     values: dict[str, dict[str, Any]] = {}
+    src = workload if workload and Path(workload).is_file() else f"{WORKLOAD_DIR / str(workload)}.yaml"
     for section, body in doc.items():
         if section not in _SECTION_CLASSES:
-            raise UsageError(f"--workload {workload}: unknown section {section!r}")
+            raise UsageError(f"--workload {src}: unknown section {section!r}")
         if not isinstance(body, dict):
-            raise UsageError(f"--workload {workload}: section {section!r} must be a mapping")
+            raise UsageError(f"--workload {src}: section {section!r} must be a mapping")
         for k, v in body.items():
-            _apply(values, f"{section}.{k}", v)
+            try:
+                _apply(values, f"{section}.{k}", v)
+            except UsageError as e:  # name the file and its key, not a --set the user never typed
+                raise UsageError(str(e).replace("--set ", f"--workload {src}: ", 1)) from None
     if data_uri:
         _apply(values, "data.uri", data_uri)
     for s in sets:
@@ -176,7 +193,21 @@ def load_config(
     sections = {s: cls(**values.get(s, {})) for s, cls in _SECTION_CLASSES.items()}
     cfg = RunConfig(workload=str(name), **sections)
     _validate(cfg)
-    return cfg
+    return _resolve_mode(cfg)
+
+
+def _resolve_mode(cfg: RunConfig) -> RunConfig:
+    """data.mode as it will be in force: remote modes apply to gs:// and az:// only (local files are read
+    locally), and remote data with the default `local` is streamed — so the config a report shows is the truth."""
+    scheme = cfg.data.uri.split("://", 1)[0].lower() if "://" in cfg.data.uri else "file"
+    mode = cfg.data.mode
+    if scheme == "file" and mode != "local":
+        mode = "local"
+    elif scheme in ("gs", "az") and mode == "local":
+        mode = "stream"
+    if mode == cfg.data.mode:
+        return cfg
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, mode=mode))
 
 
 def config_from_dict(d: dict) -> RunConfig:

@@ -102,6 +102,7 @@ class TrainConfig:
     learning_rate: float = 1e-4
     warmup_steps: int = 5  # steps excluded from throughput (tracing/compilation)
     log_every: int = 10  # progress line every N steps
+    checkpoint_every: int = 0  # save a checkpoint every N steps into <run dir>/checkpoints (0 = off; --resume)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ CHOICES = {
 
 # Lower bounds for numbers (inclusive)
 MINIMUM = {
+    ("train", "checkpoint_every"): 0,
     ("data", "seq_len"): 8,
     ("data", "max_predictions"): 1,
     ("data", "vocab_size"): 100,
@@ -233,5 +235,7 @@ def parse_window(spec, total_steps: int | None, label: str = "--set profile.step
     if not (0 <= start < stop):
         raise UsageError(f"{shown}: need 0 <= START < STOP")
     if total_steps is not None and stop > total_steps:
-        raise UsageError(f"{shown}: window ends after the last step (train.steps={total_steps})")
+        hint = (f"; the two move together: e.g. --set profile.steps={total_steps // 3}:{2 * total_steps // 3} "
+                "(or profile.steps=none)") if total_steps >= 3 else "; --set profile.steps=none"
+        raise UsageError(f"{shown}: window ends after the last step (train.steps={total_steps}){hint}")
     return start, stop

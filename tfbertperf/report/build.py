@@ -12,6 +12,18 @@ REPORT_SCHEMA = "tfbertperf.report/1"
 RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
 
 
+def check_runs_root(cfg) -> None:
+    """Before any work: run.out can be made (its nearest existing ancestor is a writable directory)."""
+    import os
+
+    p = Path(cfg.run.out).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK | os.X_OK):
+        why = "not a directory" if not p.is_dir() else "not writable"
+        raise UsageError(f"--set run.out={cfg.run.out}: cannot create the runs directory ({p} is {why})")
+
+
 def make_run_dir(cfg) -> Path:
     """runs/<UTC timestamp>-<workload>[-<name>]/ — created fresh, never reused (a suffix is added on collision)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -127,14 +139,39 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
     return report
 
 
-def write_run_files(run_dir: Path, cfg, report: dict) -> None:
-    """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted)."""
+INTERRUPTED = "INTERRUPTED"  # marker file in a run directory whose run was stopped by Ctrl-C (SIGINT)
+
+
+def write_config(run_dir: Path, cfg) -> None:
+    """config.yaml (atomically, secrets redacted): written first, so that a killed run can be resumed."""
     import yaml
 
+    from tfbertperf.report.io import atomic_write_text
+
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def mark_interrupted(run_dir: Path, interrupted: bool, at_step: int | None = None) -> None:
+    """Write the INTERRUPTED marker (at_step: the steps done when a report marked incomplete was written; None:
+    stopped before any report), or, for a run that completed, remove one left by an earlier, now resumed,
+    attempt."""
+    from tfbertperf.report.io import atomic_write_text
+
+    marker = Path(run_dir) / INTERRUPTED
+    if interrupted:
+        what = (f"after step {at_step}; report.json is marked incomplete" if at_step is not None
+                else "before a report was written")
+        atomic_write_text(marker, f"interrupted (SIGINT) {what}\n")
+    elif marker.exists():
+        marker.unlink()
+
+
+def write_run_files(run_dir: Path, cfg, report: dict) -> None:
+    """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted)."""
     from tfbertperf.report.io import atomic_write_json, atomic_write_text
     from tfbertperf.report.markdown import run_markdown
 
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_config(run_dir, cfg)
     atomic_write_json(run_dir / "environment.json", report.get("environment") or {})
     atomic_write_json(run_dir / "report.json", report)
     atomic_write_text(run_dir / "report.md", run_markdown(report))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,11 @@ def load_report(path: str) -> dict:
     try:
         doc = json.loads(p.read_text())
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such report") from None
+        runs = sorted(q.parent.name for q in Path(path).glob("*/report.json")) if Path(path).is_dir() else []
+        if runs:  # a runs root: say what to pass instead
+            raise UsageError(f"{path}: a runs root ({len(runs)} runs), not a run; pass run directories, "
+                             f"e.g. --reports {os.path.join(path, runs[0])} {os.path.join(path, runs[-1])}") from None
+        raise UsageError(f"{path}: no such report (give report.json files or run directories)") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UsageError(f"{path}: not valid JSON") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("tfbertperf.report/"):

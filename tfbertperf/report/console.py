@@ -153,6 +153,12 @@ def print_run_summary(run_dir, report: dict) -> None:
     print(f"\nBERT-{report['model'].get('size')} {report['model'].get('task')}: "
           f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
           f"{tp['examples_per_sec']:.1f} examples/s, step time mean {tp['step_time_ms']['mean']:.1f} ms")
+    if report.get("incomplete"):
+        planned = ((report.get("config") or {}).get("train") or {}).get("steps")
+        print(f"INCOMPLETE: interrupted (Ctrl-C) after step {report.get('interrupted_at_step')} of {planned}; "
+              "the figures cover the steps done")
+    if report.get("resumed_from_step"):
+        print(f"resumed from the checkpoint after step {report['resumed_from_step']}")
     if report.get("attribution"):
         print()
         print(attribution_table(report))

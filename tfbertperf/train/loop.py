@@ -35,6 +35,7 @@ import statistics
 import time
 from typing import Callable
 
+from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.optimizer import make_optimizer
 from tfbertperf.train.probe import Probe, probe_plan, recovery_steps
 from tfbertperf.train.result import TrainResult
@@ -89,6 +90,7 @@ def train(
     strategy=None,
     input_runs_ahead: bool = False,
     capture=None,
+    run_dir: str | None = None,
 ) -> TrainResult:
     """Train BERT for `cfg.train.steps` steps and measure where each step's wall time goes.
 
@@ -105,6 +107,10 @@ def train(
         train/probe.py); its recovery steps are then listed in extra["probe_recovery_steps"].
       capture: the profiled window's capture (`start() -> str`, `stop()`; profile/capture.py `Capture`), started
         before step START and stopped before step STOP of `profile.steps`; None = no profile.
+      run_dir: the run directory: checkpoints go to run_dir/checkpoints every `train.checkpoint_every` steps, and
+        a run_dir that already holds one resumes from it (train/checkpoint.py); None = no checkpoints.
+    Ctrl-C (KeyboardInterrupt) between steps ends the loop early: the result covers the steps done and says so
+    in extra["interrupted_at_step"] (no probe after the loop then); before the first step it propagates.
     Returns:
       TrainResult; times in milliseconds; `extra` holds model (describe), per_replica_batch_size, strategy,
       precision, jit, examples_per_sec (after warm-up), probe_step_times_ms, probe_blocks
@@ -133,67 +139,98 @@ def train(
         say(parameter_line(info))
         step_fn = make_train_step(model, optimizer, strategy, cfg.model.task, jit=cfg.train.jit)
         iterator = iter(distribute(strategy, dataset_fn, global_batch, per_replica))
+        ckpt = Checkpointer(run_dir, cfg.train.checkpoint_every, model, optimizer, iterator) if run_dir else None
+        resumed = ckpt.restore() if ckpt else Restored()
+        start = resumed.step
 
         steps = cfg.train.steps
-        warmup = min(cfg.train.warmup_steps, steps - 1)
+        # a resumed process traces its step again: its own warm-up starts at the resume point
+        warmup = min(start + cfg.train.warmup_steps, steps - 1)
         window = cfg.profile_window if capture is not None else None
+        if start:
+            say(f"resuming at step {start + 1}/{steps} from {ckpt.dir}")
+            if window and window[0] < start:
+                say(f"profiled window {window[0]}:{window[1]} began before the checkpoint: no profile this time")
+                window = None
         timer_on = cfg.profile.step_timer
-        step_ms: list[float] = []
-        wait_ms: list[float] = []
-        losses: list[tuple[int, float]] = []
+        step_ms: list[float] = list(resumed.state.get("step_times_ms", []))
+        wait_ms: list[float] = list(resumed.state.get("input_wait_ms", []))
+        losses: list[tuple[int, float]] = [tuple(x) for x in resumed.state.get("losses", [])]
         accuracy = 0.0
-        scalars: list[tuple[int, dict]] = []
+        scalars: list[tuple[int, dict]] = [tuple(x) for x in resumed.state.get("scalars", [])]
         first_batch = None
         clock = time.perf_counter
         plan = probe_plan(steps, warmup, window, cfg.profile.probe_steps, cfg.profile.probe_blocks)
         blocks_at = dict(plan)
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
+        if ckpt and ckpt.every:
+            syncs |= {s - 1 for s in range(ckpt.every, steps, ckpt.every)}
+        for _ in range(resumed.skip_batches):  # the checkpoint could not hold the iterator: fast-forward
+            next(iterator)
+        interrupted = None
         pending: list = []  # step outputs dispatched since the last sync point
         probe = Probe(step_fn, strategy, [*model.variables, *optimizer.variables],
                       hook=lambda kind: STEP_HOOK(kind) if STEP_HOOK is not None else None)
 
-        for i in range(steps):
-            if STEP_HOOK is not None:
-                STEP_HOOK("train")
-            if window and i == window[0]:
-                capture.start()
-            if window and i == window[1]:
-                capture.stop()
-            if i in blocks_at and first_batch is not None:
-                probe.run_block(first_batch, blocks_at[i])
-            t0 = clock()
-            # xprof finds a step only from this marker, and counts input only if next() runs inside it.
-            with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
-                batch = next(iterator)
-                t1 = clock() if timer_on else t0
-                pending.append((i, step_fn(batch)))  # dispatched; the device may still be running it
-                if i in syncs:  # wait for the device: every queued step is finished after this
-                    done = [(j, out.numpy().tolist()) for j, out in pending]
-            t2 = clock()
-            if first_batch is None:
-                first_batch = batch
-            step_ms.append((t2 - t0) * 1e3)
-            if timer_on:
-                wait_ms.append((t1 - t0) * 1e3)
-            if i not in syncs:
-                continue
-            pending = []
-            for j, (loss, accuracy) in done:
-                losses.append((j, loss))
-                row = {"loss": loss, "step_time_ms": step_ms[j], "examples_per_sec": global_batch * 1e3 / step_ms[j]}
-                row["mlm_accuracy" if cfg.model.task == "pretrain" else "accuracy"] = accuracy
-                scalars.append((j, row))
-            if (i + 1) % cfg.train.log_every == 0 or i + 1 == steps:
-                recent = step_ms[max(warmup, i + 1 - cfg.train.log_every): i + 1] or step_ms[-1:]
-                ms = statistics.fmean(recent)
-                say(f"step {i + 1}/{steps}  loss {loss:.4f}  {ms:.1f} ms/step  {global_batch * 1e3 / ms:.1f} examples/s")
+        try:
+            for i in range(start, steps):
+                if STEP_HOOK is not None:
+                    STEP_HOOK("train")
+                if window and i == window[0]:
+                    capture.start()
+                if window and i == window[1]:
+                    capture.stop()
+                if i in blocks_at and first_batch is not None:
+                    probe.run_block(first_batch, blocks_at[i])
+                t0 = clock()
+                # xprof finds a step only from this marker, and counts input only if next() runs inside it.
+                with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                    batch = next(iterator)
+                    t1 = clock() if timer_on else t0
+                    pending.append((i, step_fn(batch)))  # dispatched; the device may still be running it
+                    if i in syncs:  # wait for the device: every queued step is finished after this
+                        done = [(j, out.numpy().tolist()) for j, out in pending]
+                t2 = clock()
+                if first_batch is None:
+                    first_batch = batch
+                step_ms.append((t2 - t0) * 1e3)
+                if timer_on:
+                    wait_ms.append((t1 - t0) * 1e3)
+                if i not in syncs:
+                    continue
+                pending = []
+                for j, (loss, accuracy) in done:
+                    losses.append((j, loss))
+                    row = {"loss": loss, "step_time_ms": step_ms[j],
+                           "examples_per_sec": global_batch * 1e3 / step_ms[j]}
+                    row["mlm_accuracy" if cfg.model.task == "pretrain" else "accuracy"] = accuracy
+                    scalars.append((j, row))
+                if (i + 1) % cfg.train.log_every == 0 or i + 1 == steps:
+                    recent = step_ms[max(warmup, i + 1 - cfg.train.log_every): i + 1] or step_ms[-1:]
+                    ms = statistics.fmean(recent)
+                    say(f"step {i + 1}/{steps}  loss {loss:.4f}  {ms:.1f} ms/step  "
+                        f"{global_batch * 1e3 / ms:.1f} examples/s")
+                if ckpt and ckpt.due(i + 1, steps):  # a sync point: every loss so far is recorded
+                    ckpt.save(i + 1, {"losses": losses, "step_times_ms": step_ms, "input_wait_ms": wait_ms,
+                                      "scalars": scalars})
+        except KeyboardInterrupt:
+            interrupted = len(step_ms)  # steps completed; the one under way when Ctrl-C came is dropped
+            if interrupted <= start:
+                raise
+            for j, out in pending:
+                if j < interrupted:
+                    losses.append((j, out.numpy().tolist()[0]))
+            say(f"interrupted after step {interrupted}/{steps}")
+            steps = interrupted
+            if window and window[1] > steps:  # a partial window is no profile of the steps it names
+                window = None
         if capture is not None:
             capture.stop()
 
         # Stop the real pipeline before a probe block after the loop: its prefetch/interleave threads would
         # otherwise keep filling buffers and steal CPU from the compute-only steps.
         del iterator
-        if steps in blocks_at and first_batch is not None:
+        if steps in blocks_at and first_batch is not None and interrupted is None:
             probe.run_block(first_batch, blocks_at[steps])
         probe_ms = probe.step_times_ms
         if probe_ms:
@@ -204,7 +241,7 @@ def train(
         if tensorboard_dir:
             _write_scalars(tensorboard_dir, scalars)
         timed = step_ms[warmup:]
-        examples_per_sec = global_batch * len(timed) / (sum(timed) / 1e3)
+        examples_per_sec = global_batch * len(timed) / (sum(timed) / 1e3) if timed else 0.0
         key = "mlm_accuracy" if cfg.model.task == "pretrain" else "accuracy"
         return TrainResult(
             steps=steps,
@@ -233,6 +270,9 @@ def train(
                 "probe_blocks": [[p, n] for p, n in plan],
                 "probe_recovery_steps": recovery,
                 "threadpool_events": getattr(capture, "threadpool_events_status", None),
+                "interrupted_at_step": interrupted,
+                "resumed_from_step": start or None,
+                "checkpoints": ckpt.saved if ckpt else [],
                 **_worker_identity(strategy),
             },
         )

@@ -98,7 +98,9 @@ def launch_workers(
         Python error): TF 2.21's profiler sometimes segfaults collecting a multi-worker trace (see
         tfbertperf.train.strategy.MULTI_WORKER_HEARTBEAT_TIMEOUT_MS). Python errors are never retried.
     Returns:
-      the workers' result dicts, in worker index order (each has "worker_index" and "attempt" added).
+      the workers' result dicts, in worker index order (each has "worker_index", "attempt" and "retries" added:
+      one {"attempt", "worker", "signal", "log", "stack"} per crashed attempt — the crashed worker's log is kept
+      as out_dir/crash-<attempt>-worker-<i>.log and `stack` holds its faulthandler lines).
     Raises:
       WorkerError when a worker exits non-zero (after the retries, for crashes) or the group times out.
     """
@@ -108,22 +110,39 @@ def launch_workers(
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, strategy="multi_worker"))
     config_file = out / "config.json"
     config_file.write_text(json.dumps(cfg.to_dict(), indent=1))
+    crashes: list[dict] = []
     for attempt in range(1, retries + 2):
         try:
             results = _run_group(config_file, n, out, entry, timeout_s, say)
         except _WorkerCrashed as crash:
+            kept = out / f"crash-{attempt}-worker-{crash.worker}.log"
+            shutil.copyfile(crash.log, kept)  # the rerun clears the worker's directory
+            crashes.append({"attempt": attempt, "worker": crash.worker, "signal": crash.signal, "log": kept.name,
+                            "stack": _fault_stack(kept)})
             if attempt > retries:
                 raise WorkerError(str(crash)) from None
             say(f"{crash}; rerunning all {n} workers (attempt {attempt + 1}/{retries + 1})")
             continue
         for d in results:
             d["attempt"] = attempt
+            d["retries"] = crashes
         return results
     raise AssertionError("unreachable")
 
 
 class _WorkerCrashed(WorkerError):
     """A worker died from a signal (SIGSEGV/SIGABRT inside TF)."""
+
+    def __init__(self, worker: int, sig: str, log: Path) -> None:
+        super().__init__(f"worker {worker} crashed ({sig}) — log: {log}")
+        self.worker, self.signal, self.log = worker, sig, log
+
+
+def _fault_stack(log: Path, lines: int = 12) -> str:
+    """The faulthandler part of a crashed worker's log ("Fatal Python error: …" and the frames after it)."""
+    text = log.read_text(errors="replace").splitlines()
+    at = next((i for i, ln in enumerate(text) if ln.startswith("Fatal Python error")), max(0, len(text) - lines))
+    return "\n".join(text[at: at + lines])
 
 
 def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say) -> list[dict]:
@@ -152,8 +171,8 @@ def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say)
                     continue
                 pending.discard(i)
                 if code < 0:
-                    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
-                    raise _WorkerCrashed(f"worker {i} crashed ({name}) — log: {wdir / 'log.txt'}")
+                    name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(code)
+                    raise _WorkerCrashed(i, name, wdir / "log.txt")
                 if code != 0:
                     raise WorkerError(
                         f"worker {i} failed (exit {code}): {_last_line(wdir / 'log.txt')} — log: {wdir / 'log.txt'}"

@@ -1,0 +1,126 @@
+"""Bad input everywhere (issue 15 item 6): every subcommand, given a bad flag, value, URI, path or config, exits
+with status 2 and exactly one line on stderr that names the culprit — never a traceback, never a run directory.
+
+Each case runs the command's `main` in this process (the same code `tfbertperf <cmd>` runs; cli_entry turns a
+UsageError into the line and the exit status); one case per command also runs as a real subprocess."""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "not.json").write_text("{ this is not json")
+    (d / "list.json").write_text("[1, 2]")
+    (d / "typo.yaml").write_text("train:\n  batchsize: 8\n")
+    (d / "broken.yaml").write_text("train: [unclosed\n")
+    (d / "listdoc.yaml").write_text("- a\n- b\n")
+    (d / "badvalue.yaml").write_text("model:\n  size: gigantic\n")
+    (d / "bad.xplane.pb").write_bytes(b"\x00\x01 definitely not a protobuf xplane \xff" * 10)
+    (d / "empty_logdir").mkdir()
+    runs = d / "runs"
+    for name in ("20260101T000000Z-default", "20260102T000000Z-default"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "report.json").write_text('{"schema": "tfbertperf.report/1"}')
+    (d / "file").write_text("a file where a directory should be")
+    return d
+
+
+# (command, argv with {d} for the fixture directory, text the one line must contain)
+CASES = [
+    ("run", ["--bogus-flag"], "--bogus-flag"),
+    ("run", ["--set", "pipeline.bogus=1"], "pipeline.bogus"),
+    ("run", ["--set", "train.batch_size=lots"], "train.batch_size"),
+    ("run", ["--set", "model.size=gigantic"], "model.size"),
+    ("run", ["--set", "nodot"], "nodot"),
+    ("run", ["--set", "train.steps=30"], "profile.steps=10:20"),
+    ("run", ["--set", "train.checkpoint_every=-1"], "train.checkpoint_every"),
+    ("run", ["--data", "s3://bucket/shards"], "s3"),
+    ("run", ["--data", "{d}/no/such/dir"], "{d}/no/such/dir"),
+    ("run", ["--data", "az://c/p", "--set", "data.mode=native"], "data.mode=native"),
+    ("run", ["--workload", "no_such_workload"], "no_such_workload"),
+    ("run", ["--workload", "{d}/typo.yaml"], "{d}/typo.yaml: train.batchsize"),
+    ("run", ["--workload", "{d}/broken.yaml"], "{d}/broken.yaml"),
+    ("run", ["--workload", "{d}/listdoc.yaml"], "{d}/listdoc.yaml"),
+    ("run", ["--workload", "{d}/badvalue.yaml"], "model.size"),
+    ("run", ["--workers", "-1"], "--workers"),
+    ("run", ["--workers", "two"], "--workers"),
+    ("run", ["--resume", "{d}/nope"], "{d}/nope"),
+    ("run", ["--set", "run.out={d}/file/runs"], "run.out"),
+    ("prepare", ["--bogus"], "--bogus"),
+    ("prepare", ["--set", "data.bogus=1"], "data.bogus"),
+    ("prepare", ["--set", "data.corpus={d}/no_corpus.txt"], "{d}/no_corpus.txt"),
+    ("prepare", ["--out", "s3://bucket/x"], "s3"),
+    ("prepare", ["--synthetic"], "--examples"),
+    ("prepare", ["--synthetic", "--examples", "0"], "--examples"),
+    ("prepare", ["--synthetic", "--size", "12 parsecs"], "12 parsecs"),
+    ("prepare", ["--examples", "5"], "--synthetic"),
+    ("prepare", ["--workload", "{d}/typo.yaml"], "{d}/typo.yaml"),
+    ("compare", [], "--matrix"),
+    ("compare", ["--bogus"], "--bogus"),
+    ("compare", ["--matrix", "pipeline.preset=naive,turbo", "--out", "{d}/cmp"], "turbo"),
+    ("compare", ["--matrix", "nonsense", "--out", "{d}/cmp"], "nonsense"),
+    ("compare", ["--reports", "{d}/no_report.json", "{d}/not.json"], "{d}/no_report.json"),
+    ("compare", ["--reports", "{d}/not.json", "{d}/not.json"], "{d}/not.json"),
+    ("compare", ["--reports", "{d}/list.json", "{d}/list.json"], "{d}/list.json"),
+    ("compare", ["--reports", "{d}/runs"], "runs root"),
+    ("analyze", [], "path"),
+    ("analyze", ["--bogus", "x"], "--bogus"),
+    ("analyze", ["{d}/no/such/logdir"], "{d}/no/such/logdir"),
+    ("analyze", ["{d}/empty_logdir"], "{d}/empty_logdir"),
+    ("analyze", ["{d}/bad.xplane.pb"], "{d}/bad.xplane.pb"),
+    ("analyze", ["{d}/empty_logdir", "{d}/not.json"], "{d}/empty_logdir"),
+    ("env", ["--bogus"], "--bogus"),
+    ("env", ["--diff", "{d}/not.json"], "--diff"),
+    ("env", ["--diff", "{d}/nope.json", "{d}/not.json"], "{d}/nope.json"),
+    ("env", ["--diff", "{d}/not.json", "{d}/not.json"], "{d}/not.json"),
+    ("env", ["--diff", "{d}/list.json", "{d}/list.json"], "{d}/list.json"),
+    ("env", ["--rtol", "tight"], "--rtol"),
+    ("env", ["--out", "{d}/no/such/dir/env.json", "--no-probe"], "{d}/no/such/dir"),
+    ("env", ["--data", "s3://bucket/x", "--no-probe"], "s3"),
+    ("tokenize", [], "--check"),
+    ("tokenize", ["--check", "--limit", "0"], "--limit"),
+    ("tokenize", ["--check", "--corpus", "{d}/no_corpus.txt"], "{d}/no_corpus.txt"),
+    ("tokenize", ["--check", "--data", "s3://bucket/x"], "s3"),
+]
+
+
+@pytest.mark.parametrize("cmd, argv, culprit", CASES, ids=[f"{c}:{' '.join(a)}" for c, a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2(cmd, argv, culprit, files, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # a run directory made by mistake would land here
+    main = importlib.import_module(f"tfbertperf.{cmd}").main
+    argv = [a.format(d=files) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert e.value.code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("tfbertperf: error:"), err
+    assert culprit.format(d=files) in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists() and not list(Path(files).glob("cmp/*")), "a bad input left a directory"
+
+
+@pytest.mark.parametrize("cmd, argv, culprit", [
+    ("run", ["--set", "train.steps=30"], "profile.steps"),
+    ("prepare", ["--set", "data.bogus=1"], "data.bogus"),
+    ("compare", ["--matrix", "nonsense"], "nonsense"),
+    ("analyze", ["/no/such/logdir"], "/no/such/logdir"),
+    ("env", ["--diff", "/no/a.json", "/no/b.json"], "/no/a.json"),
+    ("tokenize", ["--check", "--limit", "0"], "--limit"),
+])
+def test_bad_input_through_the_console_script(cmd, argv, culprit, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tfbertperf", cmd, *argv], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and culprit in lines[0], r.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,214 @@
+"""Checkpoints, resume and interruption (issue 15 item 3, issue 17 findings 5-6): a run killed with SIGKILL and
+resumed with --resume continues the uninterrupted run's loss trajectory (same seed, same batches); Ctrl-C writes a
+report marked incomplete and an INTERRUPTED marker; checkpoints are never half-written."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfbertperf.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
+STEPS = 40
+RUN = SMALL_DATA + ["train.deterministic=true", f"train.steps={STEPS}", "profile.steps=none",
+                    "profile.probe_steps=0", "train.checkpoint_every=5", "train.log_every=5", "train.batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    from tfbertperf.data.prepare import prepare_data
+
+    d = tmp_path_factory.mktemp("data") / "shards"
+    prepare_data(load_config(sets=SMALL_DATA), str(d), progress=False)
+    return d
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tfbertperf.run", *args]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _sets(items) -> list[str]:
+    return [x for s in items for x in ("--set", s)]
+
+
+def _start_and_stop_at(cmd: list[str], runs: Path, sig: int, at_step: int, timeout: float = 240) -> tuple[Path, int]:
+    """Start cmd; once the run's latest checkpoint holds >= at_step steps send `sig`; (run dir, exit status)."""
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            latest = list(runs.glob("*/checkpoints/latest.json"))
+            if latest and json.loads(latest[0].read_text())["step"] >= at_step:
+                proc.send_signal(sig)
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended (rc {proc.returncode}) before step {at_step}: "
+                            f"{proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.01)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run_dir,) = runs.iterdir()
+    return run_dir, rc
+
+
+def test_sigkill_then_resume_continues_the_uninterrupted_run(data_dir, tmp_path):
+    from tfbertperf.job import run
+
+    # the uninterrupted run, same seed and settings
+    _, whole = run(load_config(data_uri=str(data_dir), sets=RUN + [f"run.out={tmp_path / 'whole'}"]), progress=False)
+
+    runs = tmp_path / "killed"
+    # slowed reads keep the killed run in training while the test watches for its checkpoint; data are unchanged
+    run_dir, rc = _start_and_stop_at(_cli("--data", str(data_dir), *_sets(RUN + [f"run.out={runs}",
+                                          "data.read_latency_ms=20"])), runs, signal.SIGKILL, at_step=10)
+    assert rc == -signal.SIGKILL
+    assert not (run_dir / "report.json").exists() and (run_dir / "config.yaml").is_file()
+    done = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+    assert 10 <= done < STEPS and done % 5 == 0
+
+    r = subprocess.run(_cli("--resume", str(run_dir), "--set", "data.read_latency_ms=0"), env=_env(),
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resuming at step {done + 1}/{STEPS}" in r.stderr
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert rep["resumed_from_step"] == done and "incomplete" not in rep
+    assert rep["throughput"]["steps"] == STEPS
+    resumed, uninterrupted = dict(rep["training"]["loss_trajectory"]), dict(whole["training"]["loss_trajectory"])
+    assert sorted(resumed) == list(range(STEPS))
+    # the steps after the checkpoint were trained by the resumed process: same batches, same weights → same losses
+    after = range(done, STEPS)
+    assert max(abs(resumed[i] - uninterrupted[i]) for i in after) < 1e-4 * max(abs(uninterrupted[i]) for i in after)
+    # not trivially so: the losses move, and the same steps from the run's start (the batches and weights a
+    # resume that restored nothing would use) are different numbers
+    assert len({round(resumed[i], 4) for i in after}) > 5
+    assert max(abs(resumed[i] - uninterrupted[i - done]) for i in after) > 1e-3
+    assert not list(run_dir.rglob("*.tmp")) and not list((run_dir / "checkpoints").glob(".tmp-*"))
+
+
+def test_sigint_writes_an_incomplete_report_and_a_marker(data_dir, tmp_path, capsys):
+    from tfbertperf.analyze import main as analyze_main
+
+    runs = tmp_path / "runs"
+    run_dir, rc = _start_and_stop_at(_cli("--data", str(data_dir), *_sets(RUN + [
+        f"run.out={runs}", "data.read_latency_ms=20", "profile.steps=5:35"])), runs, signal.SIGINT, at_step=10)
+    assert rc == 130
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert rep["incomplete"] is True and 10 <= rep["interrupted_at_step"] < STEPS
+    assert rep["throughput"]["steps"] == rep["interrupted_at_step"]
+    assert len(rep["training"]["loss_trajectory"]) == rep["interrupted_at_step"]
+    assert "interrupted (SIGINT) after step" in (run_dir / "INTERRUPTED").read_text()
+    assert (run_dir / "config.yaml").is_file() and not list(run_dir.rglob("*.tmp"))
+    assert rep["attribution"] is None  # the window 5:35 was cut short: no attribution of a partial window
+    # analyze reads the partial profile and says where it comes from (issue 17 finding 6)
+    assert analyze_main([str(run_dir / "tensorboard"), "--json", "--no-trace"]) == 0
+    out, err = capsys.readouterr()
+    assert "interrupted (SIGINT) after step" in json.loads(out)["profile"]["interrupted"]
+    assert "this profile is from an interrupted run" in err
+    # the interrupted run can be resumed and then is complete: the marker goes
+    r = subprocess.run(_cli("--resume", str(run_dir), "--set", "data.read_latency_ms=0"), env=_env(),
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert "incomplete" not in rep and rep["throughput"]["steps"] == STEPS
+    assert not (run_dir / "INTERRUPTED").exists()
+
+
+def test_a_half_written_checkpoint_is_never_restored(tmp_path):
+    """A writer killed mid-save leaves a hidden temporary directory: restore uses the last complete checkpoint
+    and the next save clears the debris."""
+    import keras
+    import tensorflow as tf
+
+    from tfbertperf.train.checkpoint import Checkpointer, latest_step
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.Adam()
+    opt.build(model.trainable_variables)
+    it = iter(tf.data.Dataset.range(100))
+    ck = Checkpointer(tmp_path, 2, model, opt, it)
+    next(it), next(it)
+    ck.save(2, {"losses": [[0, 1.0], [1, 0.5]]})
+    saved = [v.numpy().copy() for v in model.weights]
+    stray = tmp_path / "checkpoints" / ".tmp-00000004-999"
+    stray.mkdir()
+    (stray / "ckpt.index").write_bytes(b"\x00garbage")
+    for v in model.weights:
+        v.assign(v + 1.0)
+    it2 = iter(tf.data.Dataset.range(100))
+    restored = Checkpointer(tmp_path, 2, model, opt, it2).restore()
+    assert restored.step == 2 == latest_step(tmp_path) and restored.state["losses"][1] == [1, 0.5]
+    assert all((a == v.numpy()).all() for a, v in zip(saved, model.weights))
+    assert int(next(it2)) == 2  # the iterator's position came back with it
+    ck.save(4, {})
+    assert not stray.exists() and latest_step(tmp_path) == 4
+
+
+def test_resume_errors_are_one_line(tmp_path, capsys):
+    from tfbertperf.run import main
+
+    (tmp_path / "config.yaml").write_text("train: {steps: 10}\n")
+    for argv, culprit in ((["--resume", str(tmp_path / "nope")], "no readable config.yaml"),
+                          (["--resume", str(tmp_path)], "no checkpoint to resume from"),
+                          (["--resume", str(tmp_path), "--workload", "naive"], "only --set may be added")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and culprit in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_config_checks_run_before_the_run_directory_exists(tmp_path, capsys):
+    """issue 17 finding 5: az:// + native fails at config time, before any model or run directory."""
+    from tfbertperf.run import main
+
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as e:
+        main(["--data", "az://c/p", "--set", "data.mode=native", "--set", f"run.out={out}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "data.mode=native" in err and "az://c/p" in err
+    assert not out.exists()
+
+
+def test_data_mode_resolved_into_the_config():
+    assert load_config(data_uri="az://c/p").data.mode == "stream"
+    assert load_config(data_uri="gs://b/p", sets=["data.mode=stage"]).data.mode == "stage"
+    assert load_config(data_uri="/tmp/x", sets=["data.mode=stream"]).data.mode == "local"
+    assert load_config().data.mode == "local"
+
+
+def test_a_pipeline_tf_data_cannot_save_is_fast_forwarded_on_resume(tmp_path):
+    """data.mode=stream reads through a Python generator, which tf.data cannot checkpoint: the checkpoint then
+    holds the model and optimizer, and the resumed loop skips the batches already consumed."""
+    import keras
+    import tensorflow as tf
+
+    from tfbertperf.train.checkpoint import Checkpointer
+
+    def gen():
+        yield from range(100)
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.Adam()
+    opt.build(model.trainable_variables)
+    ds = tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec((), tf.int64))
+    it = iter(ds)
+    for _ in range(3):
+        next(it)
+    Checkpointer(tmp_path, 3, model, opt, it).save(3, {})
+    state = json.loads((tmp_path / "checkpoints" / "step-00000003" / "state.json").read_text())
+    assert state["iterator"] is False and state["iterator_not_saved"]
+    restored = Checkpointer(tmp_path, 3, model, opt, iter(ds)).restore()
+    assert restored.step == 3 and restored.skip_batches == 3

@@ -1,0 +1,24 @@
+"""A multi-worker group re-run after a worker crash records it (issue 15 item 4, the part done): which attempt,
+which worker, which signal, the kept log and the faulthandler stack of the crash."""
+
+import os
+from pathlib import Path
+
+from tfbertperf.config import load_config
+from tfbertperf.train.multiworker import launch_workers
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def test_a_crashed_worker_reruns_the_group_and_the_result_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PROGRAMS), os.environ.get("PYTHONPATH", "")]))
+    cfg = load_config(overrides={"train.steps": 2, "profile.steps": "none"})
+    lines = []
+    results = launch_workers(cfg, 2, tmp_path, entry="crash_once:entry", timeout_s=300, progress=lines.append,
+                             retries=1)
+    assert [r["ok"] for r in results] == [True, True] and [r["attempt"] for r in results] == [2, 2]
+    (crash,) = results[0]["retries"]
+    assert crash["attempt"] == 1 and crash["worker"] == 0 and crash["signal"] == "SIGSEGV"
+    assert (tmp_path / crash["log"]).is_file()
+    assert "Segmentation fault" in crash["stack"] and "segfault_in_native_code" in crash["stack"]
+    assert any("rerunning all 2 workers" in line for line in lines)
