@@ -45,6 +45,15 @@ def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, di
     return uri, manifest
 
 
+def check_init(cfg: RunConfig, manifest: dict | None = None) -> None:
+    """model.init: a checkpoint that cannot load is one line before any data work or run directory (and, given
+    the data's manifest, a vocab larger than the checkpoint's)."""
+    if cfg.model.init:
+        from tfbertperf.model.hf_preflight import preflight
+
+        preflight(cfg.model.init, cfg.data.seq_len, int(manifest["vocab_size"]) if manifest else 0)
+
+
 class Inputs:
     """Everything the data side hands to a training process: backend, data URI, manifest, shard list."""
 
@@ -67,7 +76,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.capture import Capture
     from tfbertperf.profile.xprof_tools import find_xplanes
-    from tfbertperf.report.build import bar_entry, build_report, steady_step_ms
+    from tfbertperf.report.build import bar_entry, build_report, steady_step_ms, tokenizer_block
     from tfbertperf.storage import open_shards
     from tfbertperf.train.loop import train
 
@@ -128,6 +137,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
     report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
+    report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     return report
 
@@ -142,7 +152,9 @@ def run(cfg: RunConfig, progress: bool = True) -> tuple[Path, dict]:
     from tfbertperf.report.build import make_run_dir, write_run_files
 
     quiet_tf()
+    check_init(cfg)
     inputs = Inputs(cfg, progress)
+    check_init(cfg, inputs.manifest)
     run_dir = make_run_dir(cfg)
     if progress:
         log(f"run directory {run_dir}")
@@ -190,7 +202,8 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     from tfbertperf.train.multiworker import launch_workers
 
     quiet_tf()
-    Inputs(cfg, progress)  # prepare/validate the data once, before N processes would race for it
+    check_init(cfg)
+    check_init(cfg, Inputs(cfg, progress).manifest)  # prepare/validate the data once, before N processes race
     run_dir = make_run_dir(cfg)
     log(f"run directory {run_dir}; launching {workers} local workers")
     parts = launch_workers(cfg, workers, run_dir, entry="tfbertperf.job:worker_entry",
