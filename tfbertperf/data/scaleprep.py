@@ -37,8 +37,8 @@ DOWNLOAD_BYTES = 16 << 20
 
 def corpus_inputs(spec: str, data_cfg, tmp_dir: str, say) -> list[str]:
     """--corpus FILE | DIR | gs://… | az://… (comma-separated allowed) → local files, in order.  A directory
-    gives its regular files (recursively, hidden ones skipped, sorted); a gs:// / az:// prefix its objects,
-    copied into `tmp_dir`."""
+    gives its regular files (recursively, hidden ones skipped, sorted); a gs:// / az:// prefix its objects
+    (hidden names skipped too, in URI order), copied into `tmp_dir`."""
     from tfbertperf.storage.base import split_uri
 
     out: list[str] = []
@@ -68,7 +68,7 @@ def _download(uri: str, data_cfg, tmp_dir: str, say) -> list[str]:
     from tfbertperf.storage import open_backend
 
     backend = open_backend(uri, data_cfg)
-    objs = [o for o in backend.list(uri) if o.size > 0]
+    objs = [o for o in backend.list(uri) if o.size > 0 and not o.uri.rsplit("/", 1)[-1].startswith(".")]
     if not objs:
         raise UsageError(f"--corpus {redact_text(uri)}: no objects under this prefix")
     paths = []
