@@ -71,6 +71,20 @@ def test_the_vocab_beside_the_checkpoint_becomes_data_vocab(tmp_path):
         load_config(sets=[f"model.init={tmp_path / 'nowhere'}"])
 
 
+def test_a_cased_checkpoint_is_refused_in_one_line(tmp_path):
+    from tfbertperf.model.hf_preflight import preflight
+
+    d = hf_dir(tmp_path / "cased")[0]
+    assert preflight(d, 32, len(VOCAB)).num_layers == 3
+    Path(d, "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    assert preflight(d, 32, len(VOCAB)).hidden == 64
+    Path(d, "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    with pytest.raises(UsageError, match=r"tokenizer_config.json: do_lower_case=false \(a cased model\)"):
+        preflight(d, 32, len(VOCAB))
+    with pytest.raises(UsageError, match="data.seq_len=65: .* has 64 positions"):
+        preflight(hf_dir(tmp_path / "short")[0], 65, len(VOCAB))
+
+
 def _cli(*args, cwd) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, text=True,
@@ -100,7 +114,7 @@ def test_bad_checkpoints_are_one_line_exit_2_before_a_run_directory(tmp_path):
     procs = {d: _cli("tfbertperf.run", "--set", f"model.init={d}", "--set", f"run.out={runs}", cwd=tmp_path)
              for d in cases}
     for d, want in cases.items():
-        out, err = procs[d].communicate(timeout=120)
+        out, err = procs[d].communicate(timeout=600)
         lines = [ln for ln in err.splitlines() if ln.startswith("tfbertperf: error:")]  # (TF's start-up chatter aside)
         assert procs[d].returncode == 2, (d, err)
         assert len(lines) == 1 and want in lines[0] and "Traceback" not in err, (d, err)

@@ -9,6 +9,7 @@ tensor, a non-BERT config or an unreadable model.safetensors is one line before 
 
 from __future__ import annotations
 
+import json
 import os
 
 from tfbertperf.errors import UsageError
@@ -34,6 +35,22 @@ def encoder_shapes(c: BertConfig) -> dict[str, tuple]:
     return out
 
 
+def _check_casing(d: str) -> None:
+    """Our tokenizer lower-cases and strips accents (uncased BERT); a cased checkpoint's tokenizer_config.json
+    says do_lower_case=false, and its vocab would be met with lower-cased text: refused rather than trained."""
+    path = os.path.join(d, "tokenizer_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lower = json.load(f).get("do_lower_case", True)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, AttributeError) as e:
+        raise UsageError(f"{path}: unreadable ({' '.join(str(e).split())})") from None
+    if lower is False:
+        raise UsageError(f"{path}: do_lower_case=false (a cased model); tfbertperf's tokenizer is uncased "
+                         f"(lower-case + accent strip), so the data would not match this vocab")
+
+
 def preflight(path, seq_len: int, vocab_size: int) -> BertConfig:
     """Check a HF BERT directory before anything is built or a run directory is made: config.json is BERT's,
     model.safetensors is readable, every embedding/encoder tensor is there in its shape and dtype, nothing
@@ -41,6 +58,7 @@ def preflight(path, seq_len: int, vocab_size: int) -> BertConfig:
     our BertConfig; any problem is one UsageError line naming the file and the tensor."""
     d = _model_dir(path)
     cfg = read_hf_config(d)
+    _check_casing(d)
     tensors, files = _read_checkpoint(d)
     have = {_canonical(n): n for n in tensors}
     want = encoder_shapes(cfg)
