@@ -47,6 +47,15 @@ def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, di
     return uri, manifest
 
 
+def check_init(cfg: RunConfig, manifest: dict | None = None) -> None:
+    """model.init: a checkpoint that cannot load is one line before any data work or run directory (and, given
+    the data's manifest, a vocab larger than the checkpoint's)."""
+    if cfg.model.init:
+        from tfbertperf.model.hf_preflight import preflight
+
+        preflight(cfg.model.init, cfg.data.seq_len, int(manifest["vocab_size"]) if manifest else 0)
+
+
 class Inputs:
     """Everything the data side hands to a training process: backend, data URI, manifest, shard list."""
 
@@ -79,7 +88,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.capture import Capture
     from tfbertperf.profile.xprof_tools import find_xplanes
-    from tfbertperf.report.build import bar_entry, build_report, steady_step_ms
+    from tfbertperf.report.build import bar_entry, build_report, steady_step_ms, tokenizer_block
     from tfbertperf.storage import open_shards
     from tfbertperf.storage.integrity import storage_errors
     from tfbertperf.train.emulate import from_config as emulation_from_config
@@ -156,6 +165,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
     report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
+    report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:
         report["incomplete"] = True  # Ctrl-C: the steps done, no probe after the loop, no partial profile
@@ -184,7 +194,9 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     from tfbertperf.train.emulate import from_config as emulation_from_config
 
     emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
+    check_init(cfg)
     inputs = Inputs(cfg, progress)
+    check_init(cfg, inputs.manifest)
     run_dir = resume or make_run_dir(cfg)
     if progress:
         log(f"run directory {run_dir}")
@@ -268,7 +280,8 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
 
     quiet_tf()
     check_runs_root(cfg)
-    Inputs(cfg, progress)  # prepare/validate the data once, before N processes would race for it
+    check_init(cfg)
+    check_init(cfg, Inputs(cfg, progress).manifest)  # prepare/validate the data once, before N processes race
     run_dir = make_run_dir(cfg)
     log(f"run directory {run_dir}; launching {workers} local workers")
     parts = launch_workers(cfg, workers, run_dir, entry="tfbertperf.job:worker_entry",

@@ -1,6 +1,7 @@
 """`tfbertperf prepare` / `python -m tfbertperf.prepare`: build vocab + TFRecord shards + manifest.json.
 
     tfbertperf prepare [--out URI] [--workload W] [--set data.x=v ...]
+    tfbertperf prepare --corpus FILE|DIR|gs://…|az://… [--workers N] [--out URI] [--set data.x=v ...]
 
 --out is a local directory, file://, gs://bucket/prefix or az://container/prefix (default: data.uri, or the
 embedded default data directory).  The task comes from model.task (pretrain | classify); every data.* knob
@@ -29,6 +30,11 @@ def _parser() -> Parser:
     p.add_argument("--workload", metavar="NAME|FILE", help="workload YAML whose data/model sections apply")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any RunConfig field, e.g. --set data.dupe_factor=4 (repeatable)")
+    p.add_argument("--corpus", metavar="FILE|DIR|URI",
+                   help="corpus-scale pretraining data from text files (one sentence per line, blank line between "
+                        "documents): a file, a directory, gs://… or az://… (comma-separated allowed); streamed in "
+                        "chunks, instances made in --workers processes, progress with ETA")
+    p.add_argument("--workers", type=int, metavar="N", help="--corpus: worker processes (default: usable cores)")
     p.add_argument("--synthetic", action="store_true",
                    help="random pretraining records in the exact feature spec at realistic sizes (no corpus), fast; "
                         "give --examples N or --size 2GiB (data.seq_len, data.max_predictions apply)")
@@ -81,6 +87,10 @@ def main(argv=None) -> int:
     cfg = load_config(args.workload, None, args.sets)
     out = args.out or cfg.resolved_data_uri()
     t0 = time.perf_counter()
+    if args.workers is not None and (args.workers < 1 or not args.corpus):
+        from tfbertperf.errors import UsageError
+
+        raise UsageError(f"--workers {args.workers}: must be >= 1 and goes with --corpus")
     if args.synthetic:
         m = _synthetic(cfg, out, args)
     elif args.examples is not None or args.size is not None:
@@ -88,7 +98,7 @@ def main(argv=None) -> int:
 
         raise UsageError("--examples/--size go with --synthetic")
     else:
-        m = prepare_data(cfg, out, progress=not args.quiet)
+        m = prepare_data(cfg, out, progress=not args.quiet, corpus=args.corpus, workers=args.workers)
     extra = f", {m['num_labels']} labels" if m["task"] == "classify" else ""
     print(
         f"prepared {m['num_examples']} {m['task']} examples (seq_len {m['seq_len']}, vocab {m['vocab_size']}"

@@ -6,6 +6,7 @@ A bad key, type or value raises UsageError naming it (with "did you mean" for ne
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -191,7 +192,7 @@ def load_config(
     for k, v in (overrides or {}).items():
         _apply(values, k, v)
     sections = {s: cls(**values.get(s, {})) for s, cls in _SECTION_CLASSES.items()}
-    cfg = RunConfig(workload=str(name), **sections)
+    cfg = _with_init_vocab(RunConfig(workload=str(name), **sections))
     _validate(cfg)
     return _resolve_mode(cfg)
 
@@ -208,6 +209,21 @@ def _resolve_mode(cfg: RunConfig) -> RunConfig:
     if mode == cfg.data.mode:
         return cfg
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, mode=mode))
+
+
+def _with_init_vocab(cfg: RunConfig) -> RunConfig:
+    """model.init=DIR: the directory must exist; its vocab.txt becomes data.vocab unless one is given, so the
+    data are tokenized with the checkpoint's own vocabulary (ids match its embedding rows)."""
+    init = cfg.model.init
+    if not init:
+        return cfg
+    if not os.path.isdir(init):
+        raise UsageError(f"--set model.init={init}: no such directory (expected a Hugging Face BERT directory: "
+                         f"config.json + model.safetensors)")
+    vocab = os.path.join(init, "vocab.txt")
+    if cfg.data.vocab or not os.path.isfile(vocab):
+        return cfg
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, vocab=vocab))
 
 
 def config_from_dict(d: dict) -> RunConfig:

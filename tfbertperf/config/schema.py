@@ -48,6 +48,7 @@ class ModelConfig:
     task: str = "pretrain"  # pretrain (MLM+NSP) | classify (sequence classification)
     dropout: float = 0.1  # hidden and attention dropout
     num_labels: int = 2  # classify only
+    init: str = ""  # a local Hugging Face BERT directory (config.json + model.safetensors): architecture + weights
 
 
 @dataclass(frozen=True)

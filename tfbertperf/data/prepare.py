@@ -78,12 +78,14 @@ def _write_shards(out_dir: str, names: list[str], records: list[bytes]) -> list[
     return shards
 
 
-def _vocab(cfg, sentences: list[str], say) -> tuple[list[str], str]:
+def _vocab(cfg, sentences, say) -> tuple[list[str], str]:
+    """data.vocab, or a vocab learned from `sentences` (a list, or a function returning one)."""
     if cfg.data.vocab:
         tokens = load_vocab_file(cfg.data.vocab)
         say(f"vocab: {len(tokens)} tokens from {cfg.data.vocab}")
         return tokens, os.path.basename(cfg.data.vocab)
     t = time.perf_counter()
+    sentences = sentences() if callable(sentences) else sentences
     tokens = learn_vocab(sentences, cfg.data.vocab_size)
     say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) in {time.perf_counter() - t:.1f}s")
     return tokens, "learned"
@@ -199,6 +201,34 @@ def _classify_records(cfg, say) -> tuple[dict, list[bytes], list[bytes], list[st
     return info, records, text_records, vocab
 
 
+def manifest_common(cfg, vocab: list[str], num_examples: int, record_bytes_mean: float,
+                    text_record_bytes_mean: float, shards: list[dict], text_shards: list[dict]) -> dict:
+    """The manifest's keys every preparation path writes (task, sizes, vocab, tokenizer, knobs, shards)."""
+    d, task = cfg.data, cfg.model.task
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "task": task,
+        "seq_len": d.seq_len,
+        "max_predictions": d.max_predictions,
+        "vocab_size": len(vocab),
+        "vocab_size_target": d.vocab_size,
+        "vocab_sha256": vocab_sha256(vocab),
+        "vocab_file": VOCAB_FILE,
+        "special_ids": special_ids(vocab),
+        "tokenizer": TOKENIZER_DESCRIPTION,
+        "seed": d.seed,
+        "dupe_factor": d.dupe_factor,
+        "masked_lm_prob": d.masked_lm_prob,
+        "short_seq_prob": d.short_seq_prob,
+        "num_examples": num_examples,
+        "record_bytes_mean": round(record_bytes_mean, 1),
+        "text_record_bytes_mean": round(text_record_bytes_mean, 1),
+        "features": feature_spec_summary(task, d.seq_len, d.max_predictions),
+        "shards": shards,
+        "text_shards": text_shards,
+    }
+
+
 def prepare_local(cfg, out_dir: str, progress=True) -> dict:
     """Write the data set for `cfg` into local directory `out_dir`; returns the manifest."""
     say = _Progress(progress)
@@ -224,29 +254,9 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
     text_names = [shard_name(task, i, d.num_shards, text=True) for i in range(d.num_shards)]
     shards = _write_shards(out_dir, names, records)
     text_shards = _write_shards(out_dir, text_names, text_records)
-    manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "task": task,
-        "seq_len": d.seq_len,
-        "max_predictions": d.max_predictions,
-        "vocab_size": len(vocab),
-        "vocab_size_target": d.vocab_size,
-        "vocab_sha256": vocab_sha256(vocab),
-        "vocab_file": VOCAB_FILE,
-        "special_ids": special_ids(vocab),
-        "tokenizer": TOKENIZER_DESCRIPTION,
-        "seed": d.seed,
-        "dupe_factor": d.dupe_factor,
-        "masked_lm_prob": d.masked_lm_prob,
-        "short_seq_prob": d.short_seq_prob,
-        "num_examples": len(records),
-        "record_bytes_mean": round(sum(len(r) for r in records) / len(records), 1),
-        "text_record_bytes_mean": round(sum(len(r) for r in text_records) / len(text_records), 1),
-        "features": feature_spec_summary(task, d.seq_len, d.max_predictions),
-        "shards": shards,
-        "text_shards": text_shards,
-        **info,
-    }
+    manifest = {**manifest_common(cfg, vocab, len(records), sum(len(r) for r in records) / len(records),
+                                  sum(len(r) for r in text_records) / len(text_records), shards, text_shards),
+                **info}
     _write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8"))
     total_mb = sum(s["bytes"] for s in shards + text_shards) / 1e6
     say(
@@ -256,7 +266,8 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
     return manifest
 
 
-def prepare_data(cfg, out_uri: str | None = None, progress=True) -> dict:
+def prepare_data(cfg, out_uri: str | None = None, progress=True, corpus: str | None = None,
+                 workers: int | None = None) -> dict:
     """Build vocab + TFRecord shards + manifest.json for `cfg` (task = cfg.model.task; knobs cfg.data.*).
 
     Args:
@@ -264,6 +275,8 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True) -> dict:
       out_uri: a local path / file:// URI, or gs://… / az://… (written to a local temp dir, then uploaded with
         `tfbertperf.storage.upload.upload_dir`).  None = cfg.resolved_data_uri().
       progress: progress lines on stderr.
+      corpus: `prepare --corpus FILE|DIR|gs://…|az://…`: corpus-scale pretraining data, streamed and made in
+        `workers` processes (data/corpusprep.py); None = data.corpus / the default corpus, in this process.
     Returns:
       The manifest dict (also written as manifest.json, last).
     Raises:
@@ -271,17 +284,25 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True) -> dict:
     """
     out_uri = out_uri or cfg.resolved_data_uri()
     scheme, _, path = split_uri(out_uri)
+
+    def build(local_dir: str) -> dict:
+        if corpus:
+            from tfbertperf.data.corpusprep import prepare_corpus
+
+            return prepare_corpus(cfg, corpus, local_dir, progress, workers)
+        return prepare_local(cfg, local_dir, progress)
+
     if scheme == "file":
         if os.path.exists(path) and not os.path.isdir(path):
             raise UsageError(f"--out {path}: exists and is not a directory")
-        return prepare_local(cfg, path, progress)
+        return build(path)
     if scheme not in ("gs", "az"):
         raise UsageError(f"--out {redact_text(out_uri)}: unknown URI scheme {scheme!r} (use a path, gs:// or az://)")
     from tfbertperf.storage.upload import upload_dir  # the storage stage's uploader (parallel, idempotent)
 
     tmp = tempfile.mkdtemp(prefix="tfbertperf-prepare-")
     try:
-        manifest = prepare_local(cfg, tmp, progress)
+        manifest = build(tmp)
         upload_dir(tmp, out_uri, cfg.data, progress=progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -56,11 +56,21 @@ def _tokens(vocab) -> list[str]:
     return list(vocab)
 
 
-def tokenizer_info(vocab_path: str, lower_case: bool = True) -> dict:
-    """report.json's `tokenizer` block for our in-graph tokenizer: {"library","version","vocab_sha256",
-    "lower_case"}; vocab_sha256 is the manifest's (sha256 of one token per line, trailing newline)."""
-    return {"library": "tensorflow-text", "version": _version("tensorflow-text"),
-            "vocab_sha256": vocab_sha256(_tokens(vocab_path)), "lower_case": bool(lower_case)}
+def tokenizer_info(vocab_path: str | None, lower_case: bool = True, sha256: str | None = None) -> dict:
+    """report.json's `tokenizer` block for our in-graph tokenizer: {"name","library","version","vocab_sha256",
+    "lower_case"}; vocab_sha256 is the manifest's (sha256 of one token per line, trailing newline): given as
+    `sha256`, or computed from `vocab_path`."""
+    return {"name": "FastBertTokenizer", "library": "tensorflow-text", "version": _version("tensorflow-text"),
+            "vocab_sha256": sha256 or vocab_sha256(_tokens(vocab_path)), "lower_case": bool(lower_case)}
+
+
+def manifest_tokenizer(manifest: dict) -> dict:
+    """The `tokenizer` block of a run on prepared data (its manifest's vocab and tokenizer)."""
+    info = tokenizer_info(None, True, sha256=manifest.get("vocab_sha256"))
+    if str(manifest.get("tokenizer", "")).startswith("none"):  # prepare --synthetic: random ids, no tokenizer
+        info.update(name="none (synthetic random ids)", library=None, version=None, lower_case=None)
+    info["vocab_size"] = manifest.get("vocab_size")
+    return info
 
 
 def build_hf_tokenizer(vocab_path_or_list, lower_case: bool, max_chars_per_word: int = MAX_WORD):

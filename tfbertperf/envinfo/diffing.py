@@ -62,8 +62,8 @@ def diff(a: dict, b: dict) -> list[dict]:
     """
     fa, fb = flatten(env_of(a)), flatten(env_of(b))
     if document_kind(a) == "report" and document_kind(b) == "report":
-        fa.update(flatten({"config": a.get("config") or {}}))
-        fb.update(flatten({"config": b.get("config") or {}}))
+        fa.update(flatten({"config": a.get("config") or {}, "tokenizer": a.get("tokenizer") or {}}))
+        fb.update(flatten({"config": b.get("config") or {}, "tokenizer": b.get("tokenizer") or {}}))
     return redact_obj(diff_flat(fa, fb))
 
 

@@ -225,6 +225,10 @@ RULES: list[tuple[str, str, list[str], Explain]] = [
         (r"config\.pipeline\.deterministic", SN, CFG + "deterministic interleave order is slower but reproducible",
          45),
         (r"config\.pipeline\..*", S, CFG + "an input-pipeline knob (parallelism, prefetch, cache, parse)", 60),
+        (r"tokenizer\.(vocab_sha256|vocab_size)", N, "tokenizer {key} {a} vs {b}: another vocabulary, so the same "
+                                                    "text becomes other token ids (inputs and labels differ)", 80),
+        (r"tokenizer\..*", N, "tokenizer {key} {a} vs {b}: tokenization of the text may differ (casing, accents, "
+                               "splitting rules)", 75),
         (r"config\.train\.steps", S, CFG + "a different number of steps is timed", 20),
         (r"config\.profile\..*", S, CFG + "profiling settings (tracer levels cost time inside the window)", 15),
         (r"config\..*", S, CFG + "a run setting", 20),

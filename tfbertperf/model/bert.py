@@ -12,6 +12,7 @@ With a 30,522-token vocabulary the encoder + pooler has exactly 109,482,240 para
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import keras
@@ -226,7 +227,13 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
     """
     from tfbertperf.errors import UsageError
 
-    cfg = config_for(model_cfg.size, vocab_size, getattr(model_cfg, "dropout", 0.1))
+    init = getattr(model_cfg, "init", "")
+    if init:  # architecture from the HF directory's config.json; weights loaded below
+        from tfbertperf.model.hf_preflight import preflight
+
+        cfg = preflight(init, seq_len, vocab_size)
+    else:
+        cfg = config_for(model_cfg.size, vocab_size, getattr(model_cfg, "dropout", 0.1))
     if seq_len > cfg.max_positions:
         raise UsageError(f"--set data.seq_len={seq_len}: BERT has {cfg.max_positions} positions")
     if model_cfg.task not in FEATURES:
@@ -253,6 +260,12 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
     model.bert_task = model_cfg.task
     model.encoder = encoder
     model.feature_names = list(inputs)  # the batch keys the model reads (others are labels/weights)
+    model.init_report = None
+    if init:
+        from tfbertperf.model.hf_import import load_hf_weights
+
+        model.bert_size = "hf:" + os.path.basename(os.path.normpath(init))
+        model.init_report = load_hf_weights(model, init)
     return model
 
 
@@ -295,18 +308,30 @@ def describe(model_or_cfg, vocab_size: int | None = None) -> dict:
         size, task = model_or_cfg.size, model_or_cfg.task
         cfg = config_for(size, vocab_size or 30522)
         params = encoder_parameters(cfg) + head_parameters(cfg, task, getattr(model_or_cfg, "num_labels", 2))
-    return {
+    out = {
         "size": size, "task": task, "parameters": params,
         "layers": cfg.num_layers, "hidden": cfg.hidden, "heads": cfg.num_heads,
     }
+    init = getattr(model_or_cfg, "init_report", None)
+    if init:  # model.init: what was loaded from the HF directory, and what was not
+        out["init"] = {k: init[k] for k in ("source", "tensors_loaded", "parameters_loaded", "ignored",
+                                            "not_in_checkpoint")}
+    return out
 
 
 def parameter_line(info: dict) -> str:
     """'number of parameters: 4.39M (tiny, pretrain: L2/H128/A2)' — what a user wants to check first."""
-    return (
+    line = (
         f"number of parameters: {info['parameters'] / 1e6:.2f}M "
         f"({info['size']}, {info['task']}: L{info['layers']}/H{info['hidden']}/A{info['heads']})"
     )
+    init = info.get("init")
+    if init:
+        kept = init["not_in_checkpoint"]
+        line += (f"; {init['tensors_loaded']} tensors ({init['parameters_loaded'] / 1e6:.2f}M values) loaded from "
+                 f"{init['source']}" + (f"; kept at init (not in checkpoint): {', '.join(kept)}" if kept else "")
+                 + (f"; ignored: {', '.join(init['ignored'])}" if init["ignored"] else ""))
+    return line
 
 
 __all__ = [

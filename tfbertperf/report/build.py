@@ -166,6 +166,14 @@ def mark_interrupted(run_dir: Path, interrupted: bool, at_step: int | None = Non
         marker.unlink()
 
 
+def tokenizer_block(manifest: dict) -> dict:
+    """report.json's `tokenizer`: {"name", "library", "version", "vocab_sha256", "lower_case", "vocab_size"} of
+    the tokenizer the run's data were made with (env --diff ranks a difference as a numerics cause)."""
+    from tfbertperf.data.tokcheck import manifest_tokenizer
+
+    return manifest_tokenizer(manifest)
+
+
 def write_run_files(run_dir: Path, cfg, report: dict) -> None:
     """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted)."""
     from tfbertperf.report.io import atomic_write_json, atomic_write_text

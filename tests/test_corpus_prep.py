@@ -1,0 +1,149 @@
+"""prepare --corpus (data/scaleprep.py, data/corpusprep.py): corpus-scale pretraining data in worker processes.
+The records are google-research/bert's feature spec byte for byte, the instances are those of the reference
+algorithm (pretrain.create_training_instances) per chunk, the masking statistics are unchanged, and the corpus
+may be a file, a directory, or an az:// prefix (Azurite)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfbertperf.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ["data.seq_len=64", "data.max_predictions=10", "data.dupe_factor=2", "data.num_shards=3"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A directory with two corpus files (~150 KB, the default corpus' documents) and the vocab prepare learns."""
+    from tfbertperf.data.corpus import load_default_corpus
+    from tfbertperf.data.vocab import learn_vocab, vocab_text
+
+    docs = load_default_corpus().documents
+    d = tmp_path_factory.mktemp("corpus")
+    (d / "texts").mkdir()
+    for n, part in enumerate((docs[:150], docs[150:300])):
+        (d / "texts" / f"part{n}.txt").write_text("".join("\n".join(x.sentences) + "\n\n" for x in part))
+    (d / "texts" / ".hidden").write_text("not corpus\n")
+    vocab = learn_vocab([s for x in docs[:300] for s in x.sentences], 2000)
+    (d / "vocab.txt").write_text(vocab_text(vocab))
+    return d
+
+
+def test_records_are_byte_identical_to_tf_serialization():
+    from tfbertperf.data.features import serialize
+    from tfbertperf.data.scaleprep import encode_example
+
+    values = {"text_a": "Grüße, 中文 😀".encode(), "text_b": b"", "a_range": [0, 70000], "b_range": [3, 127],
+              "masked_lm_weights": [1.0, 0.5, 0.0], "masked_lm_ids": [5, 40000, 2**40], "label_ids": [],
+              "next_sentence_labels": [1]}
+    assert encode_example(values) == serialize(values)
+
+
+def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tmp_path):
+    """A worker's shard holds exactly the instances pretrain.create_training_instances makes of the chunk with the
+    same seed, serialized as features.serialize does; the text shard rebuilds the same ids inline."""
+    import tensorflow as tf
+
+    from tfbertperf.data import pretrain as pre
+    from tfbertperf.data.features import serialize
+    from tfbertperf.data.scaleprep import chunk_job, chunks
+    from tfbertperf.data.vocab import load_vocab_file, make_tokenizer, special_ids
+
+    vocab = load_vocab_file(str(corpus / "vocab.txt"))
+    tok, ids = make_tokenizer(vocab), special_ids(vocab)
+    docs, read = next(chunks([str(corpus / "texts" / "part0.txt")], 30_000))
+    assert 30_000 <= read < os.path.getsize(corpus / "texts" / "part0.txt") and all(docs)
+    texts = [s for d in docs for s in d]
+    rt = tok.tokenize(tf.constant(texts))
+    params = dict(seq_len=64, dupe_factor=2, short_seq_prob=0.1, masked_lm_prob=0.15, max_predictions=10,
+                  vocab_size=len(vocab), cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"], seed=7)
+    job = {"index": 0, "flat": rt.flat_values.numpy(), "splits": rt.row_splits.numpy(), "texts": texts,
+           "doc_sizes": [len(d) for d in docs], "seq_len": 64, "max_predictions": 10,
+           "path": str(tmp_path / "a.part"), "text_path": str(tmp_path / "b.part"), "instances": params}
+    res = chunk_job(job)
+    ragged = rt.to_list()
+    ref_docs, k = [], 0
+    for d in docs:
+        ref_docs.append([pre.Sentence(ragged[j], texts[j]) for j in range(k, k + len(d)) if ragged[j]])
+        k += len(d)
+    want = pre.create_training_instances(ref_docs, **params)
+    got = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "a.part"))]
+    assert res["examples"] == len(want) == len(got) > 50
+    assert got == [serialize(pre.instance_features(x, 64, 10)) for x in want]
+    text = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "b.part"))]
+    assert text == [serialize(pre.instance_text_features(x, 10)) for x in want]
+    assert res["bytes"] == os.path.getsize(tmp_path / "a.part")
+
+
+def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
+    """The CLI on a directory: shards in the feature spec, statistics as the in-process path's, progress with
+    ETA, and the pipeline reads the result."""
+    import tensorflow as tf
+
+    from tfbertperf.data.corpus import load_default_corpus
+    from tfbertperf.data.features import feature_spec, text_feature_spec
+    from tfbertperf.data.vocab import vocab_sha256
+
+    out = tmp_path / "out"
+    sets = [x for s in SETS + [f"data.vocab={corpus / 'vocab.txt'}"] for x in ("--set", s)]
+    r = subprocess.run([sys.executable, "-m", "tfbertperf.prepare", "--corpus", str(corpus / "texts"), "--out",
+                        str(out), "--workers", "2", *sets], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "2 worker processes" in r.stderr and "ETA" in r.stderr and "examples/s" in r.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert len(m["shards"]) == len(m["text_shards"]) >= 3 and m["num_examples"] > 500
+    assert m["vocab_sha256"] == vocab_sha256((corpus / "vocab.txt").read_text().splitlines())
+    assert m["num_documents"] == len(load_default_corpus().documents[:300]) and m["corpus_bytes"] == sum(
+        os.path.getsize(corpus / "texts" / f"part{n}.txt") for n in (0, 1))
+    assert not list(out.glob("*.part"))
+    s = m["stats"]
+    # google-research/bert's statistics: ~15 % of tokens masked (at most max_predictions), half random-next
+    assert 0.13 <= s["masked_per_example_mean"] / s["tokens_per_example_mean"] <= 0.17
+    assert 0.4 <= s["random_next_fraction"] <= 0.6 and s["tokens_per_example_mean"] > 40
+    n = 0
+    for sh, tsh in zip(m["shards"], m["text_shards"]):
+        ds = tf.data.TFRecordDataset(str(out / sh["name"])).batch(1000)
+        for batch in ds.map(lambda x: tf.io.parse_example(x, feature_spec("pretrain", 64, 10))):
+            n += len(batch["input_ids"])
+            w = batch["masked_lm_weights"].numpy()
+            assert np.all(w.sum(1) >= 1) and np.all(batch["input_ids"].numpy()[:, 0] == m["special_ids"]["[CLS]"])
+        text = tf.data.TFRecordDataset(str(out / tsh["name"])).batch(1000)
+        assert sum(len(b["text_a"]) for b in text.map(lambda x: tf.io.parse_example(
+            x, text_feature_spec("pretrain", 10)))) == sh["examples"]
+    assert n == m["num_examples"] == sum(sh["examples"] for sh in m["shards"])
+
+
+def test_prepare_corpus_from_az_prefix(corpus, tmp_path, azure_env):
+    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.storage.upload import upload_dir
+
+    upload_dir(str(corpus / "texts"), "az://tfbertperf-test/corpus", progress=False)
+    cfg = load_config(sets=SETS + [f"data.vocab={corpus / 'vocab.txt'}"])
+    m = prepare_data(cfg, str(tmp_path / "az"), progress=False, corpus="az://tfbertperf-test/corpus", workers=1)
+    local = prepare_data(cfg, str(tmp_path / "local"), progress=False, corpus=str(corpus / "texts"), workers=1)
+    assert m["num_examples"] == local["num_examples"] and m["shards"] == local["shards"]
+    assert m["corpus_sha256"] == local["corpus_sha256"]
+    for sh in m["shards"]:  # the same bytes: the corpus, chunking and seeds do not depend on where it came from
+        assert (tmp_path / "az" / sh["name"]).read_bytes() == (tmp_path / "local" / sh["name"]).read_bytes()
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--corpus", "/no/such/corpus.txt"], "--corpus /no/such/corpus.txt: no such file or directory"),
+    (["--workers", "2"], "--workers 2: must be >= 1 and goes with --corpus"),
+])
+def test_bad_corpus_is_one_line_exit_2(args, culprit, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tfbertperf.prepare", "--out", str(tmp_path / "o"), *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("tfbertperf: error:")]
+    assert r.returncode == 2 and len(lines) == 1 and culprit in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
