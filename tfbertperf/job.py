@@ -216,13 +216,13 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
 def validate(report: dict, doc: dict, progress: bool = True, repeat: int = 3, advice_sets=None) -> dict:
     """Measure the run's advice: re-run its config with each recommendation that maps to --set overrides (or, with
     `advice_sets`, those override lists instead) next to re-runs of the baseline, interleaved round-robin `repeat`
-    times (baseline, advice 1, advice 2, baseline, …) so that the machine's drift hits all alike.  Each advice's
-    speedup = baseline median step ÷ its median step, with the range the repeats allow.  An advice is confirmed
-    only when it is faster and the step-time ranges do not overlap; the others are marked "not confirmed here
-    (0.88×, spread …)" and move below the confirmed advice in doc["verdict"] (recommendations and actions)."""
+    times (baseline, advice 1, advice 2, baseline, …) so that the machine's drift hits all alike.  Each advice is
+    judged by report/validation.py (speed-up in examples/s with its spread; confirmed only when faster and the
+    ranges do not overlap) and doc["verdict"] is re-ranked: confirmed advice first, advice not confirmed last."""
     from tfbertperf.config import load_config
     from tfbertperf.redact import REDACTED
-    from tfbertperf.report.stats import fmt_ratio, ratio, real_difference, summary
+    from tfbertperf.report.stats import summary
+    from tfbertperf.report.validation import judge, rank_verdict
 
     if advice_sets:
         acts = [{"advice": f"given: --set {' --set '.join(s)}", "set": list(s)} for s in advice_sets]
@@ -233,44 +233,28 @@ def validate(report: dict, doc: dict, progress: bool = True, repeat: int = 3, ad
     # Values redacted in the report (secrets, or keys whose names look like one) fall back to their defaults.
     flat = {f"{s}.{k}": v for s, body in report["config"].items() if isinstance(body, dict)
             for k, v in body.items() if v != REDACTED}
-    cfgs = [("baseline", load_config(overrides=flat))]
-    cfgs += [(f"advice {i}", load_config(overrides={**flat, **dict(x.split("=", 1) for x in a["set"])}))
-             for i, a in enumerate(acts, 1)]
-    steps: dict[str, list[float]] = {n: [] for n, _ in cfgs}
-    dirs: dict[str, list[str]] = {n: [] for n, _ in cfgs}
+    cfgs = [load_config(overrides=flat)]
+    cfgs += [load_config(overrides={**flat, **dict(x.split("=", 1) for x in a["set"])}) for a in acts]
+    names = ["baseline"] + [f"advice {i}" for i in range(1, len(acts) + 1)]
+    got: list[dict] = [{"eps": [], "step": [], "runs": []} for _ in cfgs]
     for rnd in range(1, max(1, repeat) + 1):
-        for name, cfg in cfgs:
+        for name, cfg, g in zip(names, cfgs, got):
             if progress:
                 print(f"tfbertperf analyze --validate: round {rnd}/{repeat}, {name} run …", file=sys.stderr, flush=True)
             run_dir, rep = run(cfg, progress=False)
-            steps[name].append(rep["throughput"]["step_time_ms"]["p50"])
-            dirs[name].append(str(run_dir))
-    base = summary(steps["baseline"])
-    results = []
-    for i, a in enumerate(acts, 1):
-        s = summary(steps[f"advice {i}"])
-        sp = ratio(base, s)  # baseline step ÷ advice step: > 1 is a speed-up
-        ok = bool(sp and sp["median"] > 1.0 and real_difference(base, s))
-        word = "confirmed here" if ok else "not confirmed here"
-        results.append({"advice": a["advice"], "set": a["set"], "step_ms": s, "runs": dirs[f"advice {i}"],
-                        "speedup": sp, "confirmed": ok, "note": f"{word} ({fmt_ratio(sp)})"})
+            g["eps"].append(rep["throughput"]["examples_per_sec"])
+            g["step"].append(rep["throughput"]["step_time_ms"]["p50"])
+            g["runs"].append(str(run_dir))
+    base = got[0]
+    results = [judge(a, base["eps"], g["eps"], g["step"], g["runs"]) for a, g in zip(acts, got[1:])]
+    rank_verdict(doc["verdict"], results)
     top = results[0]
-    out = {"repeat": repeat, "order": "round-robin: baseline, " + ", ".join(f"advice {i}" for i in range(1, len(acts) + 1)),
-           "baseline": {"step_ms": base, "runs": dirs["baseline"]}, "results": results,
-           "validated": [r["advice"] for r in results if r["confirmed"]],
-           "not_confirmed": [r["advice"] for r in results if not r["confirmed"]],
-           # the first advice, in the fields of the single-run validation (kept for readers of those)
-           "advice": top["advice"], "set": top["set"], "baseline_step_ms": base["median"],
-           "recommended_step_ms": top["step_ms"]["median"], "speedup": top["speedup"]["median"],
-           "baseline_run": dirs["baseline"][0], "recommended_run": top["runs"][0]}
-    v = doc["verdict"]
-    notes = {r["advice"]: r for r in results}
-    old = v.get("actions") or [{"advice": t, "set": []} for t in v.get("recommendations") or []]
-    confirmed = sorted([r for r in results if r["confirmed"]], key=lambda r: -r["speedup"]["median"])
-    unvalidated = [a for a in old if a["advice"] not in notes]
-    refuted = [r for r in results if not r["confirmed"]]
-    ranked = ([{"advice": f"{r['advice']} — {r['note']}", "set": r["set"]} for r in confirmed] + unvalidated
-              + [{"advice": f"{r['advice']} — {r['note']}", "set": r["set"]} for r in refuted])
-    v["actions"] = ranked
-    v["recommendations"] = [a["advice"] for a in ranked]
-    return out
+    return {"repeat": repeat, "order": "round-robin: " + ", ".join(names),
+            "baseline": {"examples_per_sec": summary(base["eps"]), "step_ms": summary(base["step"]),
+                         "runs": base["runs"]},
+            "results": results, "validated": [r["advice"] for r in results if r["confirmed"]],
+            "not_confirmed": [r["advice"] for r in results if not r["confirmed"]],
+            # the first advice in the single-run validation's fields (speedup: examples/s ratio of the medians)
+            "advice": top["advice"], "set": top["set"], "baseline_step_ms": summary(base["step"])["median"],
+            "recommended_step_ms": top["step_ms"]["median"], "speedup": top["speedup"]["median"],
+            "baseline_run": base["runs"][0], "recommended_run": top["runs"][0]}

@@ -175,8 +175,9 @@ def print_analysis(doc: dict) -> None:
     if v:
         from tfbertperf.report.stats import fmt
 
-        print(f"validation, {v['repeat']} runs each ({v['order']}); baseline median step "
-              f"{fmt(v['baseline']['step_ms'])} ms:")
+        print(f"validation, {v['repeat']} runs each ({v['order']}); baseline "
+              f"{fmt(v['baseline']['examples_per_sec'])} examples/s:")
         for r in v["results"]:
-            print(f"  {'✓' if r['confirmed'] else '✗'} {r['advice']}: median step {fmt(r['step_ms'])} ms → {r['note']}")
+            print(f"  {'✓' if r['confirmed'] else '✗'} {r['advice']}: {fmt(r['examples_per_sec'])} examples/s → "
+                  f"{r['note']}")
         print(f"  validated: {', '.join(v['validated']) or 'none'}")

@@ -18,7 +18,8 @@ h1{font-size:1.3em;word-break:break-all}h2{font-size:1.1em;margin-top:1.4em}
 .scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left}
+th:first-child,td:first-child{text-align:left;white-space:normal;min-width:9em;max-width:22em}
+td:last-child{white-space:normal;text-align:left;min-width:12em}
 tr.failed td{background:#fde8e8}
 figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.charts figure{flex:1 1 480px;min-width:0}

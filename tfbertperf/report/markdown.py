@@ -81,7 +81,7 @@ def comparison_tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]
     for r in rows:
         s = r.get("stats") or {}
         if r["status"] == "failed":
-            main.append([r["label"], "FAILED", "0", r.get("error") or "failed"] + ["—"] * 5)
+            main.append([r["label"], "FAILED", "0"] + ["—"] * 5 + [r.get("error") or "failed"])
             continue
         vs = r.get("vs_fastest")
         real = " real" if r.get("real_difference_vs_fastest") else (" (noise)" if vs and vs["median"] < 1 else "")

@@ -16,6 +16,12 @@ COLORS = {
 }
 
 
+def _wrap(label: str, width: int = 24) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)[:4]) or label
+
+
 def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time breakdown") -> bytes:
     """Stacked bars, one per run: `bars` = [(label, breakdown_ms dict)], in ms per step.  Returns PNG bytes.
 
@@ -43,11 +49,12 @@ def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time bre
                     label="what-if input cost" if i == 0 else None)
         ax.text(i, bottoms[i], f"{bottoms[i]:.1f} ms", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(xs)
-    ax.set_xticklabels([lbl for lbl, _ in bars], rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center",
+    ax.set_xticklabels([_wrap(lbl) for lbl, _ in bars], rotation=20 if n > 3 else 0, ha="right" if n > 3 else "center",
                        fontsize=8)
     ax.set_ylabel("ms per step (profiled window)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if used:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -86,7 +93,7 @@ def throughput_png(rows: list[dict]) -> bytes:
     for y, m, h in zip(ys, meds, hi):
         ax.text(m + h, y, f"  {m:.1f}", va="center", fontsize=8)
     ax.set_yticks(ys)
-    ax.set_yticklabels([r["label"] for r in rows], fontsize=8)
+    ax.set_yticklabels([_wrap(r["label"]) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("examples/s (median; error bar = min–max of the repeats)")
     ax.set_xlim(0, max([m + h for m, h in zip(meds, hi)] or [1.0]) * 1.18 or 1.0)
