@@ -214,3 +214,26 @@ def test_scenarios_are_data_with_a_question_and_valid_cells():
     assert modes == ["data.mode=local", "data.mode=stream", "data.mode=stage", "data.mode=stream", "data.mode=stage"]
     assert sum(any(s.startswith("data.uri=gs://") for s in c["set"]) for c in sb["cells"]) == 2
     assert sum(any(s.startswith("data.uri=az://") for s in c["set"]) for c in sb["cells"]) == 2
+
+
+@pytest.mark.slow
+def test_reports_from_two_machines_explain_with_the_environment_difference(compared, tmp_path):
+    """--reports of two runs, the second one's environment as another machine would record it (8 usable cores and
+    avx512 off): one row each, no new runs, and the explanation names the ranked environment differences."""
+    ok = [r for r in compared["doc"]["rows"] if r["status"] == "ok"]
+    a = Path(ok[0]["run_dirs"][0]) / "report.json"
+    other = json.loads((Path(ok[1]["run_dirs"][0]) / "report.json").read_text())
+    other["environment"]["cpu"]["usable_cores"] = other["environment"]["cpu"]["logical_cores"] = 8
+    other["environment"]["cpu"]["flags"]["avx512f"] = False
+    b = tmp_path / "machine-b" / "report.json"
+    b.parent.mkdir()
+    b.write_text(json.dumps(other))
+    p = _cli("--reports", a, b, "--out", tmp_path / "out")
+    assert p.returncode == 0, p.stderr[-2000:]
+    (cdir,) = (tmp_path / "out").iterdir()
+    doc = json.loads((cdir / "comparison.json").read_text())
+    assert len(doc["rows"]) == 2 and all(r["repeats"] == 1 for r in doc["rows"])
+    names = {d["name"] for d in doc["explanation"]["environment"]}
+    assert names & {"cpu.usable_cores", "cpu.logical_cores", "cpu.flags.avx512f"}, doc["explanation"]
+    assert any(ln.startswith("environment differences") for ln in doc["explanation"]["lines"])
+    assert "only one run each" in doc["explanation"]["headline"]  # one report each: nothing is called real
