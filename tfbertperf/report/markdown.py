@@ -70,8 +70,9 @@ def run_markdown(report: dict) -> str:
 def _au(r: dict) -> str:
     if r["stats"].get("accelerator_utilization") is None:
         return "—"
-    ok = "pass" if r.get("au_pass") else ("fail" if r.get("au_pass") is False else "?")
-    return f"{fmt(r['stats']['accelerator_utilization'], 0, pct=True)} {ok} ({r.get('au_pass_runs') or '—'})"
+    runs = r.get("au_pass_runs")
+    word = "pass" if r.get("au_pass") else ("fail" if runs and runs.startswith("0/") else "mixed")
+    return f"{fmt(r['stats']['accelerator_utilization'], 0, pct=True)} {word} ({runs or '—'} runs pass)"
 
 
 def comparison_tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -86,8 +87,9 @@ def comparison_tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]
         vs = r.get("vs_fastest")
         real = " real" if r.get("real_difference_vs_fastest") else (" (noise)" if vs and vs["median"] < 1 else "")
         status = "ok" if r["status"] == "ok" else f"partial: {r.get('error')}"
+        fastest = r["label"] == (doc.get("ranking") or {}).get("fastest")
         main.append([r["label"], status, str(r["repeats"]), fmt(s.get("examples_per_sec")),
-                     (fmt_ratio(vs) + real) if vs else "—", fmt(s.get("step_time_ms")),
+                     "1.00× (fastest)" if fastest else (fmt_ratio(vs) + real) if vs else "—", fmt(s.get("step_time_ms")),
                      fmt(s.get("input_cost_fraction"), pct=True), _au(r), r.get("bottleneck") or "—"])
         ceiling = fmt(s.get("input_ceiling_examples_per_sec"))
         storage.append([r["label"], f"{r['storage'].get('backend')}/{r['storage'].get('mode')}",
