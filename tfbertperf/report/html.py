@@ -84,8 +84,10 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
                      f"<ul>{recs}</ul></li>")
     parts.append("</ul><h2>Runs</h2><ul>")
     for r in doc["rows"]:
-        links = ", ".join(_link(out_dir, d) for d in r.get("run_dirs") or []) or e(f"none — {r.get('error')}")
-        parts.append(f"<li>{e(r['label'])}: {links}</li>")
+        runs = "".join(f"<li>{_link(out_dir, d)} — <code>tensorboard --logdir {e(str(Path(d) / 'tensorboard'))}"
+                       f"</code></li>" for d in r.get("run_dirs") or [])
+        parts.append(f"<li>{e(r['label'])}: " + (f"<ul>{runs}</ul>" if runs else e(f"none — {r.get('error')}"))
+                     + "</li>")
     parts.append(f"</ul><p>TensorBoard (every run, scalars and the Profile tab): "
                  f"<code>{e(doc.get('tensorboard') or '')}</code></p>")
     env = doc.get("environment_diff") or []
