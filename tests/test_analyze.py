@@ -166,24 +166,51 @@ def test_validate_needs_one_of_our_run_directories(profiles):
 
 
 @pytest.mark.slow
-def test_validate_reruns_with_the_top_recommendation_and_measures_speedup(tmp_path):
-    # slow reads (100 ms each) make the naive baseline input-bound, so its top advice has a speedup to show
-    sets = ["pipeline.preset=naive", "train.steps=12", "profile.steps=3:10", "profile.probe_steps=3",
-            "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}", "data.read_latency_ms=100"]
+def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_path):
+    """XLA jit on this CPU build (the advice the issue saw measure 0.88×) next to the baseline, 2 rounds each,
+    interleaved: not a speed-up here, so it is marked "not confirmed here (…×, spread …)" and drops below the
+    verdict's unmeasured advice."""
+    sets = ["train.steps=12", "profile.steps=3:10", "profile.probe_steps=3", "profile.probe_blocks=1",
+            "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}"]
     p = subprocess.run([sys.executable, "-m", "tfbertperf.run", *[x for s in sets for x in ("--set", s)]],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     (run_dir,) = [d for d in tmp_path.iterdir() if (d / "report.json").is_file()]
-    doc = analyze_json_args(run_dir, "--validate")
+    before = json.loads((run_dir / "report.json").read_text())["verdict"]["recommendations"]
+    doc = analyze_json_args(run_dir, "--validate", "--repeat", "2", "--advice", "train.jit=true")
     v = doc["validation"]
-    assert v["set"] and v["set"] == doc["verdict"]["actions"][0]["set"]
-    assert v["speedup"] == pytest.approx(v["baseline_step_ms"] / v["recommended_step_ms"], rel=1e-3)
-    assert v["speedup"] > 1.2, v  # the advice helps, measured side by side
-    rec = json.loads((Path(v["recommended_run"]) / "report.json").read_text())
-    key, value = v["set"][0].split("=", 1)
-    section, name = key.split(".")
-    assert str(rec["config"][section][name]).lower() == value.lower()
+    assert v["repeat"] == 2 and len(v["baseline"]["runs"]) == 2
+    (r,) = v["results"]
+    assert r["set"] == ["train.jit=true"] and len(r["runs"]) == 2 and r["confirmed"] is False
+    assert r["note"].startswith(f"not confirmed here ({r['speedup']['median']:.2f}×, spread ")
+    assert v["validated"] == [] and v["not_confirmed"] == [r["advice"]]
+    eps = [json.loads((Path(d) / "report.json").read_text())["throughput"]["examples_per_sec"] for d in r["runs"]]
+    base = [json.loads((Path(d) / "report.json").read_text())["throughput"]["examples_per_sec"]
+            for d in v["baseline"]["runs"]]
+    assert r["speedup"]["median"] == pytest.approx((sum(eps) / 2) / (sum(base) / 2), rel=1e-3)
+    for d in r["runs"]:
+        assert json.loads((Path(d) / "report.json").read_text())["config"]["train"]["jit"] is True
+    recs = doc["verdict"]["recommendations"]
+    assert recs[-1].endswith(r["note"]) and "not confirmed here" in recs[-1]
+    assert [x for x in recs[:-1]] == [x for x in before if x in recs[:-1]]  # the unmeasured advice stays above
     assert doc["profile"]["run_report"] is True
+
+
+def test_validated_advice_ranks_confirmed_first_and_not_confirmed_last():
+    from tfbertperf.report.validation import judge, rank_verdict
+
+    verdict = {"actions": [{"advice": "A", "set": ["train.jit=true"]}, {"advice": "B", "set": []},
+                           {"advice": "C", "set": ["pipeline.cache=memory"]}]}
+    slower = judge(verdict["actions"][0], [100.0, 104.0, 98.0], [88.0, 90.0, 86.0], [1.0] * 3, ["a1", "a2", "a3"])
+    faster = judge(verdict["actions"][2], [100.0, 104.0, 98.0], [150.0, 140.0, 160.0], [1.0] * 3, ["c1", "c2", "c3"])
+    noise = judge({"advice": "D", "set": ["x.y=1"]}, [100.0, 104.0, 98.0], [103.0, 110.0, 99.0], [1.0] * 3, ["d"])
+    assert (slower["confirmed"], faster["confirmed"], noise["confirmed"]) == (False, True, False)
+    assert slower["note"] == "not confirmed here (0.88×, spread 0.83–0.92× — slower)"
+    assert noise["note"].startswith("not confirmed here (1.03×") and noise["note"].endswith("within the noise)")
+    rank_verdict(verdict, [slower, faster, noise])
+    recs = verdict["recommendations"]
+    assert recs[0] == "C — confirmed here (1.50×, spread 1.35–1.63×)" and recs[1] == "B"
+    assert recs[2].startswith("A — not confirmed here") and recs[3].startswith("D — not confirmed here")
 
 
 def analyze_json_args(*args) -> dict:

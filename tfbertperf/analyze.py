@@ -94,6 +94,10 @@ def main(argv=None) -> int:
     p.add_argument("--validate", action="store_true",
                    help="our runs only (PATH = a run directory): re-run with the top recommendation next to a "
                         "baseline re-run and report the measured speedup")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help="--validate: runs per configuration, interleaved round-robin (default 3)")
+    p.add_argument("--advice", action="append", default=[], metavar="KEY=V[,KEY=V]",
+                   help="--validate these overrides (repeatable: one advice each) instead of the verdict's advice")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
@@ -111,7 +115,14 @@ def main(argv=None) -> int:
         report = read_run_report(path)
         if not report:
             raise UsageError(f"--validate {path}: not a tfbertperf run directory (no report.json)")
-        doc["validation"] = validate(report, doc, progress=sys.stderr.isatty())
+        if a.repeat < 1:
+            raise UsageError(f"--repeat {a.repeat}: must be at least 1")
+        sets = [[x.strip() for x in adv.split(",") if x.strip()] for adv in a.advice]
+        for adv, s in zip(a.advice, sets):
+            if not s or not all("=" in x for x in s):
+                raise UsageError(f"--advice {adv!r}: expected section.key=value[,section.key=value]")
+        doc["validation"] = validate(report, doc, progress=sys.stderr.isatty(), repeat=a.repeat,
+                                     advice_sets=sets or None)
     if doc["profile"].get("interrupted"):
         print(f"tfbertperf: note: this profile is from an interrupted run ({doc['profile']['interrupted']}): "
               "its window may hold fewer steps than the run planned", file=sys.stderr)

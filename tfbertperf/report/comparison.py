@@ -1,5 +1,11 @@
-"""A comparison's document (comparison.json, schema tfbertperf.comparison/1) and its files: one row per run,
-the environment difference of the first and last run, the stacked bars, markdown and HTML views."""
+"""A comparison's document (comparison.json, schema tfbertperf.comparison/2) and its files.
+
+One row per cell (a matrix cell, a scenario's cell, or one --reports file).  A cell ran `repeat` times,
+interleaved with the other cells; every figure of a row is the median of its runs, with its spread (min–max) in
+row["stats"].  A failed cell is a row with status "failed" and its one-line error.  Figures are read from each
+run's report.json; a key the report lacks is None (shown as "—").  Files: comparison.json, comparison.md,
+index.html (self-contained page; comparison.html is the same page), plots/step_breakdown.png and
+plots/throughput.png."""
 
 from __future__ import annotations
 
@@ -7,11 +13,14 @@ import datetime as _dt
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.report.plots import CATEGORY_ORDER
+from tfbertperf.report.stats import ratio, real_difference, summary
 
-COMPARISON_SCHEMA = "tfbertperf.comparison/1"
+COMPARISON_SCHEMA = "tfbertperf.comparison/2"
 
 
 def load_report(path: str) -> dict:
@@ -28,30 +37,98 @@ def load_report(path: str) -> dict:
         raise UsageError(f"{path}: no such report (give report.json files or run directories)") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UsageError(f"{path}: not valid JSON") from None
+    except OSError as e:
+        raise UsageError(f"{path}: not a readable report ({e.strerror or type(e).__name__})") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("tfbertperf.report/"):
         raise UsageError(f"{path}: not a tfbertperf report.json")
     return doc
 
 
-def row(label: str, rep: dict, run_dir: str | None) -> dict:
-    att = rep.get("attribution") or {}
-    tp = rep.get("throughput") or {}
-    return {
-        "label": label,
-        "run_dir": run_dir,
-        "examples_per_sec": tp.get("examples_per_sec"),
-        "step_time_ms": (tp.get("step_time_ms") or {}).get("mean"),
-        "profiled_step_time_ms": att.get("step_time_ms"),
-        "breakdown_ms": att.get("breakdown_ms") or {},
-        "fractions": att.get("fractions") or {},
-        "input_bound_fraction": att.get("input_bound_fraction"),
-        "input_cost_fraction": att.get("input_cost_fraction"),
-        "input_wait_fraction": (rep.get("step_timer") or {}).get("input_wait_fraction"),
-        "accelerator_utilization": rep.get("accelerator_utilization"),
-        "bottleneck": (rep.get("verdict") or {}).get("bottleneck"),
-        "storage": {k: (rep.get("storage") or {}).get(k) for k in ("backend", "mode", "read_mb_per_sec", "requests")},
-        "final_loss": (rep.get("training") or {}).get("final_loss"),
+def _get(doc: dict, *path):
+    for k in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    return doc
+
+
+def _div(x, k):
+    return None if x is None else float(x) / k
+
+
+# Figures of a row: name → how to read it from one report.json (None when the report lacks it).
+FIGURES = {
+    "examples_per_sec": lambda r: _get(r, "throughput", "examples_per_sec"),
+    "step_time_ms": lambda r: _get(r, "throughput", "step_time_ms", "mean"),
+    "profiled_step_time_ms": lambda r: _get(r, "attribution", "step_time_ms"),
+    "input_bound_fraction": lambda r: _get(r, "attribution", "input_bound_fraction"),
+    "input_cost_fraction": lambda r: _get(r, "attribution", "input_cost_fraction"),
+    "input_wait_fraction": lambda r: _get(r, "step_timer", "input_wait_fraction"),
+    "accelerator_utilization": lambda r: r.get("accelerator_utilization"),
+    "storage_read_ms_per_step": lambda r: _get(r, "storage", "read_ms_per_step"),
+    "preprocessing_ms_per_step": lambda r: _div(_get(r, "attribution", "input_ops_us", "preprocessing"), 1000.0),
+    "request_p50_ms": lambda r: _get(r, "storage", "request_latency_ms", "p50"),
+    "request_p99_ms": lambda r: _get(r, "storage", "request_latency_ms", "p99"),
+    "read_mb_per_sec": lambda r: _get(r, "storage", "read_mb_per_sec"),
+    "retries": lambda r: _get(r, "storage", "retries"),
+    "input_ceiling_examples_per_sec": lambda r: _get(r, "input_ceiling", "examples_per_sec"),
+    "headroom": lambda r: r.get("headroom"),
+    "final_loss": lambda r: _get(r, "training", "final_loss"),
+}
+
+
+def _median(s):
+    return None if s is None else s["median"]
+
+
+def cell_row(cell: dict) -> dict:
+    """One row from a cell {"label", "set": [...], "runs": [(report, run_dir)], "errors": [one-line errors]}."""
+    runs, errors = cell.get("runs") or [], cell.get("errors") or []
+    reps = [r for r, _ in runs]
+    stats = {name: summary(fn(r) for r in reps) for name, fn in FIGURES.items()}
+    for cat in CATEGORY_ORDER:
+        stats[f"breakdown_ms.{cat}"] = summary(_get(r, "attribution", "breakdown_ms", cat) for r in reps)
+        stats[f"fractions.{cat}"] = summary(_get(r, "attribution", "fractions", cat) for r in reps)
+    au_pass = [_get(r, "attribution", "au_pass") for r in reps]
+    au_pass = [bool(x) for x in au_pass if x is not None]
+    verdicts = Counter(_get(r, "verdict", "bottleneck") for r in reps)
+    # the run whose throughput is the median one speaks for the cell (verdict text, recommendations)
+    mid = sorted(reps, key=lambda r: _get(r, "throughput", "examples_per_sec") or 0)[len(reps) // 2] if reps else {}
+    row = {
+        "label": cell["label"], "set": list(cell.get("set") or []),
+        "status": "failed" if not reps else ("partial" if errors else "ok"),
+        "error": errors[0] if errors else None, "errors": errors,
+        "repeats": len(reps), "run_dirs": [d for _, d in runs],
+        "run_dir": runs[len(runs) // 2][1] if runs else None,
+        **{name: _median(s) for name, s in stats.items() if "." not in name},
+        "breakdown_ms": {c: _median(stats[f"breakdown_ms.{c}"]) or 0.0 for c in CATEGORY_ORDER if reps},
+        "fractions": {c: _median(stats[f"fractions.{c}"]) or 0.0 for c in CATEGORY_ORDER if reps},
+        "stats": {k: v for k, v in stats.items() if v is not None},
+        "au_pass": (all(au_pass) if au_pass else None),
+        "au_pass_runs": f"{sum(au_pass)}/{len(au_pass)}" if au_pass else None,
+        "bottleneck": verdicts.most_common(1)[0][0] if reps else None,
+        "verdict": _get(mid, "verdict", "summary"),
+        "recommendations": list(_get(mid, "verdict", "recommendations") or []),
+        "actions": list(_get(mid, "verdict", "actions") or []),
+        "storage": {k: _get(mid, "storage", k) for k in ("backend", "mode", "uri")},
+        "emulation": mid.get("emulation") if isinstance(mid, dict) else None,
     }
+    return row
+
+
+def rank_rows(rows: list[dict]) -> dict:
+    """Each ok row against the fastest (median examples/s): ratio with spread and whether it is a real difference."""
+    ok = [r for r in rows if r["status"] != "failed" and r.get("examples_per_sec")]
+    if not ok:
+        return {}
+    fastest = max(ok, key=lambda r: r["examples_per_sec"])
+    slowest = min(ok, key=lambda r: r["examples_per_sec"])
+    f = fastest["stats"].get("examples_per_sec")
+    for r in ok:
+        s = r["stats"].get("examples_per_sec")
+        r["vs_fastest"] = ratio(s, f)
+        r["real_difference_vs_fastest"] = r is not fastest and real_difference(s, f)
+    return {"fastest": fastest["label"], "slowest": slowest["label"]}
 
 
 def env_diff(reports: list[dict]) -> list:
@@ -68,30 +145,57 @@ def env_diff(reports: list[dict]) -> list:
         return []
 
 
-def write_comparison(out_dir: Path, labelled: list[tuple[str, dict, str | None]], axes=None) -> dict:
-    from tfbertperf.report.html import comparison_html
-    from tfbertperf.report.io import atomic_write_json, atomic_write_text
-    from tfbertperf.report.markdown import comparison_markdown
-    from tfbertperf.report.plots import write_step_breakdown
+def build_comparison(out_dir: Path, cells: list[dict], axes=None, repeat: int = 1, scenario: dict | None = None,
+                     machines: bool = False) -> dict:
+    """The comparison document.  `machines`: the cells are reports from (possibly) different machines, so the
+    environment difference of the slowest and fastest is part of the explanation."""
+    from tfbertperf.report.explain import explain
 
-    rows = [row(lbl, rep, d) for lbl, rep, d in labelled]
+    rows = [cell_row(c) for c in cells]
+    ranking = rank_rows(rows)
+    by_label = {c["label"]: c for c in cells}
+    firsts = [c["runs"][0][0] for c in cells if c.get("runs")]
+    env = []
+    if ranking and ranking["fastest"] != ranking["slowest"]:
+        env = env_diff([by_label[ranking["slowest"]]["runs"][0][0], by_label[ranking["fastest"]]["runs"][0][0]])
+    elif len(firsts) > 1:
+        env = env_diff([firsts[0], firsts[-1]])
     doc = {
         "schema": COMPARISON_SCHEMA,
         "id": out_dir.name,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "axes": axes or [],
+        "repeat": repeat,
+        "order": "round-robin (A B C A B C …)" if repeat > 1 else "one run per cell",
+        "scenario": scenario,
         "rows": rows,
-        "environment_diff": env_diff([rep for _, rep, _ in labelled]),
+        "failed": [r["label"] for r in rows if r["status"] == "failed"],
+        "ranking": ranking,
+        "environment_diff": env,
+        "tensorboard": f"tensorboard --logdir {out_dir}",
     }
-    bars = []
-    for r in rows:
-        bd = dict(r["breakdown_ms"])
-        if r["input_cost_fraction"] is not None and r["profiled_step_time_ms"]:
-            bd["_what_if_input_ms"] = r["input_cost_fraction"] * r["profiled_step_time_ms"]
-        bars.append((r["label"], bd))
-    write_step_breakdown(out_dir / "plots" / "step_breakdown.png", bars, title="Step-time breakdown by run")
+    doc["explanation"] = explain(doc, machines=machines)
+    return doc
+
+
+def write_comparison(out_dir: Path, cells: list[dict], axes=None, repeat: int = 1, scenario: dict | None = None,
+                     machines: bool = False) -> dict:
+    from tfbertperf.report.html import comparison_page
+    from tfbertperf.report.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from tfbertperf.report.markdown import comparison_markdown
+    from tfbertperf.report.plots import comparison_bars, throughput_png, write_step_breakdown
+
+    doc = build_comparison(out_dir, cells, axes, repeat, scenario, machines)
+    ok = [r for r in doc["rows"] if r["status"] != "failed"]
+    bars = comparison_bars(ok)
+    breakdown = write_step_breakdown(out_dir / "plots" / "step_breakdown.png", bars,
+                                     title="Step-time breakdown by cell (median of repeats)").read_bytes()
+    tput = throughput_png(ok)
+    atomic_write_bytes(out_dir / "plots" / "throughput.png", tput)
     md = comparison_markdown(doc)
+    page = comparison_page(doc, breakdown, tput, str(out_dir))
     atomic_write_text(out_dir / "comparison.md", md)
-    atomic_write_text(out_dir / "comparison.html", comparison_html(doc, md))
+    atomic_write_text(out_dir / "index.html", page)
+    atomic_write_text(out_dir / "comparison.html", page)
     atomic_write_json(out_dir / "comparison.json", doc)
     return doc

@@ -208,5 +208,11 @@ def print_analysis(doc: dict) -> None:
         print(f"  → {r}")
     v = doc.get("validation")
     if v:
-        print(f"validated: {v['advice']}: median step {v['baseline_step_ms']:.1f} → {v['recommended_step_ms']:.1f} ms "
-              f"= {v['speedup']:.2f}× (baseline {v['baseline_run']}, recommended {v['recommended_run']})")
+        from tfbertperf.report.stats import fmt
+
+        print(f"validation, {v['repeat']} runs each ({v['order']}); baseline "
+              f"{fmt(v['baseline']['examples_per_sec'])} examples/s:")
+        for r in v["results"]:
+            print(f"  {'✓' if r['confirmed'] else '✗'} {r['advice']}: {fmt(r['examples_per_sec'])} examples/s → "
+                  f"{r['note']}")
+        print(f"  validated: {', '.join(v['validated']) or 'none'}")

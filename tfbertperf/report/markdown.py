@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfbertperf.report.console import attribution_table
 from tfbertperf.report.plots import CATEGORY_ORDER
+from tfbertperf.report.stats import fmt, fmt_ratio
 
 
 def run_markdown(report: dict) -> str:
@@ -66,36 +67,76 @@ def run_markdown(report: dict) -> str:
     return "\n".join(out)
 
 
-def _fmt(x, pct=False) -> str:
-    if x is None:
-        return "n/a"
-    return f"{100 * float(x):.1f} %" if pct else f"{float(x):.2f}"
+def _au(r: dict) -> str:
+    if r["stats"].get("accelerator_utilization") is None:
+        return "—"
+    runs = r.get("au_pass_runs")
+    word = "pass" if r.get("au_pass") else ("fail" if runs and runs.startswith("0/") else "mixed")
+    return f"{fmt(r['stats']['accelerator_utilization'], 0, pct=True)} {word} ({runs or '—'} runs pass)"
+
+
+def comparison_tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The comparison's tables as (title, header, rows of cells); markdown and HTML render the same ones."""
+    rows = doc["rows"]
+    main, storage, breakdown = [], [], []
+    for r in rows:
+        s = r.get("stats") or {}
+        if r["status"] == "failed":
+            main.append([r["label"], "FAILED", "0"] + ["—"] * 5 + [r.get("error") or "failed"])
+            continue
+        vs = r.get("vs_fastest")
+        real = " real" if r.get("real_difference_vs_fastest") else (" (noise)" if vs and vs["median"] < 1 else "")
+        status = "ok" if r["status"] == "ok" else f"partial: {r.get('error')}"
+        fastest = r["label"] == (doc.get("ranking") or {}).get("fastest")
+        main.append([r["label"], status, str(r["repeats"]), fmt(s.get("examples_per_sec")),
+                     "1.00× (fastest)" if fastest else (fmt_ratio(vs) + real) if vs else "—", fmt(s.get("step_time_ms")),
+                     fmt(s.get("input_cost_fraction"), pct=True), _au(r), r.get("bottleneck") or "—"])
+        ceiling = fmt(s.get("input_ceiling_examples_per_sec"))
+        storage.append([r["label"], f"{r['storage'].get('backend')}/{r['storage'].get('mode')}",
+                        fmt(s.get("storage_read_ms_per_step"), 2), fmt(s.get("preprocessing_ms_per_step"), 2),
+                        fmt(s.get("request_p50_ms")), fmt(s.get("request_p99_ms")), fmt(s.get("read_mb_per_sec")),
+                        fmt(s.get("retries"), 0), ceiling, fmt(s.get("headroom"), 2)])
+        breakdown.append([r["label"]] + [fmt(s.get(f"breakdown_ms.{c}"), 2) for c in CATEGORY_ORDER])
+    return [
+        ("Throughput and verdict (median of the repeats; spread min–max in parentheses)",
+         ["cell", "status", "runs", "examples/s", "vs fastest", "step ms", "input cost (what-if)", "AU", "verdict"],
+         main),
+        ("Storage and input",
+         ["cell", "backend/mode", "storage read ms/step", "preprocessing ms/step", "request p50 ms",
+          "request p99 ms", "MB/s", "retries", "input ceiling ex/s", "headroom"], storage),
+        ("Breakdown, ms per profiled step (median)", ["cell"] + CATEGORY_ORDER, breakdown),
+    ]
 
 
 def comparison_markdown(doc: dict) -> str:
-    """comparison.md: the table, the breakdown, the environment differences."""
-    rows = doc["rows"]
+    """comparison.md: the question (scenario), the explanation, the tables, each cell's advice and run dirs."""
     out = [f"# tfbertperf comparison `{doc['id']}`", ""]
+    sc = doc.get("scenario")
+    if sc:
+        out += [f"**Scenario `{sc['name']}`: {sc['question']}**", ""]
     if doc.get("axes"):
         out += ["Matrix: " + " × ".join(f"`{k}` ∈ {{{', '.join(v)}}}" for k, v in doc["axes"]), ""]
-    out += ["| run | examples/s | step ms | input-bound (direct) | input cost (what-if) | blocked in next() | AU | "
-            "bottleneck |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        out.append(f"| {r['label']} | {_fmt(r['examples_per_sec'])} | {_fmt(r['step_time_ms'])} | "
-                   f"{_fmt(r['input_bound_fraction'], True)} | {_fmt(r['input_cost_fraction'], True)} | "
-                   f"{_fmt(r['input_wait_fraction'], True)} | {_fmt(r['accelerator_utilization'], True)} | "
-                   f"{r['bottleneck']} |")
-    if rows and rows[0].get("examples_per_sec"):
-        base = rows[0]["examples_per_sec"]
-        out += ["", "Throughput relative to the first run: " + ", ".join(
-            f"{r['label']} {float(r['examples_per_sec'] or 0) / base:.2f}×" for r in rows)]
-    out += ["", "## Breakdown, ms per profiled step", "",
-            "| run | " + " | ".join(CATEGORY_ORDER) + " |", "|---|" + "---:|" * len(CATEGORY_ORDER)]
-    for r in rows:
-        out.append(f"| {r['label']} | " + " | ".join(_fmt(r['breakdown_ms'].get(c, 0.0)) for c in CATEGORY_ORDER) + " |")
+    out += [f"Each cell ran {doc.get('repeat', 1)}×, {doc.get('order', '')}; a difference is called real only when "
+            "the min–max ranges of the repeats do not overlap.", ""]
+    out += ["## What the comparison says", ""] + [f"{i}. {ln}" for i, ln in
+                                                   enumerate(doc["explanation"]["lines"], 1)] + [""]
+    for title, header, cells in comparison_tables(doc):
+        out += [f"## {title}", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in cells] + [""]
+    out += ["## Recommendations per cell", ""]
+    for r in doc["rows"]:
+        if r["status"] == "failed":
+            continue
+        out.append(f"- **{r['label']}** ({r.get('verdict') or r.get('bottleneck')})")
+        out += [f"  - {x}" for x in r.get("recommendations") or []]
+    out += ["", "## Runs", ""]
+    for r in doc["rows"]:
+        dirs = ", ".join(f"`{d}`" for d in r.get("run_dirs") or []) or f"none — {r.get('error')}"
+        out.append(f"- {r['label']}: {dirs}")
     if doc.get("environment_diff"):
-        out += ["", "## Environment differences (ranked by likely impact)", ""]
-        for d in doc["environment_diff"]:
-            out.append(f"- {d.get('why') or d.get('summary') or d}")
-    out += ["", "![step-time breakdown](plots/step_breakdown.png)", ""]
+        out += ["", "## Environment differences, slowest vs fastest (ranked by likely impact)", ""]
+        for d in doc["environment_diff"][:10]:
+            out.append(f"- `{d.get('name')}`: {d.get('a')} → {d.get('b')} — {d.get('why')}")
+    out += ["", f"TensorBoard: `{doc.get('tensorboard')}`", "",
+            "![step-time breakdown](plots/step_breakdown.png)", "", "![throughput](plots/throughput.png)", ""]
     return "\n".join(out)

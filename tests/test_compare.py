@@ -1,0 +1,239 @@
+"""`tfbertperf compare`: a small matrix run twice per cell (round-robin) with one cell made to fail — every output
+file, one row per cell with medians and spreads, the failed row, fractions equal to the medians of the runs'
+report.json; the page opened in a real headless browser (Debian's chromium) at two widths with networking off;
+bad input in one line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["train.steps=8", "profile.steps=2:6", "profile.probe_steps=2", "profile.probe_blocks=1",
+        "train.batch_size=8", "train.warmup_steps=1", "train.log_every=4"]
+
+
+def _cli(*args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "tfbertperf.compare", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _default_data() -> str:
+    from tfbertperf.config import load_config
+
+    uri = load_config().resolved_data_uri()
+    if not (Path(uri) / "manifest.json").is_file():  # prepared on first use by any run; here once, up front
+        p = subprocess.run([sys.executable, "-m", "tfbertperf.prepare", "-q"], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+    return uri
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    missing = out / "no-such-data"
+    args = ["--matrix", "pipeline.preset=naive,tuned", "--matrix", f"data.uri={_default_data()},{missing}",
+            "--repeat", "2", "--out", out] + [x for s in TINY for x in ("--set", s)]
+    p = _cli(*args)
+    (cdir,) = [d for d in out.iterdir() if d.name.endswith("-compare")]
+    return {"proc": p, "dir": cdir, "doc": json.loads((cdir / "comparison.json").read_text()), "missing": missing}
+
+
+@pytest.mark.slow
+def test_failed_cells_are_kept_and_the_exit_status_says_so(compared):
+    p, doc = compared["proc"], compared["doc"]
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "2 of 4 cells failed" in p.stderr
+    assert len(doc["rows"]) == 4 and doc["repeat"] == 2
+    failed = [r for r in doc["rows"] if r["status"] == "failed"]
+    assert [r["label"] for r in failed] == doc["failed"] and len(failed) == 2
+    for r in failed:
+        assert str(compared["missing"]) in r["error"] and "no such directory" in r["error"]
+        assert "\n" not in r["error"] and r["repeats"] == 0 and r["run_dirs"] == []
+        assert len(r["errors"]) == 1  # refused as bad input (exit 2): not tried again in round 2
+    md = (compared["dir"] / "comparison.md").read_text()
+    assert md.count("| FAILED |") == 2
+
+
+@pytest.mark.slow
+def test_every_output_file_and_one_row_per_cell_with_medians_and_spreads(compared):
+    d, doc = compared["dir"], compared["doc"]
+    for f in ("index.html", "comparison.html", "comparison.json", "comparison.md", "plots/step_breakdown.png",
+              "plots/throughput.png"):
+        assert (d / f).is_file() and (d / f).stat().st_size > 500, f
+    assert len(list((d / "logs").glob("*.log"))) == 6  # 2 ok cells × 2 rounds + 2 failed cells once
+    ok = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert {r["label"].split(",")[0] for r in ok} == {"preset=naive", "preset=tuned"}
+    for r in ok:
+        assert r["repeats"] == 2 and len(r["run_dirs"]) == 2
+        eps = [json.loads((Path(x) / "report.json").read_text())["throughput"]["examples_per_sec"]
+               for x in r["run_dirs"]]
+        s = r["stats"]["examples_per_sec"]
+        assert s["n"] == 2 and s["min"] == pytest.approx(min(eps)) and s["max"] == pytest.approx(max(eps))
+        assert r["examples_per_sec"] == pytest.approx(statistics.median(eps))
+        assert r["vs_fastest"]["min"] <= r["vs_fastest"]["median"] <= r["vs_fastest"]["max"]
+        for key in ("storage_read_ms_per_step", "preprocessing_ms_per_step", "request_p50_ms", "read_mb_per_sec"):
+            assert key in r["stats"], key
+    md = (d / "comparison.md").read_text()
+    for r in ok:  # the median and its spread, as printed
+        s = r["stats"]["examples_per_sec"]
+        assert f"{s['median']:.1f} ({s['min']:.1f}–{s['max']:.1f})" in md or s["min"] == s["max"]
+    expl = doc["explanation"]
+    assert expl["headline"] and "slowest" in expl["headline"] and "2 runs each" in expl["headline"]
+    a, b = ok[0]["stats"]["examples_per_sec"], ok[1]["stats"]["examples_per_sec"]
+    assert expl["real"] == (a["max"] < b["min"] or b["max"] < a["min"])  # real only when the ranges are apart
+    assert ("within the noise" in expl["headline"]) == (not expl["real"])
+    # the naive cell's top advice (pipeline.preset=tuned) is exactly the other cell: its effect is measured here
+    naive = next(r for r in ok if r["label"].startswith("preset=naive"))
+    if naive["actions"] and naive["actions"][0]["set"] == ["pipeline.preset=tuned"] and \
+            naive["label"] == doc["ranking"]["slowest"]:
+        assert expl["recommendation"]["measured"]["cell"].startswith("preset=tuned")
+
+
+@pytest.mark.slow
+def test_fractions_are_the_medians_of_each_runs_report(compared):
+    for r in compared["doc"]["rows"]:
+        if r["status"] != "ok":
+            continue
+        reps = [json.loads((Path(x) / "report.json").read_text()) for x in r["run_dirs"]]
+        for cat, v in r["fractions"].items():
+            assert v == pytest.approx(statistics.median(x["attribution"]["fractions"][cat] for x in reps), abs=1e-6)
+        assert sum(r["fractions"].values()) == pytest.approx(1.0, abs=0.03)
+        for cat, v in r["breakdown_ms"].items():
+            assert v == pytest.approx(statistics.median(x["attribution"]["breakdown_ms"][cat] for x in reps), abs=1e-3)
+
+
+# --- the page in a real browser ---------------------------------------------------------------------------------
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (the README's test command installs it)")
+        pytest.skip("chromium is not installed")
+    return exe
+
+
+def _screenshot(page: Path, width: int, height: int, tmp: Path):
+    np = pytest.importorskip("numpy")
+    from PIL import Image
+
+    shot = tmp / f"shot-{width}.png"
+    cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={tmp / f'profile-{width}'}", '--host-resolver-rules=MAP * ~NOTFOUND',
+           "--force-device-scale-factor=1", f"--window-size={width},{height}", f"--screenshot={shot}",
+           page.as_uri()]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and shot.is_file(), p.stderr[-2000:]
+    return np.asarray(Image.open(shot).convert("RGB")).astype(int)
+
+
+def _mask(img, hex_color: str, tol: int = 8):
+    rgb = [int(hex_color[i:i + 2], 16) for i in (1, 3, 5)]
+    return (abs(img - rgb) <= tol).all(axis=2)
+
+
+def _box(mask):
+    ys, xs = mask.nonzero()
+    return (xs.min(), ys.min(), xs.max(), ys.max()) if len(xs) else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width,height", [(1280, 2600), (390, 5200)])
+def test_index_html_renders_table_and_both_charts_offline(compared, tmp_path, width, height):
+    page = compared["dir"] / "index.html"
+    text = page.read_text()
+    assert not re.search(r"https?://", text) and "<script" not in text and "<link" not in text
+    img = _screenshot(page, width, height, tmp_path)
+    h, w, _ = img.shape
+    assert w == width
+    # the table: the failed rows' pink background, as wide bands inside the page
+    pink = _box(_mask(img, "#fde8e8", 3))
+    assert pink is not None, "no failed table row rendered"
+    assert pink[2] - pink[0] > 0.6 * min(width, 390) - 40
+    # the stacked bars: host-compute green and input red, inside one chart; the throughput bars: blue
+    green, red = _box(_mask(img, "#98df8a")), _box(_mask(img, "#d62728"))
+    blue_mask = _mask(img, "#1f77b4")
+    assert green and red, "the step-time breakdown chart did not render"
+    assert blue_mask.sum() > 200, "the throughput chart did not render"
+    blue = _box(blue_mask)
+    for box in (green, blue):
+        assert box[2] < width, box  # the chart fits the width (scaled, not cut off)
+        x0, y0, x1, y1 = box
+        region = img[y0:y1 + 1, x0:x1 + 1]
+        assert (region != 255).any(axis=2).mean() > 0.05  # a non-blank image region
+    # the charts come after the tables, the breakdown before the throughput chart (stacked on a phone)
+    assert pink[1] < green[1]
+    if width < 500:
+        assert green[3] < blue[1]
+
+
+# --- bad input ----------------------------------------------------------------------------------------------------
+
+def _one_line_exit_2(p, culprit):
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tfbertperf: error: "), p.stderr
+    assert culprit in lines[0] and "Traceback" not in p.stderr
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    _one_line_exit_2(_cli("--matrix", "pipeline.bogus=1,2", "--out", tmp_path), "pipeline.bogus")
+    _one_line_exit_2(_cli("--matrix", "pipeline.preset=", "--out", tmp_path), "no values")
+    _one_line_exit_2(_cli("--matrix", "=", "--out", tmp_path), "--matrix")
+    _one_line_exit_2(_cli("--scenario", "no-such-scenario", "--out", tmp_path), "no-such-scenario")
+    bad = tmp_path / "report.json"
+    bad.write_text("{not json")
+    _one_line_exit_2(_cli("--reports", bad, bad, "--out", tmp_path), str(bad))
+    _one_line_exit_2(_cli("--reports", tmp_path / "missing", "--out", tmp_path), "missing")
+    _one_line_exit_2(_cli("--matrix", "pipeline.preset=naive", "--repeat", "0", "--out", tmp_path), "--repeat")
+    assert not any(d.name.endswith("-compare") for d in tmp_path.iterdir())
+
+
+def test_scenarios_are_data_with_a_question_and_valid_cells():
+    from tfbertperf.compare import known_scenarios, load_scenario
+
+    assert {"notebook-vs-cloud-vm", "storage-backends"} <= set(known_scenarios())
+    nb = load_scenario("notebook-vs-cloud-vm")
+    assert "notebook" in nb["question"] and len(nb["cells"]) == 2
+    assert any("emulate.device=" in s for s in nb["set"])
+    assert {"data.read_latency_ms=20", "pipeline.preset=naive"} <= set(nb["cells"][1]["set"])
+    sb = load_scenario("storage-backends")
+    modes = [next(s for s in c["set"] if s.startswith("data.mode=")) for c in sb["cells"]]
+    assert modes == ["data.mode=local", "data.mode=stream", "data.mode=stage", "data.mode=stream", "data.mode=stage"]
+    assert sum(any(s.startswith("data.uri=gs://") for s in c["set"]) for c in sb["cells"]) == 2
+    assert sum(any(s.startswith("data.uri=az://") for s in c["set"]) for c in sb["cells"]) == 2
+
+
+@pytest.mark.slow
+def test_reports_from_two_machines_explain_with_the_environment_difference(compared, tmp_path):
+    """--reports of two runs, the second one's environment as another machine would record it (8 usable cores and
+    avx512 off): one row each, no new runs, and the explanation names the ranked environment differences."""
+    ok = [r for r in compared["doc"]["rows"] if r["status"] == "ok"]
+    a = Path(ok[0]["run_dirs"][0]) / "report.json"
+    other = json.loads((Path(ok[1]["run_dirs"][0]) / "report.json").read_text())
+    other["environment"]["cpu"]["usable_cores"] = other["environment"]["cpu"]["logical_cores"] = 8
+    other["environment"]["cpu"]["flags"]["avx512f"] = False
+    b = tmp_path / "machine-b" / "report.json"
+    b.parent.mkdir()
+    b.write_text(json.dumps(other))
+    p = _cli("--reports", a, b, "--out", tmp_path / "out")
+    assert p.returncode == 0, p.stderr[-2000:]
+    (cdir,) = (tmp_path / "out").iterdir()
+    doc = json.loads((cdir / "comparison.json").read_text())
+    assert len(doc["rows"]) == 2 and all(r["repeats"] == 1 for r in doc["rows"])
+    names = {d["name"] for d in doc["explanation"]["environment"]}
+    assert names & {"cpu.usable_cores", "cpu.logical_cores", "cpu.flags.avx512f"}, doc["explanation"]
+    assert any(ln.startswith("environment differences") for ln in doc["explanation"]["lines"])
+    assert "only one run each" in doc["explanation"]["headline"]  # one report each: nothing is called real

@@ -1,0 +1,109 @@
+"""A comparison explained in words with numbers: the slowest cell against the fastest — whether the difference is
+real, which step-time categories grew and by how much, the storage figures behind it, the environment
+differences (reports from two machines), and the slowest cell's top recommendation with its measured effect when
+the comparison itself measured it (a cell that differs from the slowest exactly by the advice's settings)."""
+
+from __future__ import annotations
+
+from tfbertperf.report.stats import fmt, fmt_ratio, ratio, real_difference
+
+STORAGE_FIGURES = [  # (row key, words, unit, digits)
+    ("storage_read_ms_per_step", "storage read", " ms/step", 2),
+    ("preprocessing_ms_per_step", "preprocessing", " ms/step", 2),
+    ("request_p50_ms", "request p50", " ms", 1),
+    ("request_p99_ms", "request p99", " ms", 1),
+    ("read_mb_per_sec", "read", " MB/s", 1),
+    ("retries", "retries", "", 0),
+]
+
+
+def _settings(row: dict) -> dict:
+    return {k: str(v).strip().lower() for k, v in (x.split("=", 1) for x in row.get("set") or [] if "=" in x)}
+
+
+def measured_effect(rows: list[dict], base: dict, sets: list[str]) -> dict | None:
+    """The cell that is `base` with `sets` applied (all other settings equal), and its throughput ÷ base's."""
+    want = dict(_settings(base))
+    want.update({k: v.strip().lower() for k, v in (x.split("=", 1) for x in sets)})
+    if want == _settings(base):
+        return None
+    for r in rows:
+        if r is not base and r["status"] != "failed" and _settings(r) == want:
+            b, n = base["stats"].get("examples_per_sec"), r["stats"].get("examples_per_sec")
+            rt = ratio(n, b)
+            return {"cell": r["label"], "speedup": rt, "confirmed": bool(rt and rt["median"] > 1.0
+                                                                          and real_difference(n, b))}
+    return None
+
+
+def _growth(slow: dict, fast: dict) -> list[dict]:
+    out = []
+    st, ft = slow.get("profiled_step_time_ms") or 0.0, fast.get("profiled_step_time_ms") or 0.0
+    for cat, ms in (slow.get("breakdown_ms") or {}).items():
+        f = (fast.get("breakdown_ms") or {}).get(cat, 0.0)
+        if ms - f > 0.005:
+            out.append({"category": cat, "slow_ms": round(ms, 3), "fast_ms": round(f, 3), "grew_ms": round(ms - f, 3),
+                        "slow_share": round(ms / st, 4) if st else None,
+                        "fast_share": round(f / ft, 4) if ft else None})
+    return sorted(out, key=lambda d: -d["grew_ms"])
+
+
+def explain(doc: dict, machines: bool = False) -> dict:
+    """{"lines": [sentences, most important first], "headline", "growth", "storage", "environment",
+    "recommendation"}; {"lines": [...]} only when fewer than two cells ran."""
+    rows = doc["rows"]
+    lines: list[str] = []
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        lines.append(f"{len(failed)} of {len(rows)} cells failed: " + "; ".join(
+            f"{r['label']}: {r['error']}" for r in failed))
+    rk = doc.get("ranking") or {}
+    by = {r["label"]: r for r in rows}
+    if not rk or rk["fastest"] == rk["slowest"]:
+        return {"lines": lines + ["fewer than two cells ran: nothing to compare"], "headline": None}
+    slow, fast = by[rk["slowest"]], by[rk["fastest"]]
+    rt = ratio(slow["stats"].get("examples_per_sec"), fast["stats"].get("examples_per_sec"))
+    real = real_difference(slow["stats"].get("examples_per_sec"), fast["stats"].get("examples_per_sec"))
+    n = min(slow["repeats"], fast["repeats"])
+    why = ("the min–max ranges of the repeats do not overlap: a real difference" if real else
+           "only one run each: not enough to call it real" if n < 2 else
+           "the ranges of the repeats overlap: within the noise")
+    headline = (f"slowest {slow['label']!r} runs at {fmt_ratio(rt)} the throughput of fastest {fast['label']!r} "
+                f"({fmt(slow['stats'].get('examples_per_sec'))} vs {fmt(fast['stats'].get('examples_per_sec'))} "
+                f"examples/s, {n} runs each) — {why}")
+    lines.append(headline)
+    growth = _growth(slow, fast)
+    for g in growth[:3]:
+        share = (f"; {100 * g['fast_share']:.0f} % → {100 * g['slow_share']:.0f} % of the step"
+                 if g["slow_share"] is not None and g["fast_share"] is not None else "")
+        lines.append(f"{g['category'].replace('_', ' ')} grew by {g['grew_ms']:.1f} ms/step "
+                     f"({g['fast_ms']:.1f} → {g['slow_ms']:.1f} ms{share})")
+    sto = []
+    for key, words, unit, digits in STORAGE_FIGURES:
+        a, b = fast["stats"].get(key), slow["stats"].get(key)
+        if a or b:
+            sto.append(f"{words} {fmt(a, digits, unit=unit)} → {fmt(b, digits, unit=unit)}")
+    if sto:
+        lines.append(f"storage and input, fastest → slowest ({fast['storage'].get('backend')}/"
+                     f"{fast['storage'].get('mode')} → {slow['storage'].get('backend')}/{slow['storage'].get('mode')}): "
+                     + ", ".join(sto))
+    env = [d for d in doc.get("environment_diff") or [] if not str(d.get("name", "")).startswith("config.")]
+    if machines and env:
+        lines.append("environment differences (ranked by likely impact): " + "; ".join(
+            f"{d['name']}: {d.get('a')} → {d.get('b')} ({d['impact']}: {d['why']})" for d in env[:3]))
+    rec = None
+    acts = [a for a in slow.get("actions") or [] if a.get("set")]
+    if acts:
+        eff = measured_effect(rows, slow, acts[0]["set"])
+        rec = {"advice": acts[0]["advice"], "set": acts[0]["set"], "measured": eff}
+        if eff:
+            verdict = "confirmed" if eff["confirmed"] else "not confirmed here"
+            lines.append(f"top recommendation for {slow['label']!r}: {acts[0]['advice']} — measured in this "
+                         f"comparison by cell {eff['cell']!r}: {fmt_ratio(eff['speedup'])} → {verdict}")
+        else:
+            lines.append(f"top recommendation for {slow['label']!r}: {acts[0]['advice']} — not measured in this "
+                         f"comparison (`tfbertperf analyze {slow['run_dir']} --validate` measures it)")
+    elif slow.get("recommendations"):
+        lines.append(f"top recommendation for {slow['label']!r}: {slow['recommendations'][0]}")
+    return {"lines": lines, "headline": headline, "real": real, "ratio": rt, "growth": growth,
+            "storage": sto, "environment": env[:3] if machines else [], "recommendation": rec}
