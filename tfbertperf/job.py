@@ -135,7 +135,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
-    report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
+    report["pipeline"] = effective_pipeline(cfg, len(inputs.shard_uris))  # the knobs in force (preset resolved)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     return report
 
