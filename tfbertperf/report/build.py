@@ -7,6 +7,7 @@ import datetime as _dt
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.report.caveats import caveats
 
 REPORT_SCHEMA = "tfbertperf.report/1"
 RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
@@ -122,6 +123,7 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
     }
     if "hosts" in attribution_doc:
         report["hosts"] = attribution_doc["hosts"]
+    report["caveats"] = caveats(cfg, result, len(times), environment or {})
     return report
 
 

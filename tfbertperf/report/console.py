@@ -126,6 +126,8 @@ def print_run_summary(run_dir, report: dict) -> None:
     print(f"\nBERT-{report['model'].get('size')} {report['model'].get('task')}: "
           f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
           f"{tp['examples_per_sec']:.1f} examples/s, step time mean {tp['step_time_ms']['mean']:.1f} ms")
+    for c in report.get("caveats") or []:
+        print(f"caveat: {c}")
     if report.get("attribution"):
         print()
         print(attribution_table(report))

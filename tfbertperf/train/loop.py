@@ -36,7 +36,7 @@ import time
 from typing import Callable
 
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps
+from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 
@@ -135,7 +135,7 @@ def train(
         iterator = iter(distribute(strategy, dataset_fn, global_batch, per_replica))
 
         steps = cfg.train.steps
-        warmup = min(cfg.train.warmup_steps, steps - 1)
+        warmup, probe_steps = short_run_budget(steps, cfg.train.warmup_steps, cfg.profile.probe_steps)
         window = cfg.profile_window if capture is not None else None
         timer_on = cfg.profile.step_timer
         step_ms: list[float] = []
@@ -145,7 +145,7 @@ def train(
         scalars: list[tuple[int, dict]] = []
         first_batch = None
         clock = time.perf_counter
-        plan = probe_plan(steps, warmup, window, cfg.profile.probe_steps, cfg.profile.probe_blocks)
+        plan = probe_plan(steps, warmup, window, probe_steps, cfg.profile.probe_blocks)
         blocks_at = dict(plan)
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
         pending: list = []  # step outputs dispatched since the last sync point
