@@ -342,3 +342,29 @@ def test_failed_prepare_leaves_an_existing_data_dir_usable(pretrain_dir, tmp_pat
     with pytest.raises(UsageError):
         _prepare(tmp_path / "never", [f"data.corpus={tmp_path / 'missing.txt'}"])
     assert not (tmp_path / "never").exists(), "bad input must not leave an empty data dir behind"
+
+
+def test_an_edited_corpus_is_prepared_again_with_a_line_saying_why(tmp_path, monkeypatch, capsys):
+    """Issue 17 finding 1: the default data dir is keyed by the corpus *path*; after the file's contents change
+    (2 labels → 3) the next run must re-prepare (and say why), not train on the old examples."""
+    from tfbertperf.job import ensure_data
+    from tfbertperf.storage import open_backend
+
+    monkeypatch.setenv("TFBERTPERF_DATA_HOME", str(tmp_path / "home"))
+    csv = tmp_path / "reviews.csv"
+    csv.write_text("".join(f"review number {i} of the product,{'pos' if i % 2 else 'neg'}\n" for i in range(24)))
+    cfg = load_config(sets=["model.task=classify", f"data.corpus={csv}", "data.num_shards=2",
+                            "data.vocab_size=100", "data.seq_len=16", "data.max_predictions=4"])
+
+    def ensure():
+        return ensure_data(cfg, open_backend(cfg.resolved_data_uri(), cfg.data), progress=False)[1]
+
+    assert ensure()["labels"] == ["neg", "pos"]
+    assert "first use" in capsys.readouterr().err
+    assert ensure()["labels"] == ["neg", "pos"]
+    assert "preparing" not in capsys.readouterr().err, "an unchanged corpus is reused"
+    csv.write_text("".join(f"review number {i} of the product,{'abc'[i % 3]}\n" for i in range(24)))
+    m = ensure()
+    assert m["labels"] == ["a", "b", "c"] and m["num_labels"] == 3
+    err = capsys.readouterr().err
+    assert "preparing" in err and "changed since it was prepared" in err and "reviews.csv" in err

@@ -362,3 +362,16 @@ def test_out_into_a_missing_directory_is_a_usage_error(tmp_path, fp):
     good.write_text(json.dumps(fp))
     r = _run_cli(["--diff", str(good), str(good), "--out", str(tmp_path / "nope" / "d.json")])
     assert r.returncode == 2 and "does not exist" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_identical_losses_under_a_numerics_setting_are_not_called_expected_to_differ(fp):
+    """Issue 17 finding 4: `env --diff` of a naive and a tuned run with bit-identical losses printed the losses
+    and then "losses are expected to differ"; it now says the difference did not reach the numerics."""
+    a = _report(fp, LOSSES, 120.0, 0.08)
+    b = _report(fp, LOSSES, 150.0, 0.08, **{"pipeline.preset": "naive"})
+    n = envinfo.explain(a, b)["side_by_side"]["numerics"]
+    assert n["identical"] and not n["comparable"]
+    assert "expected to differ" not in n["verdict"]
+    assert "pipeline.preset" in n["verdict"] and "did not reach the numerics" in n["verdict"]
+    c = _report(fp, [x * 1.01 for x in LOSSES], 150.0, 0.08, **{"pipeline.preset": "naive"})
+    assert "expected to differ" in envinfo.explain(a, c)["side_by_side"]["numerics"]["verdict"]

@@ -233,3 +233,37 @@ def test_readme_output_block_has_the_labels_the_code_prints(tuned_run):
     fixed = {x for x in ours if x.endswith(":") or x in ("category", "step time (profiled window, # steps)")}
     fixed.discard("input ops, µs/step, with our storage read time:")
     assert fixed <= theirs, sorted(fixed - theirs)
+
+
+def test_short_runs_scale_warmup_and_probe_and_say_their_figures_rest_on_too_few_steps(data_dir, tmp_path, capsys):
+    """Issue 17 finding 2: `train.steps=2` with the default 5 warm-up steps printed examples/s with no caveat,
+    and a 3-step run spent most of its time in the default 20-step probe."""
+    from tfbertperf.job import run
+    from tfbertperf.report.caveats import MIN_STEADY_STEPS
+    from tfbertperf.report.console import print_run_summary
+    from tfbertperf.train.probe import short_run_budget
+
+    assert short_run_budget(60, 5, 20) == (5, 20), "the default run keeps its budget"
+    assert short_run_budget(3, 5, 20) == (1, 1) and short_run_budget(2, 5, 20) == (1, 1)
+    assert short_run_budget(6, 5, 20) == (1, 3) and short_run_budget(1, 5, 20)[0] == 0
+    assert short_run_budget(6, 5, 0) == (1, 0), "probe off stays off"
+
+    cfg = load_config(data_uri=str(data_dir), sets=SMALL_DATA + ["train.steps=2", "profile.steps=none",
+                                                                 f"run.out={tmp_path}"])
+    run_dir, r = run(cfg, progress=False)
+    tp = r["throughput"]
+    assert tp["steps_measured"] == 1 and tp["examples_per_sec"] > 0
+    assert r["step_timer"]["steps"] == 1, "warm-up shortened to 1 of the 2 steps"
+    cav = r["caveats"]
+    assert any("warm-up shortened from 5 to 1" in c for c in cav), cav
+    assert any(f"rests on 1 steady step(s) (fewer than {MIN_STEADY_STEPS}" in c for c in cav), cav
+    assert any("1 compute-only probe step" in c for c in cav), cav
+    assert json.loads((run_dir / "report.json").read_text())["caveats"] == cav
+    print_run_summary(run_dir, r)
+    assert "caveat: throughput rests on 1 steady step" in capsys.readouterr().out
+
+
+def test_a_long_enough_run_has_no_step_caveats(tuned_run):
+    _, r = tuned_run
+    assert r["throughput"]["steps_measured"] >= 10
+    assert not [c for c in r["caveats"] if "steady step" in c or "warm-up" in c], r["caveats"]

@@ -154,3 +154,28 @@ def test_optimizer_decays_kernels_and_embeddings_but_not_layernorm_or_biases():
         assert decayed is not (leaf in ("gamma", "beta") or leaf.endswith("bias")), v.path
     kernel = next(v for v in variables if v.path.endswith("ffn/up/kernel"))
     assert abs(kernel.numpy() - (1 - 0.1 * 0.01)).max() < 1e-6
+
+
+def test_probe_snapshot_restores_host_state_from_a_checkpoint_and_cleans_up():
+    """Issue 17 memory: the probe no longer copies the state to host numpy arrays per block (a second copy of
+    BERT-base's weights + Adam slots alive during the probe's steps); host-resident state goes to a temporary
+    checkpoint and comes back bit-exact, and the directory is removed."""
+    import os
+
+    import keras
+    import numpy as np
+
+    from tfbertperf.train.probe import Snapshot
+
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    opt = keras.optimizers.Adam()
+    opt.build(m.trainable_variables)
+    state = [*m.variables, *opt.variables]
+    before = [v.numpy().copy() for v in state]
+    snap = Snapshot(state)
+    assert not snap.on_device and os.path.isdir(snap.dir) and snap.copies is None
+    for v in state:
+        v.assign(v + 1)
+    snap.restore()
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, state))
+    assert not os.path.exists(snap.dir)

@@ -31,14 +31,22 @@ def quiet_tf() -> None:
 
 
 def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, dict]:
-    """Return (data URI, manifest).  The embedded default is prepared on first use; an explicit URI must exist."""
+    """Return (data URI, manifest).  A data set made from the config (no data.uri) is prepared on first use and
+    again when its sources changed (corpus or vocab files edited: manifest source_sha256); an explicit URI must
+    exist."""
     from tfbertperf.data.manifest import check_compatible, load_manifest
 
     uri = cfg.resolved_data_uri()
-    if cfg.uses_default_data() and not backend.exists(backend.join(uri, "manifest.json")):
+    why = None
+    if cfg.uses_default_data():
+        from tfbertperf.data.manifest import stale_reason
+
+        why = ("first use only" if not backend.exists(backend.join(uri, "manifest.json"))
+               else stale_reason(cfg, load_manifest(uri, backend)))
+    if why:
         from tfbertperf.data.prepare import prepare_data
 
-        log(f"preparing the default data set in {uri} (first use only)")
+        log(f"preparing the data set in {uri} ({why})")
         t0 = time.perf_counter()
         prepare_data(cfg, uri, progress=progress)
         log(f"data ready in {time.perf_counter() - t0:.1f} s")
@@ -164,7 +172,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
-    report["pipeline"] = effective_pipeline(cfg)  # the knobs actually in force (preset resolved)
+    report["pipeline"] = effective_pipeline(cfg, len(inputs.shard_uris))  # the knobs in force (preset resolved)
     report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:

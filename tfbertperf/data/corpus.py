@@ -98,15 +98,45 @@ def load_default_corpus() -> Corpus:
     from pydoc_data import topics
 
     docs = []
-    h = hashlib.sha256()
     for name in sorted(topics.topics):
-        text = topics.topics[name]
-        h.update(name.encode() + b"\0" + text.encode() + b"\0")
-        for sentences in split_topic(text):
+        for sentences in split_topic(topics.topics[name]):
             docs.append(Document(name, tuple(sentences)))
     if not docs:  # a stripped-down Python; say so rather than train on nothing
         raise UsageError(f"{DEFAULT_CORPUS}: bundled corpus is empty; pass --set data.corpus=FILE")
-    return Corpus(tuple(docs), DEFAULT_CORPUS, h.hexdigest())
+    return Corpus(tuple(docs), DEFAULT_CORPUS, _default_corpus_sha256())
+
+
+def _default_corpus_sha256() -> str:
+    from pydoc_data import topics
+
+    h = hashlib.sha256()
+    for name in sorted(topics.topics):
+        h.update(name.encode() + b"\0" + topics.topics[name].encode() + b"\0")
+    return h.hexdigest()
+
+
+def source_sha256(corpus_spec: str, vocab_path: str = "") -> str:
+    """What a prepared data set was made from, as one sha256: the bundled topics (then equal to the manifest's
+    corpus_sha256) or the corpus files' names and bytes, plus a user vocab file's bytes.  Cheap (no parsing),
+    so a cached data set can be checked against its sources on every run (job.py ensure_data)."""
+    if not corpus_spec.strip():
+        digest = _default_corpus_sha256()
+    else:
+        h = hashlib.sha256()
+        for path in corpus_files(corpus_spec):
+            h.update(os.path.basename(path).encode() + b"\0" + _read_bytes(path, "corpus file") + b"\0")
+        digest = h.hexdigest()
+    if not vocab_path:
+        return digest
+    return hashlib.sha256(digest.encode() + b"\0" + _read_bytes(vocab_path, "vocab file")).hexdigest()
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot read ({e.strerror})") from None
 
 
 def corpus_files(spec: str) -> list[str]:
@@ -121,11 +151,7 @@ def corpus_files(spec: str) -> list[str]:
 
 
 def read_text_file(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise UsageError(f"corpus file {path}: cannot read ({e.strerror})") from None
+    raw = _read_bytes(path, "corpus file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -5,7 +5,8 @@ Keys (written by prepare.py; a reader may rely on these):
   vocab_size_target, vocab_sha256, vocab_file ("vocab.txt"), special_ids {token: id}, tokenizer, seed,
   dupe_factor, masked_lm_prob, short_seq_prob, num_examples, record_bytes_mean (bytes per serialized
   pre-tokenized record), text_record_bytes_mean, features {name: [dtype, shape]},
-  shards / text_shards [{"name", "examples", "bytes"}], corpus, corpus_sha256, vocab_source, stats {…};
+  shards / text_shards [{"name", "examples", "bytes"}], corpus, corpus_sha256, vocab_source, stats {…},
+  source_sha256 (corpus files' names + bytes and a user vocab's bytes: data/corpus.py source_sha256);
   pretrain: num_documents, num_sentences, num_corpus_tokens; classify: num_labels, labels, pair, classify_source.
 `load_manifest` adds "uri": the data directory it was read from (not stored in the file).
 """
@@ -135,3 +136,22 @@ def load_vocab(manifest: dict, backend) -> list[str]:
     if vocab_sha256(tokens) != manifest["vocab_sha256"]:
         raise UsageError(f"vocab {redact_text(path)}: sha256 differs from {MANIFEST_FILE} (re-run prepare)")
     return tokens
+
+
+def stale_reason(cfg, manifest: dict) -> str | None:
+    """Why a data set prepared from `cfg`'s own sources (the default data dir) must be prepared again: its
+    corpus or vocab files changed since (sha256 of their bytes, data/corpus.py source_sha256), or it predates
+    the hash.  None = up to date.  Data sets named by data.uri are the user's and never re-prepared."""
+    from tfbertperf.data.corpus import source_sha256
+
+    d = cfg.data
+    now = source_sha256(d.corpus, d.vocab)
+    # Sets prepared before source_sha256 existed: the bundled corpus's hash was already corpus_sha256.
+    then = manifest.get("source_sha256") or (manifest.get("corpus_sha256") if not (d.corpus or d.vocab) else None)
+    if then == now:
+        return None
+    what = " + ".join(f"{k} {v}" for k, v in (("data.corpus", d.corpus), ("data.vocab", d.vocab)) if v) \
+        or "the bundled corpus"
+    if then is None:
+        return f"{what}: the cached set records no source hash, so an edit cannot be ruled out"
+    return f"{what} changed since it was prepared: sha256 {then[:12]}… → {now[:12]}…"

@@ -8,7 +8,8 @@
 With `pipeline.cache=memory|disk` the parsed batches of the first pass are cached (cache after parse, before
 repeat) and later passes shuffle whole batches (buffer shuffle_buffer / batch) instead of examples.
 
-Presets.  `tuned` (default) takes every knob as set (AUTOTUNE by default).  `naive` is what a first attempt
+Presets.  `tuned` (default) takes every knob as set (AUTOTUNE by default; cycle_length "autotune" reads
+min(shards, AUTO_CYCLE_LENGTH) files concurrently, see there).  `naive` is what a first attempt
 often looks like: sequential reads (cycle_length 1, no parallel calls), per-example parse before batching, no
 prefetch; tf.data's automatic map parallelization / prefetch injection are switched off so it stays naive.
 Presets set *defaults*: an explicit `--set pipeline.<knob>=v` that differs from the built-in default wins over
@@ -40,11 +41,26 @@ from tfbertperf.data.manifest import check_compatible
 
 NAIVE = {"cycle_length": 1, "num_parallel_calls": 1, "prefetch": 0, "parse_after_batch": False}
 AUTO_SHUFFLE_EXAMPLES = 1024
+AUTO_CYCLE_LENGTH = 4
+"""cycle_length "autotune" → min(shards, 4) files read concurrently.  Not tf.data.AUTOTUNE: with
+num_parallel_calls AUTOTUNE too, TF 2.21 on this 2-core VM read one file at a time (8 files of 2,000 elements:
+the first 6,000 came from files 0, 1, 2 in turn — the naive preset's order, so `tuned` and `naive` trained on
+identical batches; issue 17).  Four is tf.data's own example ("Preprocess 4 files concurrently") and the
+remote modes' default data.concurrency; each reader holds one read buffer (or stream chunk)."""
 
 
-def effective_pipeline(cfg) -> dict:
+def resolve_cycle_length(value, num_files: int) -> int:
+    """The interleave's cycle_length in force for `num_files` files: "autotune" → min(num_files,
+    AUTO_CYCLE_LENGTH) (at least 1); a number stays as set."""
+    if value == AUTOTUNE:
+        return max(1, min(int(num_files), AUTO_CYCLE_LENGTH))
+    return int(value)
+
+
+def effective_pipeline(cfg, num_files: int | None = None) -> dict:
     """The pipeline knobs in force: the preset's defaults, overridden by values that differ from the built-in
-    defaults; `deterministic` is also on when train.deterministic is."""
+    defaults; `deterministic` is also on when train.deterministic is; given the number of shard files, the
+    cycle_length as resolved (resolve_cycle_length)."""
     p = cfg.pipeline
     eff = {f.name: getattr(p, f.name) for f in fields(PipelineConfig)}
     if p.preset == "naive":
@@ -53,6 +69,8 @@ def effective_pipeline(cfg) -> dict:
             if getattr(p, k) == getattr(builtin, k):
                 eff[k] = v
     eff["deterministic"] = bool(p.deterministic or cfg.train.deterministic)
+    if num_files is not None:
+        eff["cycle_length"] = resolve_cycle_length(eff["cycle_length"], num_files)
     return eff
 
 
@@ -201,10 +219,12 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     batch = int(cfg.train.batch_size)
     shards = manifest.get("text_shards" if inline else "shards") or manifest["shards"]
     filenames = source.filenames
+    num_files = len(shards)
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(batch)
         if input_context.num_input_pipelines > 1:
             filenames = filenames.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            num_files = -(-num_files // input_context.num_input_pipelines)
     if training:
         filenames = filenames.shuffle(max(1, len(shards)), seed=seed, reshuffle_each_iteration=True)
 
@@ -220,7 +240,7 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     by_chunk = getattr(source, "read_batches", None) is not None
     ds = filenames.interleave(
         source.read_batches if by_chunk else source.read,
-        cycle_length=_tf_knob(eff["cycle_length"]),
+        cycle_length=resolve_cycle_length(eff["cycle_length"], num_files),
         block_length=1,
         num_parallel_calls=par,
         deterministic=eff["deterministic"] if par is not None else None,

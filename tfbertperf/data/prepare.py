@@ -21,7 +21,7 @@ import time
 
 from tfbertperf.data import classify as cls_mod
 from tfbertperf.data import pretrain as pre_mod
-from tfbertperf.data.corpus import DEFAULT_CORPUS, load_corpus, load_default_corpus
+from tfbertperf.data.corpus import DEFAULT_CORPUS, load_corpus, load_default_corpus, source_sha256
 from tfbertperf.data.features import feature_spec_summary, serialize
 from tfbertperf.data.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, VOCAB_FILE, shard_name
 from tfbertperf.data.vocab import (
@@ -256,7 +256,8 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
     text_shards = _write_shards(out_dir, text_names, text_records)
     manifest = {**manifest_common(cfg, vocab, len(records), sum(len(r) for r in records) / len(records),
                                   sum(len(r) for r in text_records) / len(text_records), shards, text_shards),
-                **info}
+                **info,
+                "source_sha256": source_sha256(d.corpus, d.vocab)}  # what job.ensure_data checks a cached set against
     _write_atomic(manifest_path, (json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode("utf-8"))
     total_mb = sum(s["bytes"] for s in shards + text_shards) / 1e6
     say(

@@ -106,6 +106,11 @@ def numerics_verdict(n: dict, a: dict, b: dict) -> str:
     """One sentence on whether the two runs' losses agree."""
     if not n["steps_compared"]:
         return "numerics not compared: the reports share no logged loss step"
+    if n["config_differences"] and n["identical"]:
+        # Not "expected to differ" next to identical losses: say what identical losses mean here.
+        return ("numerics bit-identical over " f"{n['steps_compared']} common steps although the runs differ in "
+                + ", ".join(n["config_differences"]) + ": that difference did not reach the numerics "
+                "(the same batches in the same order; check that the setting took effect)")
     if n["config_differences"]:
         return ("numerics not comparable: the runs differ in " + ", ".join(n["config_differences"])
                 + " (losses are expected to differ)")

@@ -159,6 +159,8 @@ def print_run_summary(run_dir, report: dict) -> None:
               "the figures cover the steps done")
     if report.get("resumed_from_step"):
         print(f"resumed from the checkpoint after step {report['resumed_from_step']}")
+    for c in report.get("caveats") or []:
+        print(f"caveat: {c}")
     if report.get("attribution"):
         print()
         print(attribution_table(report))

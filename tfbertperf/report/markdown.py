@@ -28,6 +28,7 @@ def run_markdown(report: dict) -> str:
         f"{tr.get('replicas')} replica(s), final loss {tr.get('final_loss')}",
         f"- throughput: {tp.get('examples_per_sec')} examples/s, {tp.get('tokens_per_sec')} tokens/s; step time "
         f"mean {stm.get('mean')} ms, p50 {stm.get('p50')}, p90 {stm.get('p90')}, max {stm.get('max')}",
+        *[f"- **caveat:** {c}" for c in report.get("caveats") or []],
         "",
         "## Where the step time goes",
         "",

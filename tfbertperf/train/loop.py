@@ -37,7 +37,7 @@ from typing import Callable
 
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps
+from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 
@@ -144,8 +144,9 @@ def train(
         start = resumed.step
 
         steps = cfg.train.steps
+        warmup, probe_steps = short_run_budget(steps, cfg.train.warmup_steps, cfg.profile.probe_steps)
         # a resumed process traces its step again: its own warm-up starts at the resume point
-        warmup = min(start + cfg.train.warmup_steps, steps - 1)
+        warmup = min(start + warmup, steps - 1) if start else warmup
         window = cfg.profile_window if capture is not None else None
         if start:
             say(f"resuming at step {start + 1}/{steps} from {ckpt.dir}")
@@ -160,7 +161,7 @@ def train(
         scalars: list[tuple[int, dict]] = [tuple(x) for x in resumed.state.get("scalars", [])]
         first_batch = None
         clock = time.perf_counter
-        plan = probe_plan(steps, warmup, window, cfg.profile.probe_steps, cfg.profile.probe_blocks)
+        plan = probe_plan(steps, warmup, window, probe_steps, cfg.profile.probe_blocks)
         blocks_at = dict(plan)
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
         if ckpt and ckpt.every:

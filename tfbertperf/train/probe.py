@@ -5,8 +5,8 @@ same strategy, run the same way on `Dataset.from_tensors(first real batch).repea
 Its steps run in `profile.probe_blocks` blocks spread evenly through the steady steps (after warm-up, outside the
 profiled window), so that T and T_c are sampled side by side in time: on a shared or thermally throttled machine
 the speed of the CPU drifts by several per cent over seconds, and a probe run only after the loop would measure a
-different machine than the loop did.  Before a block the model's and optimizer's variables are snapshot to host
-memory and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
+different machine than the loop did.  Before a block the model's and optimizer's variables are snapshot (on the
+device, or to a checkpoint on local disk for host-resident state: `Snapshot`) and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
 loss trajectory.  The first step of each block is not timed (the first block's first two: the cached batch's
 static shapes may retrace the step).  A pipeline with background stages (prefetch, parallel map/interleave,
 read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
@@ -32,6 +32,22 @@ from typing import Callable
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
+WARMUP_SHARE = 4  # warm-up takes at most 1/4 of a run's steps
+PROBE_SHARE = 2  # the probe times at most 1/2 as many steps as the run has
+
+
+def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[int, int]:
+    """(warm-up steps, probe timed steps) for a run of `steps` steps, scaled down for short runs.
+
+    Warm-up drops the first steps (graph tracing, allocator and autotuner warm-up): `train.warmup_steps`, but
+    at most a quarter of the run so that three quarters are measured, and at least 1 (the first step traces the
+    graph) unless the run has a single step.  The probe times `profile.probe_steps`, but at most half as many
+    steps as the run has (and at least 1 when it is on): with the default 20 a 3-step BERT-base run spent 260 s
+    of 367 in the probe (issue 17).  report/caveats.py says when the figures then rest on too few steps.
+    """
+    warmup = max(0, min(int(warmup_steps), max(1, steps // WARMUP_SHARE), steps - 1))
+    probe = 0 if probe_steps <= 0 else max(1, min(int(probe_steps), steps // PROBE_SHARE))
+    return warmup, probe
 
 
 def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
@@ -103,7 +119,7 @@ class Probe:
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
         untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
-        saved = [v.numpy() for v in self.state]
+        saved = Snapshot(self.state)
         last = untimed + n_timed - 1
         for j in range(untimed + n_timed):
             if self.hook is not None:
@@ -114,6 +130,51 @@ class Probe:
                 out.numpy()
             if j >= untimed:
                 self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
-        for v, x in zip(self.state, saved):
-            v.assign(x)
+        saved.restore()
         self.blocks += 1
+
+
+class Snapshot:
+    """The model's and optimizer's variables, saved before a probe block and put back after it, without a second
+    copy of the state in host memory while the block's steps run (their activations are the run's memory peak;
+    a host copy on top made BERT-base peak at 9.2 GB and left BERT-large no room on a 24 GB machine):
+
+      * state on an accelerator (a variable on a GPU/TPU): device-resident copies (`tf.identity` on each
+        variable's device), restored with `assign` — nothing crosses to the host;
+      * state in host memory (CPU-only): a TF checkpoint of the variables in a temporary directory, read back
+        into them (`Checkpoint.read(...).assert_consumed()`) and deleted.
+    """
+
+    def __init__(self, state: list) -> None:
+        import tensorflow as tf
+
+        self.state = state
+        devices = [str(getattr(getattr(v, "value", v), "device", "") or "") for v in state]  # Keras 3: v.value
+        self.on_device = any(("GPU" in d.upper() or "TPU" in d.upper()) for d in devices)
+        self.copies, self.dir = None, None
+        if self.on_device:
+            copies = []
+            for v, dev in zip(state, devices):
+                with tf.device(dev):
+                    copies.append(tf.identity(v))
+            self.copies = copies
+            return
+        import os
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="tfbertperf-probe-state-")
+        self.ckpt = tf.train.Checkpoint(**{f"v{i}": v for i, v in enumerate(state)})
+        self.path = self.ckpt.write(os.path.join(self.dir, "state"))
+
+    def restore(self) -> None:
+        if self.on_device:
+            for v, x in zip(self.state, self.copies):
+                v.assign(x)
+            self.copies = None
+            return
+        import shutil
+
+        try:
+            self.ckpt.read(self.path).assert_consumed()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

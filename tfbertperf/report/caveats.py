@@ -1,0 +1,55 @@
+"""report.json `caveats`: one line for each reason a reader should not take the run's figures at face value —
+figures that rest on too few steps, and settings known to be slow on the hardware the run used.  The console
+prints them under the headline ("caveat: …"), report.md lists them.
+
+"Too few", with the reasons:
+  * MIN_STEADY_STEPS = 10 steady steps (after warm-up, outside the profiled window) behind examples/s and the
+    step-time percentiles: with fewer, p90 is simply the slowest step, and one step twice as slow as the rest
+    (a garbage collection, a neighbour's burst on a shared VM) moves the mean by 10 % or more.
+  * MIN_PROBE_STEPS = 5 timed compute-only steps behind T_c, the what-if input cost: the same reasoning for
+    (T − T_c) / T, where a 10 % error in T_c is a 10-point error in the input cost of a compute-bound run.
+  * warm-up shortened below train.warmup_steps (train/probe.py short_run_budget), or none at all: the first
+    steps trace the graph and warm allocators up; with warm-up 0 the measured steps include the tracing.
+"""
+
+from __future__ import annotations
+
+MIN_STEADY_STEPS = 10
+MIN_PROBE_STEPS = 5
+
+
+def caveats(cfg, result, steps_measured: int, environment: dict) -> list[str]:
+    """The caveat lines for a finished run (module docstring); [] when none applies."""
+    out: list[str] = []
+    warm, asked = int(result.warmup_steps), int(cfg.train.warmup_steps)
+    if warm < asked:
+        first = ("no warm-up: the measured steps include the first one, which traces the graph" if warm == 0 else
+                 f"warm-up shortened from {asked} to {warm} step(s) for a {result.steps}-step run")
+        out.append(first)
+    if steps_measured < MIN_STEADY_STEPS:
+        out.append(f"throughput rests on {steps_measured} steady step(s) (fewer than {MIN_STEADY_STEPS}: p90 is "
+                   f"the slowest of them and one slow step moves the mean by 10 % or more); raise train.steps")
+    if cfg.profile.probe_steps > 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:
+        out.append(f"the what-if input cost rests on {result.probe_steps} compute-only probe step(s) (fewer than "
+                   f"{MIN_PROBE_STEPS}); raise train.steps (the probe times at most half as many steps as the run)")
+    out.extend(precision_caveats(cfg, environment))
+    return out
+
+
+def precision_caveats(cfg, environment: dict) -> list[str]:
+    """Reduced precision on a run whose model ran on the CPU (no GPU/TPU seen, no emulated device)."""
+    from tfbertperf.profile.hardware import cpu_bf16_capable
+
+    devices = environment.get("devices") or {}
+    on_cpu = not devices.get("gpu_count") and not devices.get("tpu_count") and cfg.emulate.device == "none"
+    precision = cfg.train.precision
+    if not on_cpu or precision == "float32":
+        return []
+    if precision == "mixed_float16":
+        return ["train.precision=mixed_float16 on a CPU: CPUs have no fast float16 matrix kernels, so each step "
+                "converts and runs slower (measured here: 239 vs 165 ms/step, 1.45× slower); use float32"]
+    flags = (environment.get("cpu") or {}).get("flags") or {}
+    if flags and not cpu_bf16_capable(flags):  # unknown flags: no claim either way
+        return ["train.precision=mixed_bfloat16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated and "
+                "slower than float32 here; use float32"]
+    return []
