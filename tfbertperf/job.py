@@ -8,7 +8,6 @@ it; it is not a command itself.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -218,34 +217,6 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
         raise
     mark_interrupted(run_dir, bool(report.get("incomplete")), report.get("interrupted_at_step"))
     return run_dir, report
-
-
-def resume_config(run_dir: str, sets: list[str]) -> tuple[Path, RunConfig]:
-    """(run directory, its RunConfig from config.yaml with `sets` applied) for `run --resume RUN_DIR`."""
-    import yaml
-
-    from tfbertperf.config import load_config
-    from tfbertperf.redact import REDACTED
-    from tfbertperf.train.checkpoint import latest_step
-
-    d = Path(run_dir)
-    try:
-        doc = yaml.safe_load((d / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise UsageError(f"--resume {run_dir}: no readable config.yaml ({getattr(e, 'strerror', None) or e})") \
-            from None
-    if (d / "report.json").is_file() and not (d / "INTERRUPTED").is_file():
-        raise UsageError(f"--resume {run_dir}: this run finished (report.json); nothing to resume")
-    if not latest_step(d):
-        raise UsageError(f"--resume {run_dir}: no checkpoint to resume from (runs save them with "
-                         "--set train.checkpoint_every=N)")
-    flat = {f"{s}.{k}": v for s, body in (doc or {}).items() if isinstance(body, dict)
-            for k, v in body.items() if v != REDACTED}
-    for s in sets:
-        if "=" not in s:
-            raise UsageError(f"--set {s}: expected section.key=value")
-    cfg = load_config(overrides={**flat, **dict(s.split("=", 1) for s in sets)})
-    return d, dataclasses.replace(cfg, workload=str((doc or {}).get("workload") or cfg.workload))
 
 
 def worker_entry(cfg: RunConfig, worker_index: int, worker_dir: str, strategy) -> dict:

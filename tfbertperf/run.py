@@ -24,6 +24,7 @@ from tfbertperf.redact import redact_text
 def main(argv=None) -> int:
     from tfbertperf import job
     from tfbertperf.report.console import print_run_summary
+    from tfbertperf.train.checkpoint import resume_config
     from tfbertperf.train.multiworker import WorkerError
 
     p = Parser(prog="tfbertperf run", description=__doc__.split("\n\n")[0])
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
         sets.append("train.strategy=multi_worker")
     if args.resume and (args.workload or args.data or args.workers):
         raise UsageError("--resume: the run's own config.yaml is used; only --set may be added")
-    resume, cfg = job.resume_config(args.resume, sets) if args.resume else (None, None)
+    resume, cfg = resume_config(args.resume, sets) if args.resume else (None, None)
     cfg = cfg or load_config(args.workload, args.data, sets)
     if args.max_accelerators:
         from tfbertperf import regime

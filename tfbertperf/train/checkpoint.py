@@ -19,11 +19,14 @@ iterator; on resume the loop then fast-forwards a fresh iterator by the steps do
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tfbertperf.errors import UsageError
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.json"
@@ -158,3 +161,30 @@ class Checkpointer:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise UsageError(f"{path}: checkpoint does not match this run's model ({msg})") from None
         return Restored(step=step, state=state, skip_batches=0 if self._with_iterator else step)
+
+
+def resume_config(run_dir: str, sets: list[str]):
+    """(run directory as a Path, its RunConfig from config.yaml with `sets` applied) for `run --resume RUN_DIR`."""
+    import yaml
+
+    from tfbertperf.config import load_config
+    from tfbertperf.redact import REDACTED
+
+    d = Path(run_dir)
+    try:
+        doc = yaml.safe_load((d / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"--resume {run_dir}: no readable config.yaml ({getattr(e, 'strerror', None) or e})") \
+            from None
+    if (d / "report.json").is_file() and not (d / "INTERRUPTED").is_file():
+        raise UsageError(f"--resume {run_dir}: this run finished (report.json); nothing to resume")
+    if not latest_step(d):
+        raise UsageError(f"--resume {run_dir}: no checkpoint to resume from (runs save them with "
+                         "--set train.checkpoint_every=N)")
+    flat = {f"{s}.{k}": v for s, body in (doc or {}).items() if isinstance(body, dict)
+            for k, v in body.items() if v != REDACTED}
+    for s in sets:
+        if "=" not in s:
+            raise UsageError(f"--set {s}: expected section.key=value")
+    cfg = load_config(overrides={**flat, **dict(s.split("=", 1) for s in sets)})
+    return d, dataclasses.replace(cfg, workload=str((doc or {}).get("workload") or cfg.workload))
