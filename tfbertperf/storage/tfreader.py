@@ -10,6 +10,8 @@ through our backends.  `counted_tfrecords` keeps TF's reader and counts what it 
   n / (n − 1) (the batch pulls the group's records back to back, so nothing but reading sits in that span).
 
 These reads happen inline in the pipeline (the parser waits for them): they are blocking read time.
+Under op determinism (train.deterministic) TF refuses `tf.timestamp`; the stamp is then Python's clock through a
+py_function (tens of µs a record, for a mode that trades speed for repeatability anyway).
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ def counted_tfrecords(filename, metrics, *, per_read: int, buffer_size: int):
         with tf.control_dependencies([done]):
             return tf.identity(records)
 
+    from tensorflow.python.framework import config as tf_config  # no public query of op determinism
+
+    if tf_config.is_op_determinism_enabled():
+        def stamp():
+            return tf.reshape(tf.py_function(time.time, [], tf.float64), [])
+    else:
+        stamp = tf.timestamp
     ds = tf.data.TFRecordDataset(filename, buffer_size=buffer_size)
-    ds = ds.scan(tf.constant(0, tf.int8), lambda s, r: (s, (r, tf.timestamp())))
+    ds = ds.scan(tf.constant(0, tf.int8), lambda s, r: (s, (r, stamp())))
     return ds.batch(max(1, int(per_read))).map(tally).unbatch()
