@@ -115,5 +115,14 @@ def explain(doc: dict, machines: bool = False) -> dict:
                          f"comparison (`tfbertperf analyze {slow['run_dir']} --validate` measures it)")
     elif slow.get("recommendations"):
         lines.append(f"top recommendation for {slow['label']!r}: {slow['recommendations'][0]}")
-    return {"lines": lines, "headline": headline, "real": real, "ratio": rt, "growth": growth,
+    measured = []  # any cell's advice that another cell of this comparison is exactly
+    for r in rows:
+        for a in [a for a in r.get("actions") or [] if a.get("set")][:3]:
+            eff = measured_effect(rows, r, a["set"])
+            if eff and not (r is slow and rec and a["advice"] == rec["advice"]):
+                measured.append({"cell": r["label"], "advice": a["advice"], **eff})
+                lines.append(f"advice for {r['label']!r} measured by cell {eff['cell']!r}: {a['advice']} → "
+                             f"{fmt_ratio(eff['speedup'])}, "
+                             f"{'confirmed' if eff['confirmed'] else 'not confirmed here'}")
+    return {"lines": lines, "headline": headline, "measured_advice": measured, "real": real, "ratio": rt, "growth": growth,
             "storage": sto, "environment": env[:3] if machines else [], "recommendation": rec}
