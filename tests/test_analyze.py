@@ -31,9 +31,9 @@ def profiles(tmp_path_factory):
     return run_program(out, "stall,memory,compute,nomarkers,truth", rounds=STALL_ROUNDS)
 
 
-def analyze_cli(*args):
+def analyze_cli(*args, timeout=180):
     return subprocess.run([sys.executable, "-m", "tfbertperf.analyze", *map(str, args)],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def analyze_json(path) -> dict:
@@ -214,6 +214,6 @@ def test_validated_advice_ranks_confirmed_first_and_not_confirmed_last():
 
 
 def analyze_json_args(*args) -> dict:
-    p = analyze_cli(*args, "--json")
+    p = analyze_cli(*args, "--json", timeout=900)  # --validate: several training runs on a shared machine
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)

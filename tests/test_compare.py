@@ -237,3 +237,37 @@ def test_reports_from_two_machines_explain_with_the_environment_difference(compa
     assert names & {"cpu.usable_cores", "cpu.logical_cores", "cpu.flags.avx512f"}, doc["explanation"]
     assert any(ln.startswith("environment differences") for ln in doc["explanation"]["lines"])
     assert "only one run each" in doc["explanation"]["headline"]  # one report each: nothing is called real
+
+
+def _report(eps: float, step_ms: float, input_ms: float, actions=()) -> dict:
+    return {"schema": "tfbertperf.report/1", "throughput": {"examples_per_sec": eps, "step_time_ms": {"mean": step_ms}},
+            "attribution": {"step_time_ms": step_ms, "breakdown_ms": {"input": input_ms, "host_compute": step_ms - input_ms},
+                            "fractions": {"input": input_ms / step_ms, "host_compute": 1 - input_ms / step_ms},
+                            "input_cost_fraction": input_ms / step_ms},
+            "storage": {"backend": "local", "mode": "local", "read_ms_per_step": input_ms / 2,
+                        "request_latency_ms": {"p50": 20.0, "p99": 30.0}, "retries": 0},
+            "verdict": {"bottleneck": "input", "recommendations": [a["advice"] for a in actions],
+                        "actions": list(actions)}}
+
+
+def test_explanation_calls_a_difference_real_only_when_ranges_are_apart_and_quotes_measured_advice(tmp_path):
+    from tfbertperf.report.comparison import build_comparison
+
+    adv = [{"advice": "pipeline preset naive → tuned (--set pipeline.preset=tuned)", "set": ["pipeline.preset=tuned"]}]
+    naive = {"label": "naive", "set": ["pipeline.preset=naive"], "errors": [],
+             "runs": [(_report(e, 140.0, 40.0, adv), f"n{i}") for i, e in enumerate((10.0, 11.0, 12.0))]}
+    tuned = {"label": "tuned", "set": ["pipeline.preset=tuned"], "errors": [],
+             "runs": [(_report(e, 102.0, 2.0), f"t{i}") for i, e in enumerate((20.0, 22.0, 21.0))]}
+    doc = build_comparison(tmp_path, [naive, tuned], repeat=3)
+    ex = doc["explanation"]
+    assert doc["ranking"] == {"fastest": "tuned", "slowest": "naive"} and ex["real"] is True
+    assert ex["ratio"] == {"median": pytest.approx(11 / 21, abs=1e-4), "min": pytest.approx(10 / 22, abs=1e-4),
+                           "max": pytest.approx(12 / 20, abs=1e-4)}
+    assert ex["growth"][0]["category"] == "input" and ex["growth"][0]["grew_ms"] == pytest.approx(38.0)
+    m = ex["recommendation"]["measured"]
+    assert m["cell"] == "tuned" and m["confirmed"] is True and m["speedup"]["median"] == pytest.approx(21 / 11, abs=1e-3)
+    # overlapping ranges: the same medians, no longer called real, and the advice no longer confirmed
+    tuned["runs"][0] = (_report(11.5, 102.0, 2.0), "t0")
+    doc = build_comparison(tmp_path, [naive, tuned], repeat=3)
+    assert doc["explanation"]["real"] is False and "within the noise" in doc["explanation"]["headline"]
+    assert doc["explanation"]["recommendation"]["measured"]["confirmed"] is False

@@ -296,7 +296,9 @@ def validate(report: dict, doc: dict, progress: bool = True, repeat: int = 3, ad
     from tfbertperf.report.validation import judge, rank_verdict
 
     if advice_sets:
-        acts = [{"advice": f"given: --set {' --set '.join(s)}", "set": list(s)} for s in advice_sets]
+        known = {tuple(sorted(a.get("set") or [])): a for a in doc["verdict"].get("actions") or [] if a.get("set")}
+        acts = [known.get(tuple(sorted(s))) or {"advice": f"given: --set {' --set '.join(s)}", "set": list(s)}
+                for s in advice_sets]
     else:
         acts = [a for a in (doc["verdict"].get("actions") or []) if a.get("set")][:3]
     if not acts:

@@ -73,6 +73,16 @@ def explain(doc: dict, machines: bool = False) -> dict:
                 f"examples/s, {n} runs each) — {why}")
     lines.append(headline)
     growth = _growth(slow, fast)
+    whole = [fmt(x["stats"].get("step_time_ms")) for x in (fast, slow)]
+    prof = [x.get("profiled_step_time_ms") or 0.0 for x in (fast, slow)]
+    grew = (slow.get("step_time_ms") or 0.0) - (fast.get("step_time_ms") or 0.0)
+    if grew > 0:
+        cost = [fmt(x["stats"].get("input_cost_fraction"), 0, pct=True) for x in (fast, slow)]
+        lines.append(f"step time over the whole run grew by {grew:.1f} ms ({whole[0]} → {whole[1]} ms); the profiled "
+                     f"window's step by {prof[1] - prof[0]:.1f} ms ({prof[0]:.1f} → {prof[1]:.1f} ms); input cost "
+                     f"(what-if) {cost[0]} → {cost[1]}"
+                     + ("; most of the growth lies outside the profiled window (stalls the window did not catch)"
+                        if grew > 2 * max(prof[1] - prof[0], 0.0) + 1.0 else ""))
     for g in growth[:3]:
         share = (f"; {100 * g['fast_share']:.0f} % → {100 * g['slow_share']:.0f} % of the step"
                  if g["slow_share"] is not None and g["fast_share"] is not None else "")
@@ -105,5 +115,14 @@ def explain(doc: dict, machines: bool = False) -> dict:
                          f"comparison (`tfbertperf analyze {slow['run_dir']} --validate` measures it)")
     elif slow.get("recommendations"):
         lines.append(f"top recommendation for {slow['label']!r}: {slow['recommendations'][0]}")
-    return {"lines": lines, "headline": headline, "real": real, "ratio": rt, "growth": growth,
+    measured = []  # any cell's advice that another cell of this comparison is exactly
+    for r in rows:
+        for a in [a for a in r.get("actions") or [] if a.get("set")][:3]:
+            eff = measured_effect(rows, r, a["set"])
+            if eff and not (r is slow and rec and a["advice"] == rec["advice"]):
+                measured.append({"cell": r["label"], "advice": a["advice"], **eff})
+                lines.append(f"advice for {r['label']!r} measured by cell {eff['cell']!r}: {a['advice']} → "
+                             f"{fmt_ratio(eff['speedup'])}, "
+                             f"{'confirmed' if eff['confirmed'] else 'not confirmed here'}")
+    return {"lines": lines, "headline": headline, "measured_advice": measured, "real": real, "ratio": rt, "growth": growth,
             "storage": sto, "environment": env[:3] if machines else [], "recommendation": rec}
