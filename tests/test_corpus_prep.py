@@ -48,22 +48,24 @@ def test_records_are_byte_identical_to_tf_serialization():
 
 
 def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tmp_path):
-    """A worker's shard holds exactly the instances pretrain.create_training_instances makes of the chunk with the
-    same seed, serialized as features.serialize does; the text shard rebuilds the same ids inline."""
+    """A worker's shard holds the instances pretrain.create_training_instances makes of the chunk with the same
+    seed (packing, pairing, truncation), masked by the reference's rule (mask_batch: the count per example is
+    exactly the reference's, positions uniform over the non-special ones, 80/10/10), serialized byte for byte as
+    features.serialize does; the text shard carries the same masking."""
     import tensorflow as tf
 
     from tfbertperf.data import pretrain as pre
-    from tfbertperf.data.features import serialize
+    from tfbertperf.data.features import feature_spec, serialize, text_feature_spec
     from tfbertperf.data.scaleprep import chunk_job, chunks
     from tfbertperf.data.vocab import load_vocab_file, make_tokenizer, special_ids
 
     vocab = load_vocab_file(str(corpus / "vocab.txt"))
     tok, ids = make_tokenizer(vocab), special_ids(vocab)
-    docs, read = next(chunks([str(corpus / "texts" / "part0.txt")], 30_000))
-    assert 30_000 <= read < os.path.getsize(corpus / "texts" / "part0.txt") and all(docs)
+    docs, read = next(chunks([str(corpus / "texts" / "part0.txt")], 60_000))
+    assert 60_000 <= read < os.path.getsize(corpus / "texts" / "part0.txt") and all(docs)
     texts = [s for d in docs for s in d]
     rt = tok.tokenize(tf.constant(texts))
-    params = dict(seq_len=64, dupe_factor=2, short_seq_prob=0.1, masked_lm_prob=0.15, max_predictions=10,
+    params = dict(seq_len=64, dupe_factor=3, short_seq_prob=0.1, masked_lm_prob=0.15, max_predictions=10,
                   vocab_size=len(vocab), cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"], seed=7)
     job = {"index": 0, "flat": rt.flat_values.numpy(), "splits": rt.row_splits.numpy(), "texts": texts,
            "doc_sizes": [len(d) for d in docs], "seq_len": 64, "max_predictions": 10,
@@ -74,13 +76,33 @@ def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tm
     for d in docs:
         ref_docs.append([pre.Sentence(ragged[j], texts[j]) for j in range(k, k + len(d)) if ragged[j]])
         k += len(d)
-    want = pre.create_training_instances(ref_docs, **params)
-    got = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "a.part"))]
-    assert res["examples"] == len(want) == len(got) > 50
-    assert got == [serialize(pre.instance_features(x, 64, 10)) for x in want]
-    text = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "b.part"))]
-    assert text == [serialize(pre.instance_text_features(x, 10)) for x in want]
-    assert res["bytes"] == os.path.getsize(tmp_path / "a.part")
+    want = pre.create_training_instances(ref_docs, mask=False, **params)
+    raw = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "a.part"))]
+    assert res["examples"] == len(want) == len(raw) > 500 and res["bytes"] == os.path.getsize(tmp_path / "a.part")
+    got = {k: v.numpy() for k, v in tf.io.parse_example(raw, feature_spec("pretrain", 64, 10)).items()}
+    txt = {k: v.numpy() for k, v in tf.io.parse_example(
+        [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "b.part"))], text_feature_spec("pretrain", 10)).items()}
+    kinds = {"mask": 0, "kept": 0, "random": 0}
+    for i, x in enumerate(want):
+        n, m = len(x.input_ids), int(got["masked_lm_weights"][i].sum())
+        assert m == min(10, max(1, int(round(n * 0.15))))  # the reference's count, exactly
+        pos = got["masked_lm_positions"][i][:m]
+        assert list(pos) == sorted(set(pos)) and not {0, x.a_range[1] - x.a_range[0] + 1, n - 1} & set(pos)
+        assert list(got["masked_lm_ids"][i][:m]) == [x.input_ids[p] for p in pos]  # labels = the original ids
+        unmasked = np.ones(64, bool)
+        unmasked[pos] = False
+        assert np.array_equal(got["input_ids"][i][unmasked], np.array(pre.pad(x.input_ids, 64))[unmasked])
+        assert list(got["segment_ids"][i][:n]) == x.segment_ids and got["next_sentence_labels"][i][0] == x.is_random_next
+        assert list(txt["masked_lm_replace"][i][:m]) == list(got["input_ids"][i][pos])
+        assert txt["text_a"][i].decode() == x.text_a and list(txt["a_range"][i]) == list(x.a_range)
+        for p, orig in zip(pos, got["masked_lm_ids"][i][:m]):
+            w = got["input_ids"][i][p]
+            kinds["mask" if w == ids["[MASK]"] else "kept" if w == orig else "random"] += 1
+        values = {k: [float(v) for v in got[k][i]] if k == "masked_lm_weights" else [int(v) for v in got[k][i]]
+                  for k in got}
+        assert raw[i] == serialize(values)
+    total = sum(kinds.values())
+    assert total > 5000 and 0.77 < kinds["mask"] / total < 0.83 and 0.07 < kinds["kept"] / total < 0.13
 
 
 def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):

@@ -35,6 +35,8 @@ def _parser() -> Parser:
                         "documents): a file, a directory, gs://… or az://… (comma-separated allowed); streamed in "
                         "chunks, instances made in --workers processes, progress with ETA")
     p.add_argument("--workers", type=int, metavar="N", help="--corpus: worker processes (default: usable cores)")
+    p.add_argument("--no-text-shards", action="store_true",
+                   help="--corpus: pre-tokenized shards only (no raw-text shards for pipeline.tokenize=inline)")
     p.add_argument("--synthetic", action="store_true",
                    help="random pretraining records in the exact feature spec at realistic sizes (no corpus), fast; "
                         "give --examples N or --size 2GiB (data.seq_len, data.max_predictions apply)")
@@ -98,7 +100,12 @@ def main(argv=None) -> int:
 
         raise UsageError("--examples/--size go with --synthetic")
     else:
-        m = prepare_data(cfg, out, progress=not args.quiet, corpus=args.corpus, workers=args.workers)
+        if args.no_text_shards and not args.corpus:
+            from tfbertperf.errors import UsageError
+
+            raise UsageError("--no-text-shards goes with --corpus")
+        m = prepare_data(cfg, out, progress=not args.quiet, corpus=args.corpus, workers=args.workers,
+                         text_shards=not args.no_text_shards)
     extra = f", {m['num_labels']} labels" if m["task"] == "classify" else ""
     print(
         f"prepared {m['num_examples']} {m['task']} examples (seq_len {m['seq_len']}, vocab {m['vocab_size']}"

@@ -8,7 +8,9 @@ TFRecord shards (+ upload), and the tf.data pipeline that reads them back.
 
 Modules: corpus (text → documents of sentences), vocab (WordPiece learning, FastBertTokenizer), pretrain
 (google-research/bert create_pretraining_data), classify (TSV/CSV and the built-in pair task), features
-(on-disk feature specs), prepare, manifest, pipeline.  TensorFlow is imported lazily, inside functions.
+(on-disk feature specs), prepare, manifest, pipeline; corpusprep + scaleprep (`prepare --corpus`: corpus-scale,
+streamed, worker processes), tokcheck (parity with transformers' tokenizer; the report's tokenizer block).
+TensorFlow is imported lazily, inside functions.
 """
 
 from tfbertperf.data.manifest import load_manifest, shard_uris  # noqa: F401

@@ -11,7 +11,8 @@ from tfbertperf.data.scaleprep import ChunkProgress, chunk_job, chunks, corpus_i
 from tfbertperf.errors import UsageError
 
 
-def prepare_corpus(cfg, spec: str, out_dir: str, progress: bool = True, workers: int | None = None) -> dict:
+def prepare_corpus(cfg, spec: str, out_dir: str, progress: bool = True, workers: int | None = None,
+                   text_shards: bool = True) -> dict:
     """Write pretraining shards + vocab.txt + manifest.json for the corpus `spec` into local `out_dir` (see the
     module docstring); returns the manifest.  Knobs: cfg.data (vocab or vocab_size, seq_len, max_predictions,
     dupe_factor, masked_lm_prob, short_seq_prob, seed, num_shards = the least number of shards)."""
@@ -62,7 +63,7 @@ def prepare_corpus(cfg, spec: str, out_dir: str, progress: bool = True, workers:
                 job = {"index": i, "flat": rt.flat_values.numpy(), "splits": rt.row_splits.numpy(), "texts": texts,
                        "doc_sizes": [len(doc) for doc in docs], "seq_len": d.seq_len,
                        "max_predictions": d.max_predictions, "path": os.path.join(out_dir, f"pretrain-{i:05d}.part"),
-                       "text_path": os.path.join(out_dir, f"pretrain-text-{i:05d}.part"),
+                       "text_path": os.path.join(out_dir, f"pretrain-text-{i:05d}.part") if text_shards else None,
                        "instances": dict(params, seed=d.seed * 1_000_003 + i)}
                 pending[pool.submit(chunk_job, job)] = read
                 collect(block=False)  # at most workers + 1 chunks in flight: memory stays bounded
@@ -90,7 +91,7 @@ def _finish(cfg, out_dir, spec, vocab, vocab_source, results, counts, say) -> di
         raise UsageError(f"--corpus {spec}: too little text to make a single example")
     shards, text_shards = [], []
     for j, r in enumerate(full):
-        for kind, text, out in (("", False, shards), ("text-", True, text_shards)):
+        for kind, text, out in (("", False, shards), ("text-", True, text_shards))[:2 if r["text_bytes"] else 1]:
             name = shard_name("pretrain", j, len(full), text=text)
             os.replace(os.path.join(out_dir, f"pretrain-{kind}{r['index']:05d}.part"), os.path.join(out_dir, name))
             out.append({"name": name, "examples": r["examples"], "bytes": r["text_bytes" if text else "bytes"]})
@@ -102,6 +103,8 @@ def _finish(cfg, out_dir, spec, vocab, vocab_source, results, counts, say) -> di
     tokens = sum(r["tokens"] for r in results)
     manifest = prep.manifest_common(cfg, vocab, n_ex, sum(r["record_bytes"] for r in full) / n_ex,
                                     sum(r["text_record_bytes"] for r in full) / n_ex, shards, text_shards)
+    if not text_shards:
+        manifest["text_record_bytes_mean"] = None  # pretokenized only (prepare --corpus --no-text-shards)
     manifest.update({
         "corpus": spec, "corpus_sha256": counts["sha256"], "corpus_bytes": counts["bytes"],
         "num_documents": counts["documents"], "num_sentences": counts["sentences"], "num_corpus_tokens": tokens,
@@ -110,6 +113,6 @@ def _finish(cfg, out_dir, spec, vocab, vocab_source, results, counts, say) -> di
                   "masked_per_example_mean": round(sum(r["n_masked"] for r in full) / n_ex, 2),
                   "random_next_fraction": round(sum(r["n_random"] for r in full) / n_ex, 4)}})
     prep._write_atomic(os.path.join(out_dir, MANIFEST_FILE), (json.dumps(manifest, indent=2) + "\n").encode())
-    say(f"wrote {n_ex} pretrain examples in {len(full)} shards (+ raw-text shards, "
+    say(f"wrote {n_ex} pretrain examples in {len(full)} shards ({'+ raw-text shards, ' if text_shards else ''}"
         f"{sum(s['bytes'] for s in shards + text_shards) / 1e6:.1f} MB) to {out_dir}")
     return manifest

@@ -268,7 +268,7 @@ def prepare_local(cfg, out_dir: str, progress=True) -> dict:
 
 
 def prepare_data(cfg, out_uri: str | None = None, progress=True, corpus: str | None = None,
-                 workers: int | None = None) -> dict:
+                 workers: int | None = None, text_shards: bool = True) -> dict:
     """Build vocab + TFRecord shards + manifest.json for `cfg` (task = cfg.model.task; knobs cfg.data.*).
 
     Args:
@@ -277,7 +277,8 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True, corpus: str | N
         `tfbertperf.storage.upload.upload_dir`).  None = cfg.resolved_data_uri().
       progress: progress lines on stderr.
       corpus: `prepare --corpus FILE|DIR|gs://…|az://…`: corpus-scale pretraining data, streamed and made in
-        `workers` processes (data/corpusprep.py); None = data.corpus / the default corpus, in this process.
+        `workers` processes (data/corpusprep.py), with raw-text shards unless text_shards=False; None =
+        data.corpus / the default corpus, in this process.
     Returns:
       The manifest dict (also written as manifest.json, last).
     Raises:
@@ -290,7 +291,7 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True, corpus: str | N
         if corpus:
             from tfbertperf.data.corpusprep import prepare_corpus
 
-            return prepare_corpus(cfg, corpus, local_dir, progress, workers)
+            return prepare_corpus(cfg, corpus, local_dir, progress, workers, text_shards)
         return prepare_local(cfg, local_dir, progress)
 
     if scheme == "file":

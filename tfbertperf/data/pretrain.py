@@ -59,9 +59,11 @@ def create_training_instances(
     mask_id: int,
     seed: int,
     progress=None,
+    mask: bool = True,
 ) -> list[PretrainInstance]:
     """All instances for `documents` (lists of tokenized sentences; empty documents are dropped), shuffled.
-    `progress(done_passes, dupe_factor)` is called after each dupe pass."""
+    `progress(done_passes, dupe_factor)` is called after each dupe pass.  mask=False: no masking here (empty
+    masked_lm_* lists, no random draws for it; scaleprep.mask_batch masks whole chunks with numpy instead)."""
     rng = random.Random(seed)
     all_documents = [d for d in documents if d]
     rng.shuffle(all_documents)
@@ -71,7 +73,7 @@ def create_training_instances(
             instances.extend(
                 _instances_from_document(
                     all_documents, document_index, seq_len, short_seq_prob, masked_lm_prob, max_predictions,
-                    vocab_size, cls_id, sep_id, mask_id, rng,
+                    vocab_size, cls_id, sep_id, mask_id, rng, mask,
                 )
             )
         if progress:
@@ -82,7 +84,7 @@ def create_training_instances(
 
 def _instances_from_document(
     all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob, max_predictions,
-    vocab_size, cls_id, sep_id, mask_id, rng,
+    vocab_size, cls_id, sep_id, mask_id, rng, mask=True,
 ) -> list[PretrainInstance]:
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3  # [CLS], [SEP], [SEP]
@@ -140,7 +142,7 @@ def _instances_from_document(
                 special = {0, len(kept_a) + 1, len(tokens) - 1}  # positions of [CLS] and the two [SEP]s
                 output, positions, labels, replace = _create_masked_lm_predictions(
                     tokens, special, masked_lm_prob, max_predictions, vocab_size, mask_id, rng
-                )
+                ) if mask else (tokens, [], [], [])
                 instances.append(
                     PretrainInstance(
                         input_ids=output,

@@ -188,9 +188,39 @@ def _write_framed(path: str, pool: bytes, lens: list[int]) -> int:
         return f.tell()
 
 
+def mask_batch(ex: dict, a_lens: np.ndarray, rng: np.random.Generator, masked_lm_prob: float,
+               max_predictions: int, vocab_size: int, mask_id: int) -> np.ndarray:
+    """google-research/bert's masking for a whole chunk at once, in numpy, in place in `ex` (input_ids [n, L],
+    input_mask; sets masked_lm_positions/ids/weights [n, P]); returns the id written at each position.  Same rule
+    and statistics as the reference (pretrain._create_masked_lm_predictions), other random draws:
+    num_to_predict = min(P, max(1, round(len × prob))) with len counting [CLS]/[SEP] (both rounds are half-to-even),
+    at most the number of candidates; the positions a uniform random subset of the non-[CLS]/[SEP] positions,
+    sorted; each one [MASK] with p=0.8, kept with p=0.1, a uniformly random id (any id) with p=0.1."""
+    ids = ex["input_ids"]
+    n, L = ids.shape
+    P = max_predictions
+    lens = ex["input_mask"].sum(1)
+    col = np.arange(L)[None, :]
+    cand = (col >= 1) & (col < lens[:, None] - 1) & (col != a_lens[:, None] + 1)
+    k = np.minimum(np.minimum(P, np.maximum(1, np.round(lens * masked_lm_prob).astype(np.int64))), cand.sum(1))
+    order = np.argsort(np.where(cand, rng.random((n, L)), 2.0), axis=1)[:, :P]
+    pos = np.sort(np.where(np.arange(P)[None, :] < k[:, None], order, L), axis=1)
+    chosen = pos < L
+    pos = np.where(chosen, pos, 0)
+    labels = np.where(chosen, ids[np.arange(n)[:, None], pos], 0)
+    u, v, rand = rng.random((n, P)), rng.random((n, P)), rng.integers(0, vocab_size, (n, P))
+    replace = np.where(chosen, np.where(u < 0.8, mask_id, np.where(v < 0.5, labels, rand)), 0)
+    r, c = np.nonzero(chosen)
+    ids[r, pos[r, c]] = replace[r, c]
+    ex["masked_lm_positions"], ex["masked_lm_ids"] = pos, labels
+    ex["masked_lm_weights"] = chosen.astype(np.float32)
+    return replace
+
+
 def chunk_job(job: dict) -> dict:
-    """In a worker: a tokenized chunk → instances → its pre-tokenized and raw-text shard files.  Returns the
-    shard sizes and the counts the manifest's statistics are made of."""
+    """In a worker: a tokenized chunk → instances (the reference's packing, pairing and truncation, seeded per
+    chunk) → masking for the whole chunk (mask_batch) → its pre-tokenized shard and, unless job["text_path"] is
+    None, its raw-text shard.  Returns the shard sizes and the counts the manifest's statistics are made of."""
     from tfbertperf.data import pretrain as pre
     from tfbertperf.data.synthetic_shards import encode_records
 
@@ -203,29 +233,35 @@ def chunk_job(job: dict) -> dict:
                 sents.append(pre.Sentence(flat[splits[j]:splits[j + 1]], texts[j]))
         docs.append(sents)
         k += n
-    L, P = job["seq_len"], job["max_predictions"]
-    insts = pre.create_training_instances(docs, progress=None, **job["instances"])
+    L, P, params = job["seq_len"], job["max_predictions"], job["instances"]
+    insts = pre.create_training_instances(docs, progress=None, mask=False, **params)
     n = len(insts)
-    out = {"index": job["index"], "examples": n, "n_real": sum(len(x.input_ids) for x in insts),
-           "n_masked": sum(len(x.masked_lm_positions) for x in insts),
-           "n_random": sum(x.is_random_next for x in insts), "tokens": int(len(flat)), "bytes": 0, "text_bytes": 0,
+    out = {"index": job["index"], "examples": n, "n_real": sum(len(x.input_ids) for x in insts), "n_masked": 0,
+           "n_random": sum(x.is_random_next for x in insts), "tokens": len(flat), "bytes": 0, "text_bytes": 0,
            "record_bytes": 0, "text_record_bytes": 0}
     if not n:
         return out
-    ex = {key: np.zeros((n, L if key in ("input_ids", "input_mask", "segment_ids") else P), np.int64)
-          for key in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")}
-    ex["masked_lm_weights"] = np.zeros((n, P), np.float32)
-    ex["next_sentence_labels"] = np.array([[int(x.is_random_next)] for x in insts], np.int64)
+    ex = {key: np.zeros((n, L), np.int64) for key in ("input_ids", "input_mask", "segment_ids")}
     for i, x in enumerate(insts):
-        t, m = len(x.input_ids), len(x.masked_lm_positions)
+        t = len(x.input_ids)
         ex["input_ids"][i, :t], ex["input_mask"][i, :t], ex["segment_ids"][i, :t] = x.input_ids, 1, x.segment_ids
-        ex["masked_lm_positions"][i, :m], ex["masked_lm_ids"][i, :m] = x.masked_lm_positions, x.masked_lm_ids
-        ex["masked_lm_weights"][i, :m] = 1.0
+    ex["next_sentence_labels"] = np.array([[int(x.is_random_next)] for x in insts], np.int64)
+    a_lens = np.array([x.a_range[1] - x.a_range[0] for x in insts], np.int64)
+    replace = mask_batch(ex, a_lens, np.random.default_rng([params["seed"], job["index"]]), params["masked_lm_prob"],
+                         P, params["vocab_size"], params["mask_id"])
+    out["n_masked"] = int(ex["masked_lm_weights"].sum())
     buf, rec_len, _ = encode_records(ex)
     out["bytes"] = _write_framed(job["path"], buf, rec_len.tolist())
-    text = [encode_example(pre.instance_text_features(x, P)) for x in insts]
-    out["text_bytes"] = _write_framed(job["text_path"], b"".join(text), [len(r) for r in text])
-    out["record_bytes"], out["text_record_bytes"] = int(rec_len.sum()), sum(map(len, text))
+    out["record_bytes"] = int(rec_len.sum())
+    if job.get("text_path"):
+        cols = [ex[k].tolist() for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")]
+        text = [encode_example({"text_a": x.text_a.encode(), "text_b": x.text_b.encode(), "a_range": list(x.a_range),
+                                "b_range": list(x.b_range), "masked_lm_positions": cols[0][i],
+                                "masked_lm_ids": cols[1][i], "masked_lm_weights": cols[2][i],
+                                "masked_lm_replace": r, "next_sentence_labels": [int(x.is_random_next)]})
+                for i, (x, r) in enumerate(zip(insts, replace.tolist()))]
+        out["text_bytes"] = _write_framed(job["text_path"], b"".join(text), [len(r) for r in text])
+        out["text_record_bytes"] = sum(map(len, text))
     return out
 
 

@@ -296,4 +296,3 @@ def load_hf_encoder(path, seq_len: int = 128) -> tuple[BertEncoder, dict]:
     ids = keras.Input(shape=(seq_len,), dtype="int32")
     enc(ids, ids, ids)  # builds the weights symbolically; no batch is run
     return enc, load_hf_weights(enc, path)
-

@@ -92,6 +92,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, help="prepare --workers (default: usable cores)")
     ap.add_argument("--vocab", help="vocab.txt (default: learned from the default corpus)")
     ap.add_argument("--work", help="working directory (default: a temporary one, removed)")
+    ap.add_argument("--text-shards", action="store_true",
+                    help="ours also writes raw-text shards (the reference writes none; default: like for like)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     work = Path(a.work or tempfile.mkdtemp(prefix="bench-prep-"))
@@ -107,12 +109,14 @@ def main() -> None:
 
         vocab = str(work / "vocab.txt")
         Path(vocab).write_text(vocab_text(learn_vocab(load_default_corpus().all_sentences(), 8000)))
-    common = dict(seq=a.seq, pred=a.max_pred, prob=0.15, short=0.1, dupe=a.dupe, seed=12345)
+    common = dict(seq=a.seq, pred=a.max_pred, prob=0.15, short=0.1, dupe=a.dupe, seed=12345,
+                  text_shards=a.text_shards)
     ours_cmd = [sys.executable, "-m", "tfbertperf.prepare", "--corpus", str(corpus), "--out", str(work / "ours"),
                 "--set", f"data.vocab={vocab}", "--set", f"data.seq_len={a.seq}",
                 "--set", f"data.max_predictions={a.max_pred}", "--set", "data.masked_lm_prob=0.15",
                 "--set", "data.short_seq_prob=0.1", "--set", f"data.dupe_factor={a.dupe}",
-                "--set", "data.seed=12345"] + (["--workers", str(a.workers)] if a.workers else [])
+                "--set", "data.seed=12345"] + (["--workers", str(a.workers)] if a.workers else []) + (
+                    [] if a.text_shards else ["--no-text-shards"])
     ref_cmd = [sys.executable, str(ANCHOR), f"--input_file={anchor_corpus}", f"--output_file={work / 'ref.tfrecord'}",
                f"--vocab_file={vocab}", "--do_lower_case=True", f"--max_seq_length={a.seq}",
                f"--max_predictions_per_seq={a.max_pred}", "--masked_lm_prob=0.15", "--short_seq_prob=0.1",
@@ -133,7 +137,7 @@ def main() -> None:
         print(json.dumps(doc, indent=2))
         return
     print(f"settings: seq_len {a.seq}, max_predictions {a.max_pred}, masked_lm_prob 0.15, short_seq_prob 0.1, "
-          f"dupe_factor {a.dupe}, vocab {vocab}")
+          f"dupe_factor {a.dupe}, vocab {vocab}, ours {'with' if a.text_shards else 'without'} raw-text shards")
     print(f"{'':28}{'corpus MB':>10}{'examples':>10}{'wall s':>9}{'examples/s':>12}{'peak RSS MB':>13}"
           f"{'tree RSS MB':>13}")
     for name, r in (("tfbertperf prepare --corpus", ours), ("create_pretraining_data.py", ref)):
