@@ -128,10 +128,11 @@ _URI = re.compile(r"\b(?:gs|az|s3)://[^\s'\"`,;)\]]+")
 
 
 def _first_line(msg: str) -> str:
-    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip() and not ln.strip().startswith("{{")]
-    text = lines[0] if lines else str(msg).strip()
-    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", text)
-    return re.sub(r"\s*\[Op:\w+\].*$", "", text)[:200]
+    """TF's message on one line: without the function-node prefix, the [Op:…] suffix and bodies' line breaks."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", " ".join(str(msg).split()))
+    text = re.sub(r"\s*\[\[\{\{node [^]]*\]\]", "", text)
+    text = re.sub(r"\s*\[Op:\w+\].*$", "", text).strip()
+    return text if len(text) <= 200 else text[:197] + "…"
 
 
 def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> UsageError | None:
