@@ -148,8 +148,10 @@ def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> Us
                 return UsageError(problem)
         return UsageError(f"data {redact_text(data_uri)}: TensorFlow reported damaged data ({_first_line(msg)}), "
                           "yet every shard checks out now (changed while reading?)")
+    if not re.search(r"libcurl|HTTP request|HTTP response code|\b(?:gs|az|s3)://", msg):
+        return None  # not about storage: a model or runtime error passes unchanged
     for pattern, cause in _CAUSES:
-        if re.search(pattern, msg) and (name != "InvalidArgumentError" or "http" in msg.lower()):
+        if re.search(pattern, msg):
             m = _URI.search(msg)
             return UsageError(f"{redact_text(m.group(0) if m else data_uri)}: {cause} "
                               f"(TensorFlow: {redact_text(_first_line(msg))})")
