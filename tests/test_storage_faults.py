@@ -161,9 +161,9 @@ def test_unreachable_storage_host_is_retried_then_one_line_with_the_cause(scheme
 
     from tfbertperf.testing.emulators import AZURITE_ACCOUNT, AZURITE_KEY
 
-    with socket.socket() as s:  # a loopback port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    held = socket.socket()  # a loopback port held (bound, never listening): connections are refused
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
     monkeypatch.setattr(RemoteBackend, "backoff_s", 0.001)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_URL", raising=False)
@@ -172,6 +172,7 @@ def test_unreachable_storage_host_is_retried_then_one_line_with_the_cause(scheme
                        f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};")
     with pytest.raises(UsageError) as e:
         open_backend(f"{scheme}://tfbertperf-test/data")
+    held.close()
     assert str(e.value) == (f"{scheme}://tfbertperf-test: storage request failed after {RemoteBackend.max_attempts} "
                             "attempts (connection refused)")
 

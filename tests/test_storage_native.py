@@ -96,10 +96,10 @@ def _native(env, prefix, delete=False, **over) -> dict:
 def test_native_unreachable_storage_host_is_one_line_naming_the_uri(demo_env, demo_data):
     import socket
 
-    with socket.socket() as s:  # a loopback port nobody listens on
+    with socket.socket() as s:  # a loopback port held (bound, never listening): connections are refused
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    out = _native(demo_env, demo_data, https_proxy=dead, HTTPS_PROXY=dead)
+        out = _native(demo_env, demo_data, https_proxy=dead, HTTPS_PROXY=dead)
     assert out["error"].startswith(f"{out['uris'][0]}: storage host unreachable (connection refused) (TensorFlow: ")
     assert "libcurl code 7" in out["error"] and "\n" not in out["error"], out
 
