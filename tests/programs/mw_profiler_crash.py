@@ -4,7 +4,7 @@ often (TFBERTPERF_HEARTBEAT_TIMEOUT_MS short: each heartbeat is TraceMe'd on its
 GROUPS times.  Each crash is recorded by launch_workers (attempt, worker, signal, the crashed worker's log kept,
 faulthandler stack); this prints them as JSON lines and a summary.  Not a test: the crash is probabilistic.
 
-    python tests/programs/mw_profiler_crash.py --out /tmp/mw --groups 3 [--heartbeat-ms 200]
+    python tests/programs/mw_profiler_crash.py --out /tmp/mw --groups 3 [--heartbeat-ms 10000]
 """
 
 import argparse
@@ -20,7 +20,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--groups", type=int, default=3)
-    ap.add_argument("--heartbeat-ms", type=int, default=200)
+    ap.add_argument("--heartbeat-ms", type=int, default=10000)
     a = ap.parse_args()
     os.environ["TFBERTPERF_HEARTBEAT_TIMEOUT_MS"] = str(a.heartbeat_ms)
     from tfbertperf.config import load_config
