@@ -5,6 +5,12 @@ GROUPS times.  Each crash is recorded by launch_workers (attempt, worker, signal
 faulthandler stack); this prints them as JSON lines and a summary.  Not a test: the crash is probabilistic.
 
     python tests/programs/mw_profiler_crash.py --out /tmp/mw --groups 3 [--heartbeat-ms 10000]
+
+Seen here (2026-11-23, 2-core VM under load, TF 2.21): worker 1 died of SIGABRT, glibc's "double free or
+corruption (out)", inside `tf.profiler.experimental.stop()` (tensorflow/python/profiler/profiler_v2.py:149)
+called by profile/capture.py `Capture.stop` when the loop closed the window — the profiler collecting and
+saving the trace, on worker 1 as before (train/strategy.py MULTI_WORKER_HEARTBEAT_TIMEOUT_MS); the group re-ran
+and its result recorded the crash.  1 crashed attempt in the first group of 3.
 """
 
 import argparse
