@@ -124,3 +124,24 @@ def test_bad_input_through_the_console_script(cmd, argv, culprit, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and culprit in lines[0], r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("cmd, needles", [
+    ("run", ["bert_base, default, naive", "SECTION.KEY=VALUE", "--resume RUN_DIR", "--workers"]),
+    ("compare", ["--workload NAME|FILE", "workload name (bert_base, default, naive)", "--data URI",
+                 "SECTION.KEY=VALUE", "override any RunConfig field", "not a runs root"]),
+    ("prepare", ["SECTION.KEY=VALUE", "--synthetic"]),
+    ("env", ["--diff A B", "--out FILE"]),
+    ("analyze", ["--validate", "--json"]),
+    ("tokenize", ["--check", "--corpus FILE"]),
+])
+def test_help_documents_every_option(cmd, needles, capsys):
+    """issue 17 finding 7: --help says what each option takes (run lists the workloads; compare documents the
+    options every cell shares; prepare says SECTION.KEY=VALUE like the others)."""
+    main = importlib.import_module(f"tfbertperf.{cmd}").main
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for n in needles:
+        assert n in out, (n, out)

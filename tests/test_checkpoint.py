@@ -212,3 +212,36 @@ def test_a_pipeline_tf_data_cannot_save_is_fast_forwarded_on_resume(tmp_path):
     assert state["iterator"] is False and state["iterator_not_saved"]
     restored = Checkpointer(tmp_path, 3, model, opt, iter(ds)).restore()
     assert restored.step == 3 and restored.skip_batches == 3
+
+
+def test_a_late_usage_error_leaves_no_run_directory_unless_it_can_be_resumed(data_dir, tmp_path):
+    """issue 17 finding 5: bad input found only while reading (raised here through the loop's STEP_HOOK at a
+    chosen step, as a corrupt shard's error would come) leaves no debris; a run with a checkpoint stays."""
+    from tfbertperf.errors import UsageError
+    from tfbertperf.job import run
+    from tfbertperf.train import loop
+
+    calls = []
+
+    def fail_at(n):
+        def hook(kind):
+            calls.append(kind)
+            if len(calls) == n:
+                raise UsageError("shard x.tfrecord: corrupt TFRecord at byte 0")
+        return hook
+
+    for n, every, kept in ((3, 0, False), (9, 4, True)):
+        out = tmp_path / f"runs{n}"
+        loop.STEP_HOOK = fail_at(n)
+        calls.clear()
+        try:
+            with pytest.raises(UsageError, match="corrupt"):
+                run(load_config(data_uri=str(data_dir), sets=RUN[:-3] + [f"train.checkpoint_every={every}",
+                                                                         "train.batch_size=8", f"run.out={out}"]),
+                    progress=False)
+        finally:
+            loop.STEP_HOOK = None
+        assert len(list(out.iterdir())) == int(kept)
+        if kept:
+            (d,) = out.iterdir()
+            assert json.loads((d / "checkpoints" / "latest.json").read_text())["step"] == 8

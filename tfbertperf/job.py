@@ -215,6 +215,16 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     except KeyboardInterrupt:
         mark_interrupted(run_dir, True)
         raise
+    except UsageError:
+        # bad input found only once the data were read (a missing or corrupt shard, a refused request): a new
+        # run directory with nothing to resume from is debris, not a run
+        from tfbertperf.train.checkpoint import latest_step
+
+        if resume is None and not latest_step(run_dir):
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     mark_interrupted(run_dir, bool(report.get("incomplete")), report.get("interrupted_at_step"))
     return run_dir, report
 

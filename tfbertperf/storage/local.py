@@ -77,7 +77,7 @@ class LocalBackend(Backend):
         dst = local_path(uri)
         os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         if os.path.abspath(local_file) != os.path.abspath(dst):
-            tmp = dst + ".part"
+            tmp = f"{dst}.{os.getpid()}.part"  # per process: two uploads of one file never share a temporary
             shutil.copyfile(local_file, tmp)
             os.replace(tmp, dst)
 

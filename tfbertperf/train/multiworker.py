@@ -1,8 +1,9 @@
 """Multi-worker training on one machine: N local worker processes on loopback ports, one TF_CONFIG each.
 
 `launch_workers(cfg, n, out_dir, entry=…)` starts N processes of
-`python -m tfbertperf.train.multiworker --entry MODULE:FUNCTION --config CONFIG.json --worker-dir DIR`, each with
-TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", …]}, "task": {"type": "worker", "index": i}}.
+`python -m tfbertperf.train.multiworker --entry MODULE:FUNCTION --worker-dir DIR`, each with
+TF_CONFIG = {"cluster": {"worker": ["127.0.0.1:P0", …]}, "task": {"type": "worker", "index": i}} and the run's
+config in its environment (TFBERTPERF_WORKER_CONFIG, JSON; never in a file, since it may hold a signed URI).
 Each worker creates MultiWorkerMirroredStrategy first (before any other TF op, as TF requires), then calls
 `entry(cfg, worker_index, worker_dir, strategy) -> dict` (JSON-able) and writes it to `DIR/result.json`.
 The entries live above train/ (tfbertperf/job.py): `job:worker_entry` builds the real pipeline and attributes
@@ -108,12 +109,11 @@ def launch_workers(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, strategy="multi_worker"))
-    config_file = out / "config.json"
-    config_file.write_text(json.dumps(cfg.to_dict(), indent=1))
+    config_json = json.dumps(cfg.to_dict())
     crashes: list[dict] = []
     for attempt in range(1, retries + 2):
         try:
-            results = _run_group(config_file, n, out, entry, timeout_s, say)
+            results = _run_group(config_json, n, out, entry, timeout_s, say)
         except _WorkerCrashed as crash:
             kept = out / f"crash-{attempt}-worker-{crash.worker}.log"
             shutil.copyfile(crash.log, kept)  # the rerun clears the worker's directory
@@ -145,7 +145,7 @@ def _fault_stack(log: Path, lines: int = 12) -> str:
     return "\n".join(text[at: at + lines])
 
 
-def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say) -> list[dict]:
+def _run_group(config_json: str, n: int, out: Path, entry: str, timeout_s, say) -> list[dict]:
     ports = _free_ports(n)
     procs: list[tuple[subprocess.Popen, Path]] = []
     try:
@@ -153,11 +153,11 @@ def _run_group(config_file: Path, n: int, out: Path, entry: str, timeout_s, say)
             wdir = out / f"worker-{i}"
             shutil.rmtree(wdir, ignore_errors=True)  # a crashed attempt leaves a partial profile behind
             wdir.mkdir(parents=True)
-            env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)))
+            env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)), TFBERTPERF_WORKER_CONFIG=config_json)
             log = open(wdir / "log.txt", "wb")
             # -X faulthandler: a crash inside TF still leaves a Python stack in the log.
             cmd = [sys.executable, "-X", "faulthandler", "-m", "tfbertperf.train.multiworker", "--entry", entry,
-                   "--config", str(config_file), "--worker-dir", str(wdir), "--index", str(i)]
+                   "--worker-dir", str(wdir), "--index", str(i)]
             procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), wdir))
             log.close()
             say(f"worker {i}/{n} started on 127.0.0.1:{ports[i]} (log: {wdir / 'log.txt'})")
@@ -207,20 +207,19 @@ def main(argv=None) -> int:
     """Worker process body (started by launch_workers; not a user command)."""
     p = argparse.ArgumentParser(prog="python -m tfbertperf.train.multiworker")
     p.add_argument("--entry", required=True)
-    p.add_argument("--config", required=True)
     p.add_argument("--worker-dir", required=True)
     p.add_argument("--index", type=int, required=True)
     a = p.parse_args(argv)
     from tfbertperf.config import config_from_dict
     from tfbertperf.train.strategy import make_strategy
 
-    cfg = config_from_dict(json.loads(Path(a.config).read_text()))
+    cfg = config_from_dict(json.loads(os.environ["TFBERTPERF_WORKER_CONFIG"]))
     strategy = make_strategy(cfg.train)  # first TF work in this process (MultiWorkerMirroredStrategy needs it)
     result = _load_entry(a.entry)(cfg, a.index, a.worker_dir, strategy)
     target = Path(a.worker_dir) / "result.json"
     tmp = target.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=1))
-    tmp.rename(target)
+    os.replace(tmp, target)
     return 0
 
 
