@@ -148,3 +148,24 @@ def test_run_max_accelerators_reports_n_and_the_au_on_both_sides(tmp_path):
         assert r["emulation"]["accelerators"] == m["n"]
     assert m["n"] == 8 or m["au_at_n_plus_1"] < 0.9
     assert json.loads((run_dir / "report.json").read_text())["max_accelerators"]["n"] == m["n"]
+
+
+def test_verdict_reads_headroom_and_the_cpu():
+    from tfbertperf.profile.verdict import input_cause, refine
+
+    host = lambda busy, own: {"samples": 10, "cpu_busy_fraction_mean": busy, "process_cpu_fraction_mean": own,  # noqa: E731
+                              "cpu_iowait_fraction_mean": 0.0}
+    assert input_cause(host(0.3, 0.2))[0] == "storage"
+    assert input_cause(host(0.95, 0.9))[0] == "preprocessing"
+    assert input_cause(host(0.95, 0.1))[0] == "contention"
+    assert input_cause(host(0.65, 0.5))[0] == "mixed"
+    assert input_cause(None)[0] is None
+    doc = {"bottleneck": "compute", "summary": "compute-bound: input costs 5% of the 10.0 ms step", "actions": [
+        {"advice": "prefetch 0 → autotune (--set pipeline.prefetch=autotune)", "set": ["pipeline.prefetch=autotune"]},
+        {"advice": "parse after batch (--set pipeline.parse_after_batch=true)", "set": ["pipeline.parse_after_batch=true"]}]}
+    ceiling = {"examples_per_sec": 500.0}
+    v = refine(doc, headroom=0.5, host=host(0.95, 0.9), ceiling=ceiling, demand=1000.0)
+    assert v["bottleneck"] == "input" and v["input_cause"] == "preprocessing" and "whatever the overlap" in v["summary"]
+    assert v["actions"][0]["advice"].startswith("preprocessing-limited") and "parse_after_batch" in v["actions"][1]["advice"]
+    thin = refine(doc, headroom=1.2, host=host(0.3, 0.2), ceiling=ceiling, demand=416.0)
+    assert thin["bottleneck"] == "compute" and "thin margin" in thin["summary"] and thin["input_cause"] is None
