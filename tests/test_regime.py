@@ -80,8 +80,9 @@ def test_slow_storage_is_input_bound_with_an_idle_cpu_and_says_storage(tmp_path)
 
 
 def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_busy_cpu_and_says_preprocessing(tmp_path):
-    # Inline WordPiece tokenization + masking in tf.data for a tiny BERT step: the CPU does the input's work.
-    _, r = _run(tmp_path, "pipeline.tokenize=inline", "emulate.step_ms=5", "emulate.accelerators=4",
+    # Inline WordPiece tokenization + masking in tf.data feeding 16 emulated devices at 5 ms (102,400 examples/s,
+    # beyond any ceiling here): the pipeline runs flat out and the CPU does the input's work.
+    _, r = _run(tmp_path, "pipeline.tokenize=inline", "emulate.step_ms=5", "emulate.accelerators=16",
                 "train.batch_size=32", "train.steps=14", "profile.steps=4:10", "profile.ceiling_seconds=1")
     v, h = r["verdict"], r["host_utilization"]
     assert v["bottleneck"] == "input" and r["headroom"] < 1, v["summary"]
@@ -148,3 +149,24 @@ def test_run_max_accelerators_reports_n_and_the_au_on_both_sides(tmp_path):
         assert r["emulation"]["accelerators"] == m["n"]
     assert m["n"] == 8 or m["au_at_n_plus_1"] < 0.9
     assert json.loads((run_dir / "report.json").read_text())["max_accelerators"]["n"] == m["n"]
+
+
+def test_verdict_reads_headroom_and_the_cpu():
+    from tfbertperf.profile.verdict import input_cause, refine
+
+    host = lambda busy, own: {"samples": 10, "cpu_busy_fraction_mean": busy, "process_cpu_fraction_mean": own,  # noqa: E731
+                              "cpu_iowait_fraction_mean": 0.0}
+    assert input_cause(host(0.3, 0.2))[0] == "storage"
+    assert input_cause(host(0.95, 0.9))[0] == "preprocessing"
+    assert input_cause(host(0.95, 0.1))[0] == "contention"
+    assert input_cause(host(0.65, 0.5))[0] == "mixed"
+    assert input_cause(None)[0] is None
+    doc = {"bottleneck": "compute", "summary": "compute-bound: input costs 5% of the 10.0 ms step", "actions": [
+        {"advice": "prefetch 0 → autotune (--set pipeline.prefetch=autotune)", "set": ["pipeline.prefetch=autotune"]},
+        {"advice": "parse after batch (--set pipeline.parse_after_batch=true)", "set": ["pipeline.parse_after_batch=true"]}]}
+    ceiling = {"examples_per_sec": 500.0}
+    v = refine(doc, headroom=0.5, host=host(0.95, 0.9), ceiling=ceiling, demand=1000.0)
+    assert v["bottleneck"] == "input" and v["input_cause"] == "preprocessing" and "whatever the overlap" in v["summary"]
+    assert v["actions"][0]["advice"].startswith("preprocessing-limited") and "parse_after_batch" in v["actions"][1]["advice"]
+    thin = refine(doc, headroom=1.2, host=host(0.3, 0.2), ceiling=ceiling, demand=416.0)
+    assert thin["bottleneck"] == "compute" and "thin margin" in thin["summary"] and thin["input_cause"] is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfbertperf.report.console import attribution_table
+from tfbertperf.report.console import attribution_table, regime_lines
 from tfbertperf.report.plots import CATEGORY_ORDER
 from tfbertperf.report.stats import fmt, fmt_ratio
 
@@ -29,6 +29,7 @@ def run_markdown(report: dict) -> str:
         f"- throughput: {tp.get('examples_per_sec')} examples/s, {tp.get('tokens_per_sec')} tokens/s; step time "
         f"mean {stm.get('mean')} ms, p50 {stm.get('p50')}, p90 {stm.get('p90')}, max {stm.get('max')}",
         *[f"- **caveat:** {c}" for c in report.get("caveats") or []],
+        *[f"- {line}" for line in regime_lines(report) if line],
         "",
         "## Where the step time goes",
         "",

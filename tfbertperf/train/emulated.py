@@ -53,7 +53,8 @@ def _model_info(cfg, emulation: Emulation) -> dict:
     """report.json `model` for an emulated run: the size the device emulates (no Keras model is built)."""
     shape = load_profiles()["model_sizes"][cfg.model.size]
     return {"size": cfg.model.size, "task": cfg.model.task, "emulated": emulation.device,
-            "parameters": bert_parameters(shape["layers"], shape["hidden"]), **shape}
+            "parameters": bert_parameters(shape["layers"], shape["hidden"]), "heads": max(1, shape["hidden"] // 64),
+            **shape}
 
 
 def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_dir: str | None,
