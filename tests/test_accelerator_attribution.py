@@ -297,3 +297,47 @@ def test_deferred_sync_keeps_every_loss_and_the_timer(tmp_path):
     assert [v for _, v in deferred.loss_trajectory] == [v for _, v in every.loss_trajectory]
     assert len(deferred.step_times_ms) == 10 and all(t > 0 for t in deferred.step_times_ms)
     assert all(0 <= w <= s for w, s in zip(deferred.input_wait_ms, deferred.step_times_ms))
+
+
+BF16_CPU = {"avx512f": True, "avx512_bf16": True, "amx_bf16": False}
+PLAIN_CPU = {"avx512f": True, "avx512_bf16": False, "amx_bf16": False, "amx_tile": False}
+
+
+@pytest.mark.parametrize("bottleneck", ["compute", "input", "other"])
+def test_cpu_advice_knows_float16_is_slow_there_and_bfloat16_needs_the_units(bottleneck):
+    """Issue 17 finding 8: mixed_float16 on this CPU was 1.45× slower with no warning and only jit advised
+    (0.88× measured).  Now: float16 on a CPU → advice back to float32 whatever the bottleneck, never advised;
+    bfloat16 advised only with AVX512-BF16/AMX in the run's flags; jit not advised for compute-bound CPUs."""
+    att = _att("CPU_ONLY", host_compute=0.95, input=0.05)
+    fp16 = load_config(sets=["train.precision=mixed_float16"]).to_dict()
+    for flags in (None, PLAIN_CPU, BF16_CPU):
+        acts = advice.actions(bottleneck, att, fp16, cpu_flags=flags)
+        assert acts[0]["set"] == ["train.precision=float32"], acts
+        assert not any("train.precision=mixed_float16" in s for a in acts for s in a["set"])
+    bf16 = load_config(sets=["train.precision=mixed_bfloat16"]).to_dict()
+    assert advice.actions(bottleneck, att, bf16, cpu_flags=PLAIN_CPU)[0]["set"] == ["train.precision=float32"]
+    assert not any(a["set"] == ["train.precision=float32"]
+                   for a in advice.actions(bottleneck, att, bf16, cpu_flags=BF16_CPU))
+    if bottleneck == "compute":
+        with_units = advice.actions("compute", att, OURS, cpu_flags=BF16_CPU)
+        assert any(a["set"] == ["train.precision=mixed_bfloat16"] for a in with_units)
+        for flags in (None, PLAIN_CPU):
+            assert not any("mixed_" in t for t in _texts_flags(att, flags))
+        assert not any("train.jit=true" in s for a in with_units for s in a["set"])
+
+
+def _texts_flags(att, flags):
+    return [a["advice"] for a in advice.actions("compute", att, OURS, cpu_flags=flags)]
+
+
+def test_float16_on_a_cpu_run_is_a_report_caveat():
+    from tfbertperf.report.caveats import precision_caveats
+
+    env = {"devices": {"gpu_count": 0, "tpu_count": 0}, "cpu": {"flags": PLAIN_CPU}}
+    (line,) = precision_caveats(load_config(sets=["train.precision=mixed_float16"]), env)
+    assert "mixed_float16 on a CPU" in line
+    assert precision_caveats(load_config(sets=["train.precision=mixed_bfloat16"]), env)
+    bf16_env = {**env, "cpu": {"flags": BF16_CPU}}
+    assert precision_caveats(load_config(sets=["train.precision=mixed_bfloat16"]), bf16_env) == []
+    gpu_env = {"devices": {"gpu_count": 1}, "cpu": {"flags": PLAIN_CPU}}
+    assert precision_caveats(load_config(sets=["train.precision=mixed_float16"]), gpu_env) == []

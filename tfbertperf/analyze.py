@@ -63,6 +63,7 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
     kw = {}
     if report:
         kw["env_devices"] = (report.get("environment") or {}).get("devices")
+        kw["cpu_flags"] = ((report.get("environment") or {}).get("cpu") or {}).get("flags")
         kw["config"] = report.get("config")
         kw["storage"] = report.get("storage")
         T = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")

@@ -213,7 +213,6 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
 
     check_compatible(cfg, manifest)
     eff = effective_pipeline(cfg)
-    task = manifest["task"]
     inline = eff["tokenize"] == "inline"
     seed = int(cfg.train.seed)
     batch = int(cfg.train.batch_size)

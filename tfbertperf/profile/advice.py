@@ -8,7 +8,9 @@ over the context: `pipe`, `data`, `train` (the run's config sections), `storage`
 block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/hardware.py classify_device; {} on
 the host), `precision` (the Keras policy the hardware runs fast: mixed_float16 below compute capability 8.0 and
 on T4/V100, mixed_bfloat16 from 8.0, on AMD matrix cores and TPU; "float32" otherwise), `launch` (the kernel
-launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size).
+launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size),
+`cpu_bf16` (the run's CPU multiplies bfloat16 in hardware: True/False, None when its flags are unknown).
+Bottleneck "any": a row that applies whatever bounds the step (a setting that slows this hardware down).
 "--set section.key=value" in a text is what `analyze --validate` applies.
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Callable
+
+from tfbertperf.profile.hardware import cpu_bf16_capable
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,19 @@ def _reduced_precision(c: dict) -> bool:
     return c["precision"] != "float32"
 
 
+def _cpu_slow_precision(c: dict) -> bool:
+    """A reduced-precision policy this CPU runs slower than float32: float16 always (CPUs have no fast float16
+    matrix kernels; 239 vs 165 ms/step measured on the default run, issue 17), bfloat16 without AVX512-BF16 /
+    AMX (`cpu_bf16` False; unknown flags make no claim)."""
+    p = c["train"].get("precision")
+    return p == "mixed_float16" or (p == "mixed_bfloat16" and c["cpu_bf16"] is False)
+
+
 ADVICE: tuple[Advice, ...] = (
+    # ---- any bottleneck: a setting that makes this hardware slower, whatever bounds the step
+    Advice("any", "train.precision {train[precision]} → float32 on this CPU: it has no fast kernels for that "
+                  "precision, so every step converts and runs slower (--set train.precision=float32)",
+           _cpu_slow_precision, hardware=("cpu",), runs="ours"),
     # ---- input-bound, our runs: the knob and its value
     Advice("input", "prefetch 0 → autotune (--set pipeline.prefetch=autotune)",
            lambda c: c["pipe"].get("prefetch") == 0, runs="ours"),
@@ -100,11 +116,13 @@ ADVICE: tuple[Advice, ...] = (
                     "(tf.function, jit_compile=True), raise the batch size, run several steps per call (Keras "
                     "`steps_per_execution`)", runs="foreign"),
     # ---- compute-bound
+    # XLA on the CPU measured 0.88× on the default run (issue 17): advised only where it pays.
     Advice("compute", "compute-bound: XLA jit false → true (--set train.jit=true)",
-           lambda c: not c["train"].get("jit", False), runs="ours"),
+           lambda c: not c["train"].get("jit", False), hardware=("gpu", "tpu", "unknown"), runs="ours"),
     # Reduced precision pays on accelerators with matrix units for it: float16 Tensor Cores from compute
-    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (hardware.py).  On a CPU without bf16 units it was
-    # measured slower here (tiny BERT, 2 cores: 0.69× with mixed_bfloat16), so CPU-only profiles get none.
+    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (hardware.py).  On a CPU float16 is never advised
+    # (slower everywhere), bfloat16 only with AVX512-BF16 or AMX in the run's CPU flags (measured on such a
+    # 2-core VM: 1.06–1.21×; without them TF emulates bfloat16 and it is slower than float32).
     Advice("compute", "compute-bound on {hw[family]}: mixed precision float32 → {precision} "
                       "(--set train.precision={precision})",
            lambda c: _reduced_precision(c) and c["train"].get("precision") == "float32", hardware=("gpu", "tpu"),
@@ -114,6 +132,10 @@ ADVICE: tuple[Advice, ...] = (
            _reduced_precision, hardware=("gpu", "tpu"), runs="foreign"),
     Advice("compute", "compute-bound: compile the step with XLA (tf.function(jit_compile=True))",
            hardware=("gpu", "tpu"), runs="foreign"),
+    Advice("compute", "compute-bound on a CPU with AVX512-BF16/AMX: mixed precision float32 → mixed_bfloat16 "
+                      "(--set train.precision=mixed_bfloat16; a modest gain, 1.06–1.21× measured on such a CPU)",
+           lambda c: c["cpu_bf16"] is True and c["train"].get("precision") == "float32", hardware=("cpu",),
+           runs="ours"),
     Advice("compute", "compute-bound on CPU: the input pipeline keeps up; more cores or an accelerator is what "
                       "speeds this step up", hardware=("cpu",)),
     Advice("compute", "compute-bound: the input pipeline keeps up; speed comes from the model side "
@@ -128,8 +150,10 @@ def hardware_kind(hardware_type: str | None) -> str:
     return _HARDWARE.get(str(hardware_type or "").upper(), "unknown")
 
 
-def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dict | None = None) -> list[dict]:
+def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dict | None = None,
+            cpu_flags=None) -> list[dict]:
     """Advice naming the knob and the value (the rows of ADVICE that apply), most promising first.
+    `cpu_flags`: the run's CPU flags (environment cpu.flags); None = unknown (no bfloat16 claim for the CPU).
 
     Returns [{"advice": text, "set": ["section.key=value", …]}]; "set" holds the `--set` overrides that apply
     the advice to our runs (empty when it is advice for foreign code).
@@ -146,11 +170,12 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "ops": att.get("input_split_us") or att.get("input_ops_us") or {},
            "hw": hw, "precision": hw.get("recommended_precision") or "float32",
            "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
-           "bigger_batch": 2 * int(train.get("batch_size") or 16)}
+           "bigger_batch": 2 * int(train.get("batch_size") or 16),
+           "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     runs = "ours" if config else "foreign"
     texts: list[str] = []
     for row in ADVICE:
-        if row.bottleneck != bottleneck or row.runs not in (runs, "any"):
+        if row.bottleneck not in (bottleneck, "any") or row.runs not in (runs, "any"):
             continue
         if "any" not in row.hardware and kind not in row.hardware:
             continue

@@ -41,7 +41,7 @@ def device_summary(devs: list[dict]) -> dict:
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
-              env_devices=None) -> dict:
+              env_devices=None, cpu_flags=None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -54,6 +54,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         when compute runs on the host).
       env_devices: the run environment's devices section (report.json environment.devices): names the chip
         for the advice and is cross-checked with xprof's hardware_type (attribution.hardware_warning).
+      cpu_flags: the run environment's CPU flags (environment.cpu.flags): CPU precision advice (advice.py).
     Returns:
       {"attribution": {...}, "verdict": {...}, "accelerator_utilization": float,
        "hosts": {host: attribution block}, "devices": [device plane dicts, profile/devices.py]}; with several
@@ -92,7 +93,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["au_pass"] = bool(au >= threshold)
     return {
         "attribution": att,
-        "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold),
+        "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags),
         "accelerator_utilization": round(au, 6),
         "hosts": per_host,
         "devices": devs,

@@ -27,7 +27,7 @@ AU_THRESHOLD_DEFAULT = 0.90
 
 
 def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict | None = None,
-            au_threshold: float = AU_THRESHOLD_DEFAULT) -> dict:
+            au_threshold: float = AU_THRESHOLD_DEFAULT, cpu_flags=None) -> dict:
     """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants)."""
     fr = att["fractions"]
     share, source = input_share(att)
@@ -49,7 +49,7 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     summary = (f"{what}: input costs {share:.0%} of the {att['step_time_ms']:.1f} ms step ({label}; blocked wait "
                f"{att['input_bound_fraction']:.0%}{copies}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
                f"{au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
-    acts = actions(bottleneck, att, config, storage)
+    acts = actions(bottleneck, att, config, storage, cpu_flags=cpu_flags)
     return {"bottleneck": bottleneck, "summary": summary,
             "recommendations": [a["advice"] for a in acts], "actions": acts}
 
