@@ -47,6 +47,38 @@ def test_records_are_byte_identical_to_tf_serialization():
     assert encode_example(values) == serialize(values)
 
 
+def test_text_records_in_numpy_equal_record_by_record_encoding():
+    """scaleprep.text_records (a chunk at once, numpy) = encode_example per record, byte for byte, also with
+    multi-byte UTF-8, empty text_b, 2- and 3-byte varints, and a text of 2**21 bytes (its record-by-record
+    fallback)."""
+    from types import SimpleNamespace
+
+    from tfbertperf.data.scaleprep import encode_example, text_records
+
+    rng = np.random.default_rng(3)
+    n, P = 300, 7
+    insts = [SimpleNamespace(text_a="Grüße 中文 😀 " * int(rng.integers(3000)), text_b="b" * i if i % 5 else "",
+                             a_range=(int(rng.integers(0, 200)), int(rng.integers(0, 70000))), b_range=(i, 2 * i),
+                             is_random_next=bool(i % 2)) for i in range(n)]
+    ex = {"masked_lm_positions": rng.integers(0, 128, (n, P)), "masked_lm_ids": rng.integers(0, 40000, (n, P)),
+          "masked_lm_weights": (rng.random((n, P)) < 0.7).astype(np.float32),
+          "next_sentence_labels": np.array([[i % 2] for i in range(n)], np.int64)}
+    replace = rng.integers(0, 40000, (n, P))
+
+    def one_by_one(insts):
+        cols = {k: v.tolist() for k, v in ex.items()}
+        return [encode_example({"text_a": x.text_a.encode(), "text_b": x.text_b.encode(), "a_range": list(x.a_range),
+                                "b_range": list(x.b_range), "masked_lm_replace": replace[i].tolist(),
+                                **{k: v[i] for k, v in cols.items()}}) for i, x in enumerate(insts)]
+
+    for case in ("numpy", "fallback"):
+        if case == "fallback":
+            insts[7].text_a = "x" * (1 << 21)
+        want = one_by_one(insts)
+        buf, lens = text_records(insts, ex, replace)
+        assert buf == b"".join(want) and lens.tolist() == [len(r) for r in want]
+
+
 def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tmp_path):
     """A worker's shard holds the instances pretrain.create_training_instances makes of the chunk with the same
     seed (packing, pairing, truncation), masked by the reference's rule (mask_batch: the count per example is
@@ -80,8 +112,8 @@ def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tm
     raw = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "a.part"))]
     assert res["examples"] == len(want) == len(raw) > 500 and res["bytes"] == os.path.getsize(tmp_path / "a.part")
     got = {k: v.numpy() for k, v in tf.io.parse_example(raw, feature_spec("pretrain", 64, 10)).items()}
-    txt = {k: v.numpy() for k, v in tf.io.parse_example(
-        [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "b.part"))], text_feature_spec("pretrain", 10)).items()}
+    raw_text = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "b.part"))]
+    txt = {k: v.numpy() for k, v in tf.io.parse_example(raw_text, text_feature_spec("pretrain", 10)).items()}
     kinds = {"mask": 0, "kept": 0, "random": 0}
     for i, x in enumerate(want):
         n, m = len(x.input_ids), int(got["masked_lm_weights"][i].sum())
@@ -101,6 +133,9 @@ def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tm
         values = {k: [float(v) for v in got[k][i]] if k == "masked_lm_weights" else [int(v) for v in got[k][i]]
                   for k in got}
         assert raw[i] == serialize(values)
+        text_values = {k: [float(v) for v in txt[k][i]] if k == "masked_lm_weights" else
+                       txt[k][i] if k.startswith("text_") else [int(v) for v in txt[k][i]] for k in txt}
+        assert text_values["text_b"].decode() == x.text_b and raw_text[i] == serialize(text_values)
     total = sum(kinds.values())
     assert total > 5000 and 0.77 < kinds["mask"] / total < 0.83 and 0.07 < kinds["kept"] / total < 0.13
 

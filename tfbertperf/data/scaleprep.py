@@ -8,9 +8,9 @@ fewer when that would give fewer than data.num_shards shards):
      and the ids `pipeline.tokenize=inline` recomputes from the text records);
   2. a worker process (no TensorFlow: spawned, numpy only) makes the chunk's instances with
      `pretrain.create_training_instances` — the reference's algorithm and random draws, seeded per chunk — and
-     writes its two shards (pre-tokenized, encoded with `synthetic_shards.encode_records`; raw text) as soon as
-     they are full.  While workers make instances, the parent tokenizes the next chunk; at most `workers` + 1
-     chunks are in memory at any time, whatever the corpus size.
+     writes its two shards (pre-tokenized and raw text, each encoded a chunk at once in numpy with
+     `synthetic_shards.encode_records`) as soon as they are full.  While workers make instances, the parent
+     tokenizes the next chunk; at most `workers` + 1 chunks are in memory at any time, whatever the corpus size.
 Two differences from the reference's global view, both with the same statistics: the random-next segment B comes
 from another document of the same chunk (hundreds of documents), and instances are shuffled within their shard
 (tf.data interleaves and shuffles shards when reading).  gs:// and az:// corpora are copied to a local temporary
@@ -254,15 +254,34 @@ def chunk_job(job: dict) -> dict:
     out["bytes"] = _write_framed(job["path"], buf, rec_len.tolist())
     out["record_bytes"] = int(rec_len.sum())
     if job.get("text_path"):
-        cols = [ex[k].tolist() for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")]
-        text = [encode_example({"text_a": x.text_a.encode(), "text_b": x.text_b.encode(), "a_range": list(x.a_range),
-                                "b_range": list(x.b_range), "masked_lm_positions": cols[0][i],
-                                "masked_lm_ids": cols[1][i], "masked_lm_weights": cols[2][i],
-                                "masked_lm_replace": r, "next_sentence_labels": [int(x.is_random_next)]})
-                for i, (x, r) in enumerate(zip(insts, replace.tolist()))]
-        out["text_bytes"] = _write_framed(job["text_path"], b"".join(text), [len(r) for r in text])
-        out["text_record_bytes"] = sum(map(len, text))
+        buf, rec_len = text_records(insts, ex, replace)
+        out["text_bytes"] = _write_framed(job["text_path"], buf, rec_len.tolist())
+        out["text_record_bytes"] = int(rec_len.sum())
     return out
+
+
+def text_records(insts: list, ex: dict, replace: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The raw-text records of a chunk's instances (text, token ranges, masking), serialized back to back with
+    `encode_records` in numpy, byte-identical to encode_example / features.serialize; (bytes, size of each).
+    Record by record with encode_example only if a text or a range reaches 2**21 (a varint of 4 bytes)."""
+    from tfbertperf.data.synthetic_shards import encode_records
+
+    def col(strs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        return np.frombuffer(b"".join(strs), np.uint8), np.fromiter(map(len, strs), np.int64, len(strs))
+
+    cols = {"text_a": col([x.text_a.encode() for x in insts]), "text_b": col([x.text_b.encode() for x in insts]),
+            "a_range": np.array([x.a_range for x in insts], np.int64).reshape(-1, 2),
+            "b_range": np.array([x.b_range for x in insts], np.int64).reshape(-1, 2), "masked_lm_replace": replace,
+            **{k: ex[k] for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
+                                  "next_sentence_labels")}}
+    try:
+        buf, rec_len, _ = encode_records(cols, tuple(sorted(cols)))
+        return buf, rec_len
+    except ValueError:
+        lists = {k: v.tolist() for k, v in cols.items() if not isinstance(v, tuple)}
+        text = [encode_example({"text_a": x.text_a.encode(), "text_b": x.text_b.encode(),
+                                **{k: v[i] for k, v in lists.items()}}) for i, x in enumerate(insts)]
+        return b"".join(text), np.array([len(r) for r in text], np.int64)
 
 
 def plan_chunk_bytes(total_bytes: int, num_shards: int) -> int:

@@ -119,17 +119,23 @@ def _vbytes(x) -> tuple[np.ndarray, np.ndarray]:
     return np.compress(m.view(np.bool_).ravel(), word[x].view(np.uint8).ravel()), nb
 
 
-def encode_records(ex: dict) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Examples (as from `generate`) → (the serialized tf.train.Examples back to back, the size of each, the
-    offset of each record's input_ids payload in those bytes).  Records are byte-identical to
+def encode_records(ex: dict, keys=KEYS) -> tuple[bytes, np.ndarray, np.ndarray | None]:
+    """Examples (as from `generate`; `keys`: the features, sorted) → (the serialized tf.train.Examples back to
+    back, the size of each, the offset of each record's input_ids payload in those bytes, None without
+    input_ids).  A feature is an int array [n, m] (values in [0, 2**21)), a float32 array [n, m], or a tuple
+    (flat uint8, bytes per record) for one bytes value per record.  Records are byte-identical to
     features.serialize.  A map entry: 0x0a len(entry) | 0x0a len(key) key | 0x12 len(Feature) | tag len(List) |
-    0x0a len(payload) payload, with tag 0x1a (Int64List, packed varints) or 0x12 (FloatList, float32)."""
-    n, vlen = len(ex["input_ids"]), lambda x: 1 + (x >= 0x80) + (x >= 0x4000)  # bytes of each varint
+    0x0a len(payload) payload, with tag 0x1a (Int64List, packed varints), 0x12 (FloatList, float32) or 0x0a
+    (BytesList).  ValueError when a value or a length is 2**21 or more."""
+    first, vlen = ex[keys[0]], lambda x: 1 + (x >= 0x80) + (x >= 0x4000)  # bytes of each varint
+    n = len(first[1] if isinstance(first, tuple) else first)
     pieces: list[tuple] = []  # ("c", constant bytes) or ("v", flat uint8, bytes per record)
     body, ids_flat, ids_at = np.zeros(n, np.int64), None, None
-    for key in KEYS:
+    for key in keys:
         a, kb = ex[key], key.encode()
-        if a.dtype == np.float32:
+        if isinstance(a, tuple):
+            (flat, plen), tag = a, b"\x0a"
+        elif a.dtype == np.float32:
             flat, plen, tag = np.frombuffer(a.astype("<f4").tobytes(), np.uint8), np.full(n, 4 * a.shape[1]), b"\x12"
         else:
             (flat, plen), tag = _vbytes(a), b"\x1a"
@@ -158,7 +164,7 @@ def encode_records(ex: dict) -> tuple[bytes, np.ndarray, np.ndarray]:
             ids_at = at if p[1] is ids_flat else ids_at
             out[np.repeat((at - np.cumsum(p[2]) + p[2]).astype(idx), p[2]) + np.arange(len(p[1]), dtype=idx)] = p[1]
             at = at + p[2].astype(idx)
-    return out.tobytes(), rec_len, ids_at.astype(np.int64)
+    return out.tobytes(), rec_len, None if ids_at is None else ids_at.astype(np.int64)
 
 
 def _frame_header(n: int) -> bytes:  # uint64 length, masked CRC32C of those 8 bytes
