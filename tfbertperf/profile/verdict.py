@@ -95,7 +95,7 @@ def input_cause(host: dict | None, read_share: float | None = None) -> tuple[str
 
 
 _CAUSE_TEXT = {
-    "storage": "waiting on storage: the CPU is mostly idle — read more in parallel (interleave cycle_length, "
+    "storage": "waiting on storage: the input waits on reads, not on the CPU — read more in parallel (interleave cycle_length, "
                "data.concurrency), prefetch, or stage remote shards to local disk",
     "preprocessing": "preprocessing-limited: the CPU is saturated — vectorize (parse after batch), cache after "
                      "parse, move tokenization/masking offline, or add hosts",
