@@ -74,8 +74,8 @@ def test_slow_storage_is_input_bound_with_an_idle_cpu_and_says_storage(tmp_path)
     assert r["headroom"] < 1 and v["bottleneck"] == "input", v["summary"]
     # this run's own CPU share (the shared test machine's other processes count in cpu_busy, not here)
     assert h["process_cpu_fraction_mean"] < 0.5, h
-    if h["cpu_busy_fraction_mean"] < 0.8:  # storage is named unless other processes saturate the machine
-        assert v["input_cause"] == "storage" and "waiting on storage" in v["summary"], v["summary"]
+    # named from the reads' share of the step even when other processes keep the shared machine's CPU busy
+    assert v["input_cause"] == "storage" and "waiting on storage" in v["summary"], v["summary"]
     assert "headroom" in v["summary"] and r["emulation"]["au_pass"] is False
 
 
@@ -87,9 +87,7 @@ def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_busy_cpu_and_says_
     v, h = r["verdict"], r["host_utilization"]
     assert v["bottleneck"] == "input" and r["headroom"] < 1, v["summary"]
     assert h["cpu_busy_fraction_mean"] > 0.8, h
-    assert v["input_cause"] in ("preprocessing", "contention"), v["summary"]
-    if h["process_cpu_fraction_mean"] >= 0.5 * h["cpu_busy_fraction_mean"]:
-        assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"]
+    assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
 
 
 def _cli(*args):
@@ -158,7 +156,10 @@ def test_verdict_reads_headroom_and_the_cpu():
                               "cpu_iowait_fraction_mean": 0.0}
     assert input_cause(host(0.3, 0.2))[0] == "storage"
     assert input_cause(host(0.95, 0.9))[0] == "preprocessing"
-    assert input_cause(host(0.95, 0.1))[0] == "contention"
+    busy_other = input_cause(host(0.95, 0.1))
+    assert busy_other[0] == "preprocessing" and "other processes hold 85%" in busy_other[1]
+    assert input_cause(host(0.95, 0.1), read_share=0.8)[0] == "storage"  # reads in flight most of the step
+    assert input_cause(host(0.65, 0.5), read_share=0.6)[0] == "storage"
     assert input_cause(host(0.65, 0.5))[0] == "mixed"
     assert input_cause(None)[0] is None
     doc = {"bottleneck": "compute", "summary": "compute-bound: input costs 5% of the 10.0 ms step", "actions": [

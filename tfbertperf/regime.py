@@ -93,6 +93,13 @@ def demand_examples_per_sec(result, emulation) -> float | None:
     return None
 
 
+def _read_share(report: dict) -> float | None:
+    """The storage reads' time per step ÷ the mean step time (None when either is unknown)."""
+    per_step = (report.get("storage") or {}).get("read_ms_per_step")
+    step = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
+    return per_step / step if per_step is not None and step else None
+
+
 def _train_span(sampler) -> tuple[float | None, float | None]:
     marks = {m["name"]: m["t"] for m in sampler.marks}
     return marks.get("train_start"), marks.get("train_end")
@@ -134,7 +141,7 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
     if report.get("verdict"):
         report["verdict"] = refine(report["verdict"], headroom=report.get("headroom"),
                                    host=report.get("host_utilization"), ceiling=ceiling, demand=demand,
-                                   emulation=report.get("emulation"))
+                                   emulation=report.get("emulation"), read_share=_read_share(report))
     return report
 
 

@@ -66,37 +66,50 @@ CPU_SATURATED_FROM = 0.80
 time; otherwise other processes hold the CPU)."""
 
 
-def input_cause(host: dict | None) -> tuple[str | None, str]:
-    """("storage" | "preprocessing" | "contention" | "mixed" | None, the numbers as words) from the run's
-    host_utilization summary (profile/utilization.py): CPU busy (all processes) and this process's share."""
+READS_IN_FLIGHT_SHARE = 0.50
+"""On a saturated CPU, the storage reads' own time (storage.read_ms_per_step) ≥ 50 % of the step says the run
+waits on reads, not on the CPU (a shared machine is busy with other processes either way)."""
+
+
+def input_cause(host: dict | None, read_share: float | None = None) -> tuple[str | None, str]:
+    """("storage" | "preprocessing" | "mixed" | None, the numbers as words) from the run's host_utilization
+    summary (profile/utilization.py) and, when known, the share of the step its storage reads took:
+      CPU busy < CPU_IDLE_BELOW → storage;
+      CPU busy ≥ CPU_SATURATED_FROM → storage when reads take ≥ READS_IN_FLIGHT_SHARE of the step, else
+        preprocessing (the pipeline is CPU-bound; the words say when other processes hold most of the CPU);
+      in between → storage when reads dominate, else mixed."""
     if not host or not host.get("samples"):
         return None, ""
     busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
     words = f"CPU {busy:.0%} busy (this run {own:.0%}), iowait {host.get('cpu_iowait_fraction_mean', 0.0):.0%}"
-    if busy >= CPU_SATURATED_FROM:
-        return ("preprocessing" if own >= 0.5 * busy else "contention"), words
-    if busy < CPU_IDLE_BELOW or own < CPU_IDLE_BELOW * 0.5:
+    if read_share is not None:
+        words += f", storage reads {read_share:.0%} of the step"
+    reads = read_share is not None and read_share >= READS_IN_FLIGHT_SHARE
+    if busy < CPU_IDLE_BELOW or reads:
         return "storage", words
+    if busy >= CPU_SATURATED_FROM:
+        if own < 0.5 * busy:
+            words += f"; other processes hold {busy - own:.0%} of the CPU"
+        return "preprocessing", words
     return "mixed", words
 
 
 _CAUSE_TEXT = {
-    "storage": "waiting on storage: the CPU is mostly idle — read more in parallel (interleave cycle_length, "
+    "storage": "waiting on storage: the input waits on reads, not on the CPU — read more in parallel (interleave cycle_length, "
                "data.concurrency), prefetch, or stage remote shards to local disk",
     "preprocessing": "preprocessing-limited: the CPU is saturated — vectorize (parse after batch), cache after "
                      "parse, move tokenization/masking offline, or add hosts",
-    "contention": "CPU-starved: the CPU is saturated by other processes, not this run — free the cores or give the "
-                  "input pipeline dedicated ones",
     "mixed": "input-bound with the CPU partly busy: both storage reads and preprocessing count",
 }
 
 
 def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dict | None = None,
-           demand: float | None = None, emulation: dict | None = None) -> dict:
+           demand: float | None = None, emulation: dict | None = None, read_share: float | None = None) -> dict:
     """The verdict with the run's input ceiling and host utilization read into it:
       * headroom < 1 → bottleneck "input" whatever the overlap (the pipeline alone is slower than the demand);
       * 1 ≤ headroom < HEADROOM_THIN → a "thin margin" note;
-      * input-bound → the cause from the CPU (input_cause): waiting on storage or preprocessing-limited, its
+      * input-bound → the cause from the CPU and the reads' share of the step (input_cause): waiting on storage
+        or preprocessing-limited, its
         advice first, the other rows reordered to match (profile/advice.py order_for_cause);
       * emulated runs: the summary names the emulated devices and AU (MLPerf Storage) pass/fail.
     Adds "headroom", "input_cause", "notes"."""
@@ -116,7 +129,7 @@ def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dic
             notes.append(line + f" < {HEADROOM_THIN}: thin margin")
         else:
             notes.append(line)
-    cause, words = input_cause(host)
+    cause, words = input_cause(host, read_share)
     if out["bottleneck"] == "input" and cause:
         out["summary"] += f"; {words} → {_CAUSE_TEXT[cause].split(':')[0]}"
         acts = order_for_cause(list(out.get("actions") or []), cause)
