@@ -1,5 +1,3 @@
-import sys
+from tfbertperf.cli import entry
 
-from tfbertperf.cli import main
-
-sys.exit(main())
+entry()

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tfbertperf.cliargs import Parser
-from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.errors import UsageError, cli_entry, process_main
 from tfbertperf.report.build import INTERRUPTED  # the marker a run stopped by Ctrl-C leaves in its directory
 
 
@@ -137,4 +137,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from tfbertperf.errors import process_main
+
 COMMANDS = {
     "run": "the main job: profiled BERT training → attribution report",
     "prepare": "build vocab + TFRecord shards to a local dir, gs:// or az://",
@@ -20,6 +22,11 @@ def _usage() -> str:
     lines += [f"  {k:<9} {v}" for k, v in COMMANDS.items()]
     lines += ["", "Run `tfbertperf <command> --help` for a command's options."]
     return "\n".join(lines)
+
+
+def entry() -> None:
+    """The console script: `main` run by errors.process_main (a failed command exits without TF's teardown)."""
+    process_main(main)
 
 
 def main(argv=None) -> int:
@@ -41,4 +48,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

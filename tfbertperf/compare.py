@@ -26,7 +26,7 @@ import yaml
 
 from tfbertperf.cliargs import Parser, add_run_arguments
 from tfbertperf.config import load_config
-from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.errors import UsageError, cli_entry, process_main
 from tfbertperf.report.comparison import load_report, write_comparison
 from tfbertperf.report.markdown import comparison_markdown
 
@@ -235,4 +235,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tfbertperf.cliargs import Parser
 from tfbertperf.envinfo import explain, fingerprint, format_diff, format_fingerprint, load_doc, to_json
-from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.errors import UsageError, cli_entry, process_main
 from tfbertperf.redact import redact_text
 
 
@@ -77,4 +77,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import NoReturn
 
@@ -42,3 +43,28 @@ def cli_entry(fn):
             raise SystemExit(130)
 
     return wrapper
+
+
+def process_main(main) -> NoReturn:
+    """The `__main__` of every command (and the console script): run `main()` and leave the process.
+
+    A command that stops on an error can leave tf.data threads in the middle of a Python call (a py_function or a
+    from_generator of the stream reader).  Python's teardown then destroys the iterator, whose destructor waits for
+    those calls while holding the GIL they need: the process hangs after printing its one-line error (seen on a
+    damaged shard in stream mode).  So a command that fails once TensorFlow is loaded exits at once, its output
+    flushed; everything it promises (report, marker, checkpoint) is written before this point.
+    """
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # SystemExit("message"): Python prints it and exits 1
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    if code != 0 and "tensorflow" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -16,7 +16,7 @@ import sys
 import time
 
 from tfbertperf.cliargs import Parser
-from tfbertperf.errors import cli_entry
+from tfbertperf.errors import cli_entry, process_main
 
 
 def _parser() -> Parser:
@@ -115,4 +115,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

@@ -16,7 +16,7 @@ import sys
 
 from tfbertperf.cliargs import Parser, add_run_arguments
 from tfbertperf.config import load_config
-from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.errors import UsageError, cli_entry, process_main
 from tfbertperf.redact import redact_text
 
 
@@ -70,4 +70,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)

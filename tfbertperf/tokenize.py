@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from tfbertperf.cliargs import Parser
-from tfbertperf.errors import UsageError, cli_entry
+from tfbertperf.errors import UsageError, cli_entry, process_main
 
 
 def _vocab_tokens(data_uri: str | None) -> list[str]:
@@ -58,4 +57,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    process_main(main)
