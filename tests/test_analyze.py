@@ -167,9 +167,10 @@ def test_validate_needs_one_of_our_run_directories(profiles):
 
 @pytest.mark.slow
 def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_path):
-    """XLA jit on this CPU build (the advice the issue saw measure 0.88×) next to the baseline, 2 rounds each,
-    interleaved: not a speed-up here, so it is marked "not confirmed here (…×, spread …)" and drops below the
-    verdict's unmeasured advice."""
+    """An advice that cannot help anywhere — the naive pipeline behind 300 ms reads — next to the baseline, 2 rounds
+    each, interleaved: measured slower, so it is marked "not confirmed here (…×, spread …)" and drops below the
+    verdict's unmeasured advice.  (XLA jit, the advice the issue saw measure 0.88×, measured a real speed-up on a
+    quiet run of this suite, so it cannot serve here.)"""
     sets = ["train.steps=12", "profile.steps=3:10", "profile.probe_steps=3", "profile.probe_blocks=1",
             "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}"]
     p = subprocess.run([sys.executable, "-m", "tfbertperf.run", *[x for s in sets for x in ("--set", s)]],
@@ -177,11 +178,13 @@ def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     (run_dir,) = [d for d in tmp_path.iterdir() if (d / "report.json").is_file()]
     before = json.loads((run_dir / "report.json").read_text())["verdict"]["recommendations"]
-    doc = analyze_json_args(run_dir, "--validate", "--repeat", "2", "--advice", "train.jit=true")
+    doc = analyze_json_args(run_dir, "--validate", "--repeat", "2", "--advice",
+                             "pipeline.preset=naive,data.read_latency_ms=300")
     v = doc["validation"]
     assert v["repeat"] == 2 and len(v["baseline"]["runs"]) == 2
     (r,) = v["results"]
-    assert r["set"] == ["train.jit=true"] and len(r["runs"]) == 2 and r["confirmed"] is False
+    assert r["set"] == ["pipeline.preset=naive", "data.read_latency_ms=300"] and len(r["runs"]) == 2
+    assert r["confirmed"] is False and r["speedup"]["median"] < 1
     assert r["note"].startswith(f"not confirmed here ({r['speedup']['median']:.2f}×, spread ")
     assert v["validated"] == [] and v["not_confirmed"] == [r["advice"]]
     eps = [json.loads((Path(d) / "report.json").read_text())["throughput"]["examples_per_sec"] for d in r["runs"]]
@@ -189,7 +192,7 @@ def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_pa
             for d in v["baseline"]["runs"]]
     assert r["speedup"]["median"] == pytest.approx((sum(eps) / 2) / (sum(base) / 2), rel=1e-3)
     for d in r["runs"]:
-        assert json.loads((Path(d) / "report.json").read_text())["config"]["train"]["jit"] is True
+        assert json.loads((Path(d) / "report.json").read_text())["config"]["data"]["read_latency_ms"] == 300
     recs = doc["verdict"]["recommendations"]
     assert recs[-1].endswith(r["note"]) and "not confirmed here" in recs[-1]
     assert [x for x in recs[:-1]] == [x for x in before if x in recs[:-1]]  # the unmeasured advice stays above

@@ -235,11 +235,14 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
 
     par = _parallel(eff["num_parallel_calls"])
     # Stream sources can hand over whole chunks (a 1-D tensor of records each): far fewer elements through the
-    # interleave, unbatched after it.  With one shard at a time the record order is the same either way.
-    by_chunk = getattr(source, "read_batches", None) is not None
+    # interleave, unbatched after it.  With one shard at a time the record order is the same either way; with
+    # several, chunks interleave differently from records, so a deterministic pipeline (which promises the same
+    # order from every backend and mode) takes records.
+    cycle = resolve_cycle_length(eff["cycle_length"], num_files)
+    by_chunk = getattr(source, "read_batches", None) is not None and (cycle == 1 or not eff["deterministic"])
     ds = filenames.interleave(
         source.read_batches if by_chunk else source.read,
-        cycle_length=resolve_cycle_length(eff["cycle_length"], num_files),
+        cycle_length=cycle,
         block_length=1,
         num_parallel_calls=par,
         deterministic=eff["deterministic"] if par is not None else None,
