@@ -167,10 +167,12 @@ def test_validate_needs_one_of_our_run_directories(profiles):
 
 @pytest.mark.slow
 def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_path):
-    """An advice that cannot help anywhere — the naive pipeline behind 300 ms reads — next to the baseline, 2 rounds
-    each, interleaved: measured slower, so it is marked "not confirmed here (…×, spread …)" and drops below the
-    verdict's unmeasured advice.  (XLA jit, the advice the issue saw measure 0.88×, measured a real speed-up on a
-    quiet run of this suite, so it cannot serve here.)"""
+    """An advice that cannot help a CPU run's examples/s — train.batch_size 8 → 1, the per-step overhead paid per
+    example — next to the baseline, 2 rounds each, interleaved: measured slower, so it is marked "not confirmed
+    here (…×, spread …)" and drops below the verdict's unmeasured advice.  (Tried first, and measured faster on a
+    quiet run of this suite: XLA jit, the advice the issue saw at 0.88×; the naive pipeline behind 300 ms reads,
+    1.48×, since on 2 cores the tuned pipeline's threads cost tiny BERT more than a few slow reads; reads throttled
+    to 0.05 MB/s, 1.10×, since the few reads of this small data set all fall in the warm-up.)"""
     sets = ["train.steps=12", "profile.steps=3:10", "profile.probe_steps=3", "profile.probe_blocks=1",
             "train.batch_size=8", "train.warmup_steps=2", f"run.out={tmp_path}"]
     p = subprocess.run([sys.executable, "-m", "tfbertperf.run", *[x for s in sets for x in ("--set", s)]],
@@ -179,11 +181,11 @@ def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_pa
     (run_dir,) = [d for d in tmp_path.iterdir() if (d / "report.json").is_file()]
     before = json.loads((run_dir / "report.json").read_text())["verdict"]["recommendations"]
     doc = analyze_json_args(run_dir, "--validate", "--repeat", "2", "--advice",
-                             "pipeline.preset=naive,data.read_latency_ms=300")
+                             "train.batch_size=1")
     v = doc["validation"]
     assert v["repeat"] == 2 and len(v["baseline"]["runs"]) == 2
     (r,) = v["results"]
-    assert r["set"] == ["pipeline.preset=naive", "data.read_latency_ms=300"] and len(r["runs"]) == 2
+    assert r["set"] == ["train.batch_size=1"] and len(r["runs"]) == 2
     assert r["confirmed"] is False and r["speedup"]["median"] < 1
     assert r["note"].startswith(f"not confirmed here ({r['speedup']['median']:.2f}×, spread ")
     assert v["validated"] == [] and v["not_confirmed"] == [r["advice"]]
@@ -192,7 +194,7 @@ def test_validate_marks_advice_that_does_not_help_on_cpu_as_not_confirmed(tmp_pa
             for d in v["baseline"]["runs"]]
     assert r["speedup"]["median"] == pytest.approx((sum(eps) / 2) / (sum(base) / 2), rel=1e-3)
     for d in r["runs"]:
-        assert json.loads((Path(d) / "report.json").read_text())["config"]["data"]["read_latency_ms"] == 300
+        assert json.loads((Path(d) / "report.json").read_text())["config"]["train"]["batch_size"] == 1
     recs = doc["verdict"]["recommendations"]
     assert recs[-1].endswith(r["note"]) and "not confirmed here" in recs[-1]
     assert [x for x in recs[:-1]] == [x for x in before if x in recs[:-1]]  # the unmeasured advice stays above
