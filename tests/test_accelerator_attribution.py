@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,11 +15,7 @@ from tfbertperf.config import load_config
 from tfbertperf.profile import advice, attribution, steptable, xprof_tools
 from tfbertperf.profile.hardware import classify_device, classify_gpu
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "profiles"
-V100 = FIXTURES / "v100x8-tf-bert-large-squad-mirrored.xplane.pb"
-GEMM = FIXTURES / "mi300x-jax-gemm.xplane.pb"
-ATTENTION = FIXTURES / "mi300x-jax-attention.xplane.pb"
-MANGLED = FIXTURES / "corrupt-utf8-mangled.xplane.pb"
+from profile_fixtures import ATTENTION, FIXTURES, GEMM, MANGLED, V100
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"profile fixtures not found at {FIXTURES}")
 
 

@@ -10,11 +10,7 @@ import pytest
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import devices as dev
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "profiles"
-V100 = FIXTURES / "v100x8-tf-bert-large-squad-mirrored.xplane.pb"
-GEMM = FIXTURES / "mi300x-jax-gemm.xplane.pb"
-ATTENTION = FIXTURES / "mi300x-jax-attention.xplane.pb"
-MANGLED = FIXTURES / "corrupt-utf8-mangled.xplane.pb"
+from profile_fixtures import ATTENTION, FIXTURES, GEMM, MANGLED, V100
 
 pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"accelerator profile fixtures not found at {FIXTURES}")
 
