@@ -319,6 +319,11 @@ def test_cpu_advice_knows_float16_is_slow_there_and_bfloat16_needs_the_units(bot
         for flags in (None, PLAIN_CPU):
             assert not any("mixed_" in t for t in _texts_flags(att, flags))
         assert not any("train.jit=true" in s for a in with_units for s in a["set"])
+    if bottleneck == "other":  # per-step overhead on a CPU: a bigger batch, not XLA (0.88× here)
+        acts = advice.actions("other", att, OURS, cpu_flags=PLAIN_CPU)
+        assert [a["set"] for a in acts] == [["train.batch_size=64"]], acts
+        gpu = advice.actions("other", _att("GPU", None, device_compute=0.5, input=0.05), OURS)
+        assert any("train.jit=true" in s for a in gpu for s in a["set"])
 
 
 def _texts_flags(att, flags):
