@@ -269,3 +269,27 @@ def test_a_long_enough_run_has_no_step_caveats(tuned_run):
     _, r = tuned_run
     assert r["throughput"]["steps_measured"] >= 10
     assert not [c for c in r["caveats"] if "steady step" in c or "warm-up" in c], r["caveats"]
+
+
+def test_a_window_that_missed_the_stalls_is_a_caveat():
+    """The profiled window is a sample: a pipeline that stalls in bursts (reads throttled to 0.05 MB/s, naive,
+    inline tokenization: 5.3 s stalls between ~100 ms steps, measured 2026-11-23) can leave it clean, so xprof read
+    1.4 % input where the truth was 54 %.  The report says so when the window's mean step time is ≥ 25 % away
+    from the measured steps' (report/caveats.py), in either direction, and stays silent when it is not."""
+    from tfbertperf.report.build import steady_steps
+    from tfbertperf.report.caveats import window_caveats
+    from tfbertperf.train.result import TrainResult
+
+    def result(times):
+        return TrainResult(steps=len(times), global_batch_size=8, replicas=1, seq_len=128, loss_trajectory=[],
+                           final_loss=0.0, step_times_ms=times, input_wait_ms=[0.0] * len(times), warmup_steps=5,
+                           profile_window=(15, 30), tensorboard_dir=None)
+
+    steady = [100.0 + (i % 7) for i in range(60)]  # ±3 % jitter, no stall
+    assert window_caveats(result(steady), steady_steps(result(steady))) == []
+    stalls = [5300.0 if i in (8, 36, 49) else t for i, t in enumerate(steady)]  # outside steps 15–29
+    (line,) = window_caveats(result(stalls), steady_steps(result(stalls)))
+    assert "steps 15–29" in line and "is faster than the measured steps" in line and "slowest 5300 ms" in line
+    inside = [5300.0 if i == 20 else t for i, t in enumerate(steady)]
+    (line,) = window_caveats(result(inside), steady_steps(result(inside)))
+    assert "is slower than" in line

@@ -137,7 +137,7 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
     report["devices"] = attribution_doc.get("devices", [])
-    report["caveats"] = caveats(cfg, result, len(times), environment or {})
+    report["caveats"] = caveats(cfg, result, len(times), environment or {}, idx)
     return report
 
 

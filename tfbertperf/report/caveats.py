@@ -10,16 +10,24 @@ prints them under the headline ("caveat: …"), report.md lists them.
     (T − T_c) / T, where a 10 % error in T_c is a 10-point error in the input cost of a compute-bound run.
   * warm-up shortened below train.warmup_steps (train/probe.py short_run_budget), or none at all: the first
     steps trace the graph and warm allocators up; with warm-up 0 the measured steps include the tracing.
+
+Not representative: the profiled window's mean step time differs from the measured steps' by WINDOW_DRIFT (25 %)
+or more.  xprof's figures (the category table, its input share, the input-op split) describe the window only;
+a pipeline that stalls in bursts — a throttled read every few seconds — can leave the window clean while the
+run waits half its time (measured: window 106 ms/step, run 248 ms/step with 5.3 s stalls, truth 54 % input,
+xprof 1.4 %).  The step timer and the what-if probe cover the whole run.
 """
 
 from __future__ import annotations
 
 MIN_STEADY_STEPS = 10
 MIN_PROBE_STEPS = 5
+WINDOW_DRIFT = 0.25
 
 
-def caveats(cfg, result, steps_measured: int, environment: dict) -> list[str]:
-    """The caveat lines for a finished run (module docstring); [] when none applies."""
+def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[int] | None = None) -> list[str]:
+    """The caveat lines for a finished run (module docstring); [] when none applies.  `steady`: the indices of the
+    measured steps (report/build.py steady_steps; None: every step after warm-up)."""
     out: list[str] = []
     warm, asked = int(result.warmup_steps), int(cfg.train.warmup_steps)
     if warm < asked:
@@ -32,8 +40,31 @@ def caveats(cfg, result, steps_measured: int, environment: dict) -> list[str]:
     if cfg.profile.probe_steps > 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:
         out.append(f"the what-if input cost rests on {result.probe_steps} compute-only probe step(s) (fewer than "
                    f"{MIN_PROBE_STEPS}); raise train.steps (the probe times at most half as many steps as the run)")
+    out.extend(window_caveats(result, steady))
     out.extend(precision_caveats(cfg, environment))
     return out
+
+
+def window_caveats(result, steady: list[int] | None = None) -> list[str]:
+    """A profiled window whose mean step time is WINDOW_DRIFT or more away from the measured steps' (module
+    docstring).  `steady`: the measured steps' indices (None: every step after warm-up)."""
+    w = result.profile_window
+    times = result.step_times_ms
+    if not w or w[1] > len(times) or w[1] - w[0] < 1:
+        return []
+    if steady is None:
+        steady = range(int(result.warmup_steps), len(times))
+    run = [times[i] for i in steady if not (w[0] <= i < w[1])]
+    win = times[w[0]:w[1]]
+    if len(run) < 3:
+        return []
+    run_ms, win_ms = sum(run) / len(run), sum(win) / len(win)
+    if abs(win_ms - run_ms) < WINDOW_DRIFT * run_ms:
+        return []
+    side = "faster" if win_ms < run_ms else "slower"
+    return [f"the profiled window (steps {w[0]}–{w[1] - 1}, mean {win_ms:.1f} ms/step) is {side} than the measured "
+            f"steps (mean {run_ms:.1f} ms/step, slowest {max(run):.0f} ms): xprof's figures describe the window, "
+            f"not the run; the step timer and the what-if probe cover the whole run"]
 
 
 def precision_caveats(cfg, environment: dict) -> list[str]:
