@@ -202,6 +202,9 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     from tfbertperf.train.emulate import from_config as emulation_from_config
 
     emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
+    from tfbertperf.train.strategy import check_placement
+
+    check_placement(cfg.train)  # so is a device or TPU that is not here
     check_init(cfg)
     inputs = Inputs(cfg, progress)
     check_init(cfg, inputs.manifest)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tfbertperf.errors import user_tf_log_level
 from tfbertperf.train.result import TrainResult
 
 
@@ -154,6 +155,9 @@ def _run_group(config_json: str, n: int, out: Path, entry: str, timeout_s, say) 
             shutil.rmtree(wdir, ignore_errors=True)  # a crashed attempt leaves a partial profile behind
             wdir.mkdir(parents=True)
             env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)), TFBERTPERF_WORKER_CONFIG=config_json)
+            env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the user's level, not the commands' quiet default: logs are files
+            if user_tf_log_level is not None:
+                env["TF_CPP_MIN_LOG_LEVEL"] = user_tf_log_level
             log = open(wdir / "log.txt", "wb")
             # -X faulthandler: a crash inside TF still leaves a Python stack in the log.
             cmd = [sys.executable, "-X", "faulthandler", "-m", "tfbertperf.train.multiworker", "--entry", entry,
