@@ -97,8 +97,9 @@ def launch_workers(
       timeout_s: wall-clock limit for each attempt of the whole group (None = none).
       progress: one line per worker start/finish.
       retries: times the whole group is rerun when a worker is killed by a signal (a crash inside TF, not a
-        Python error): TF 2.21's profiler sometimes segfaults collecting a multi-worker trace (see
-        tfbertperf.train.strategy.MULTI_WORKER_HEARTBEAT_TIMEOUT_MS). Python errors are never retried.
+        Python error): TF 2.21's profiler sometimes crashes collecting a multi-worker trace (a use-after-free
+        in TSL's TraceMeRecorder::Consume; the cause and measurements: tests/programs/mw_profiler_crash.py).
+        Python errors are never retried.
     Returns:
       the workers' result dicts, in worker index order (each has "worker_index", "attempt" and "retries" added:
       one {"attempt", "worker", "signal", "log", "stack"} per crashed attempt — the crashed worker's log is kept

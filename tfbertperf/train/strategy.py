@@ -104,11 +104,13 @@ def make_strategy(train_cfg):
     raise UsageError(f"--set train.strategy={name!r}: expected one of {', '.join(STRATEGIES)}")
 
 
-# Coordination-service heartbeat timeout for multi_worker (ms). TF's default (10 s) makes every non-leader
-# worker send a heartbeat RPC every few seconds; one that lands inside the profiled window crashed TF 2.21's
-# trace collection (TraceMeRecorder cross-thread merge: SIGSEGV / double free in ~30 % of 2-worker runs here,
-# always on worker 1). A long timeout keeps heartbeats out of a short window. Dead peers are still noticed:
-# collectives fail, and `launch_workers` stops the group when any worker exits.
+# Coordination-service heartbeat timeout for multi_worker (ms).  It was set long to keep heartbeats out of the
+# profiled window, believed to crash TF 2.21's trace collection; measured since (tests/programs/
+# mw_profiler_crash.py): the crash is a use-after-free in TSL's TraceMeRecorder::Consume on the collectives'
+# cross-thread TraceMe pairs and happens at any heartbeat (1 s: 0/4 groups, 10 s: 3/10, 1 h: crashes too).  The
+# value is left as it was (no measurement yet of what TF's 10 s default does to workers starved of CPU on a
+# shared host); dead peers are still noticed: collectives fail, and `launch_workers` stops the group when any
+# worker exits.
 MULTI_WORKER_HEARTBEAT_TIMEOUT_MS = int(os.environ.get("TFBERTPERF_HEARTBEAT_TIMEOUT_MS", 3_600_000))
 
 
