@@ -292,7 +292,8 @@ def reframed(tfrecord_shards, tmp_path_factory):
 
 
 def _want_hash_line(uri: str, got: str, want: str) -> str:
-    return f"shard {uri}: sha256 {got[:12]}… differs from manifest.json's {want[:12]}… (damaged or replaced after prepare)"
+    return (f"shard {uri}: sha256 {got[:12]}… differs from manifest.json's {want[:12]}… "
+            f"(damaged or replaced after prepare)")
 
 
 def test_stage_mode_catches_a_same_size_change_by_its_sha256(reframed, fake_gcs, monkeypatch):

@@ -9,11 +9,15 @@ crashed worker leaves a core in the working directory (core_pattern "core" here)
 
 What crashes (2026-11-23, TF 2.21 wheel, libstdc++, 2-core VM): worker 1 dies of SIGABRT ("double free or
 corruption (out)", "munmap_chunk(): invalid pointer") or SIGBUS inside `tf.profiler.experimental.stop()`
-(profile/capture.py Capture.stop).  The native stack, from the cores of 2 crashed workers (gdb -batch -ex bt):
+(profile/capture.py Capture.stop).  The native stack, the same in the cores of 3 crashed workers (gdb -batch
+-ex bt; SIGABRT twice, SIGBUS once):
 
     free() <- tsl::profiler::(anon)::SplitEventTracker::FindStartAndMerge(TraceMeRecorder::Event*)
            <- tsl::profiler::TraceMeRecorder::Consume() <- TraceMeRecorder::Stop() <- HostTracer::Stop()
            <- ProfilerCollection::Stop() <- ProfilerSession::CollectData() <- ProfilerSessionWrapper::Export…
+
+and in one of them free() was handed `main_arena+1856`: glibc's own bin pointer, written into a chunk when it is
+freed — the string being assigned to lived in memory that had already been freed.
 
 Why (xla/tsl/profiler/backends/cpu/traceme_recorder.cc): a TraceMe begun with ActivityStart on one thread and
 ended with ActivityEnd on another is recorded as two halves that Consume() merges.  Consume() walks the per-
@@ -27,21 +31,23 @@ write corrupts the heap silently).  Which cross-thread pairs: `CollectiveExecuto
 (core/common_runtime/base_collective_executor.cc: ActivityStart where the collective op runs, ActivityEnd in
 the param resolver's callback).  In a profiled window of this program worker 1 recorded 55 of them, each
 started on a tf_Compute/python thread and ended on tf_GrpcWorkerEnvQueues; worker 0 recorded 56, ended on its
-collective_ops threads — so worker 0 is exposed too, though no crash of worker 0 has been seen (0 of 29 groups).
+collective_ops threads — so worker 0 is exposed too, though no crash of worker 0 has been seen (0 of 24 groups).
 
 Heartbeats are not the cause (train/strategy.py kept a 1-hour heartbeat timeout believed to avoid it), measured
 here over groups of 2 workers, crashed attempts / groups:
-    heartbeat 1 000 ms: 0 / 4;  10 000 ms (TF's default): 3 / 10;  3 600 000 ms (ours): see BENCHMARKS.md
+    heartbeat 1 000 ms: 0 / 4;  10 000 ms (TF's default): 3 / 10;  3 600 000 ms (ours until now): 2 / 10
+(all on worker 1; every group completed on its re-run).
 The coordination heartbeat makes no split TraceMe; every crash stack above is the collectives' pairs.
 
-Can it be avoided from outside TF?  Not without losing what the window is for: the pairs come from every
-collective launch in every step (host_tracer_level 1 keeps them; they carry no filter mask); the recorder order
-is hashed per process; stopping on another thread or through the profiler server runs the same Consume().
-Profiling only the chief would drop the other workers' attribution (report.json `workers`) and still not be
-safe by the mechanism above.  So runs keep the mitigation that works: launch_workers re-runs the group when a
-worker dies of a signal and report.json records each crash in `retries` (attempt, worker, signal, stack).
-Why no test: whether a run crashes depends on the per-process hash order of thread recorders and on glibc
-noticing the write to freed memory, so no run is certain to crash or not to; a test would be a coin flip.
+Can it be avoided from outside TF?  Not without losing what the window is for: the pairs come from every collective
+launch in every step (host_tracer_level 1 keeps them; they carry no filter mask); the recorder order is hashed per
+process; stopping on another thread, or through the profiler server (tf.profiler.experimental.client), ends in the
+same Consume() in the worker's process.  Profiling only the chief would drop the other workers' attribution
+(report.json `workers`) and still not be safe by the mechanism above.  So runs keep the mitigation that works:
+launch_workers re-runs the group when a worker dies of a signal and report.json records each crash in `retries`
+(attempt, worker, signal, stack). Why no test: whether a run crashes depends on the per-process hash order of thread
+recorders and on glibc noticing the write to freed memory, so no run is certain to crash or not to; a test would be
+a coin flip.
 """
 
 import argparse

@@ -6,7 +6,8 @@ Keys (written by prepare.py; a reader may rely on these):
   dupe_factor, masked_lm_prob, short_seq_prob, num_examples, record_bytes_mean (bytes per serialized
   pre-tokenized record), text_record_bytes_mean, features {name: [dtype, shape]},
   shards / text_shards [{"name", "examples", "bytes", "sha256"}] (sha256: hex of the shard's bytes, written by
-  every writer since issue 15; older manifests lack it and still load), corpus, corpus_sha256, vocab_source, stats {…},
+  every writer since issue 15; older manifests lack it and still load), corpus, corpus_sha256, vocab_source,
+  stats {…},
   source_sha256 (corpus files' names + bytes and a user vocab's bytes: data/corpus.py source_sha256);
   pretrain: num_documents, num_sentences, num_corpus_tokens; classify: num_labels, labels, pair, classify_source.
 `load_manifest` adds "uri": the data directory it was read from (not stored in the file).

@@ -105,12 +105,12 @@ def make_strategy(train_cfg):
 
 
 # Coordination-service heartbeat timeout for multi_worker (ms).  It was set long to keep heartbeats out of the
-# profiled window, believed to crash TF 2.21's trace collection; measured since (tests/programs/
-# mw_profiler_crash.py): the crash is a use-after-free in TSL's TraceMeRecorder::Consume on the collectives'
-# cross-thread TraceMe pairs and happens at any heartbeat (1 s: 0/4 groups, 10 s: 3/10, 1 h: crashes too).  The
-# value is left as it was (no measurement yet of what TF's 10 s default does to workers starved of CPU on a
-# shared host); dead peers are still noticed: collectives fail, and `launch_workers` stops the group when any
-# worker exits.
+# profiled window, believed to crash TF 2.21's trace collection; measured since
+# (tests/programs/mw_profiler_crash.py): the crash is a use-after-free in TSL's TraceMeRecorder::Consume on the collectives'
+# cross-thread TraceMe pairs and happens at any heartbeat (crashed attempts per 2-worker group: 1 s 0/4, 10 s 3/10,
+# 1 h 2/10).  The value is left as it was (no measurement yet of what TF's 10 s default does to workers starved of
+# CPU on a shared host); dead peers are still noticed: collectives fail, and `launch_workers` stops the group when
+# any worker exits.
 MULTI_WORKER_HEARTBEAT_TIMEOUT_MS = int(os.environ.get("TFBERTPERF_HEARTBEAT_TIMEOUT_MS", 3_600_000))
 
 
