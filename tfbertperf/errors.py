@@ -144,12 +144,17 @@ class _QuietLoader(importlib.abc.Loader):
         return self.inner.create_module(spec)
 
     def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.inner  # the package looks as if imported plainly
         try:
             level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
         except ValueError:
             level = 0
         sys.stderr.flush()
-        saved = os.dup(2)
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2 to redirect: import as usual
+            self.inner.exec_module(module)
+            return
         with tempfile.TemporaryFile() as tmp:
             os.dup2(tmp.fileno(), 2)
             try:
