@@ -43,6 +43,7 @@ CASES = [
     ("run", ["--set", "nodot"], "nodot"),
     ("run", ["--set", "train.steps=30"], "profile.steps=10:20"),
     ("run", ["--set", "train.checkpoint_every=-1"], "train.checkpoint_every"),
+    ("run", ["--set", "data.verify=md5"], "data.verify"),
     ("run", ["--data", "s3://bucket/shards"], "s3"),
     ("run", ["--data", "{d}/no/such/dir"], "{d}/no/such/dir"),
     ("run", ["--data", "az://c/p", "--set", "data.mode=native"], "data.mode=native"),
