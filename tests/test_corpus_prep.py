@@ -162,6 +162,10 @@ def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
     assert m["num_documents"] == len(load_default_corpus().documents[:300]) and m["corpus_bytes"] == sum(
         os.path.getsize(corpus / "texts" / f"part{n}.txt") for n in (0, 1))
     assert not list(out.glob("*.part"))
+    from tfbertperf.data.manifest import file_sha256
+
+    for sh in m["shards"] + m["text_shards"]:  # each shard's sha256, taken after its final rename
+        assert sh["sha256"] == file_sha256(str(out / sh["name"])), sh["name"]
     s = m["stats"]
     # google-research/bert's statistics: ~15 % of tokens masked (at most max_predictions), half random-next
     assert 0.13 <= s["masked_per_example_mean"] / s["tokens_per_example_mean"] <= 0.17

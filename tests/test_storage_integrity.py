@@ -65,8 +65,8 @@ def damaged(tfrecord_shards, tmp_path_factory):
     return out
 
 
-def _read(backend, uris, cfg, data_uri) -> list[bytes]:
-    src = open_shards(uris, cfg, backend)
+def _read(backend, uris, cfg, data_uri, hashes=None) -> list[bytes]:
+    src = open_shards(uris, cfg, backend, hashes=hashes)
     ds = src.filenames.interleave(src.read_batches or src.read, cycle_length=2, num_parallel_calls=2)
     if src.read_batches:
         ds = ds.unbatch()
@@ -262,3 +262,118 @@ def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepare
     s = report["storage"]
     assert s["records_skipped"] >= 1 and s["corrupt_shards"] == [shard]
     assert json.load(open(run_dir / "report.json"))["storage"]["corrupt_shards"] == [shard]
+
+
+# ---- manifest sha256 per shard (issue 15): same size, other bytes --------------------------------------------
+def _sha(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def reframed(tfrecord_shards, tmp_path_factory):
+    """A copy of the shards where one record of BAD has a flipped payload byte re-framed with fresh CRCs: the
+    size is the same and every frame is sound, so only the manifest's sha256 can tell; (dir, {name: sha256 of
+    the shard as prepared}, records read back from the altered copy)."""
+    src, shards = tfrecord_shards
+    d = tmp_path_factory.mktemp("reframed")
+    recs = list(shards[BAD])
+    changed = bytearray(recs[FLIP_RECORD])
+    changed[len(changed) // 2] ^= 0x10
+    recs[FLIP_RECORD] = bytes(changed)
+    for n in shards:
+        shutil.copy(os.path.join(src, n), d / n)
+    (d / BAD).write_bytes(b"".join(frame(r) for r in recs))
+    assert os.path.getsize(d / BAD) == os.path.getsize(os.path.join(src, BAD))
+    hashes = {n: _sha(os.path.join(src, n)) for n in shards}
+    everything = sorted(r for name, rs in shards.items() for r in (recs if name == BAD else rs))
+    return str(d), hashes, everything
+
+
+def _want_hash_line(uri: str, got: str, want: str) -> str:
+    return (f"shard {uri}: sha256 {got[:12]}… differs from manifest.json's {want[:12]}… "
+            f"(damaged or replaced after prepare)")
+
+
+def test_stage_mode_catches_a_same_size_change_by_its_sha256(reframed, fake_gcs, monkeypatch):
+    """Stage mode downloads whole shards, so it hashes each against manifest.json on the way: the re-framed
+    shard (sound CRCs, same size) is refused with one line naming it; without hashes it is read silently."""
+    from tfbertperf.storage.upload import upload_dir
+
+    d, hashes, everything = reframed
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    fake_gcs.create_bucket("tfbertperf-test")
+    prefix = f"gs://tfbertperf-test/reframed-{uuid.uuid4().hex[:6]}"
+    upload_dir(d, prefix, progress=False)
+    cfg = dataclasses.replace(SMALL, mode="stage")
+    b = open_backend(prefix, cfg)
+    uris = _uris(b, prefix)
+    by_uri = {u: hashes[u.rsplit("/", 1)[-1]] for u in uris}
+
+    def read(cfg, hashes):
+        b = open_backend(prefix, cfg)
+        src = open_shards(uris, cfg, b, hashes=hashes)
+        ds = src.filenames.interleave(src.read, cycle_length=2, num_parallel_calls=2)
+        try:
+            with storage_errors(b, uris, prefix):
+                return sorted(r.numpy() for r in ds), b.metrics.summary()
+        finally:
+            src.close()
+
+    assert read(cfg, None)[0] == everything  # the CRCs alone see nothing wrong
+    with pytest.raises(UsageError) as e:
+        read(cfg, by_uri)
+    assert str(e.value) == _want_hash_line(f"{prefix}/{BAD}", _sha(os.path.join(d, BAD)), by_uri[f"{prefix}/{BAD}"])
+    got, summary = read(dataclasses.replace(cfg, skip_corrupt=True), by_uri)  # goes on, and names the shard
+    assert got == everything and summary["corrupt_shards"] == [f"{prefix}/{BAD}"] and summary["records_skipped"] == 0
+
+
+def test_local_verify_sha256_is_opt_in_and_names_the_shard(reframed):
+    d, hashes, everything = reframed
+    b = open_backend(d)
+    uris = _uris(b, d)
+    by_uri = {u: hashes[os.path.basename(u)] for u in uris}
+    src = open_shards(uris, DataConfig(), b, hashes=by_uri)  # default data.verify=none: sizes only, no reading
+    src.close()
+    with pytest.raises(UsageError) as e:
+        open_shards(uris, DataConfig(verify="sha256"), b, hashes=by_uri)
+    assert str(e.value) == _want_hash_line(os.path.join(d, BAD), _sha(os.path.join(d, BAD)), hashes[BAD])
+    b = open_backend(d)  # with data.skip_corrupt the run goes on and the report names the shard
+    assert sorted(_read(b, uris, DataConfig(verify="sha256", skip_corrupt=True), d, by_uri)) == everything
+    assert b.metrics.summary()["corrupt_shards"] == [os.path.join(d, BAD)]
+    with pytest.raises(UsageError, match="manifest.json records no shard hashes"):  # an older data set
+        open_shards(uris, DataConfig(verify="sha256"), b, hashes={})
+
+
+def test_prepare_records_each_shards_sha256_and_old_manifests_still_load(prepared_damaged, tmp_path):
+    """Every prepare writer records the shard's sha256 (here: the default prepare; prepare --synthetic and
+    corpus prep: test_synthetic_shards.py::test_manifest_and_the_projects_pipeline_read_it and
+    test_corpus_prep.py::test_prepare_corpus_directory_in_worker_processes); a manifest without the key
+    (written before it existed) loads as before."""
+    from tfbertperf.data.manifest import load_manifest
+
+    d, shard, _ = prepared_damaged
+    m = json.load(open(os.path.join(d, "manifest.json")))
+    for s in m["shards"] + m.get("text_shards", []):
+        path = os.path.join(d, s["name"])
+        assert (s["sha256"] == _sha(path)) == (path != shard), s["name"]  # the damaged one no longer matches
+    old = tmp_path / "old"
+    shutil.copytree(d, old)
+    for s in m["shards"] + m.get("text_shards", []):
+        s.pop("sha256")
+    (old / "manifest.json").write_text(json.dumps(m))
+    assert load_manifest(str(old), open_backend(str(old)))["shards"][0]["name"] == m["shards"][0]["name"]
+
+
+def test_run_with_verify_sha256_names_the_changed_shard_in_one_line(prepared_damaged, tmp_path):
+    """`--set data.verify=sha256` on local data: the hash check runs before the first step and the command's
+    stderr ends with the one line naming the shard (its CRC check would have named the record offset)."""
+    d, shard, _ = prepared_damaged
+    want = json.load(open(os.path.join(d, "manifest.json")))["shards"][0]["sha256"]
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.verify=sha256"] for a in ("--set", s)]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", d, *sets], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert p.stderr.rstrip().splitlines()[-1] == "tfbertperf: error: " + _want_hash_line(shard, _sha(shard), want)
+    assert "Traceback" not in p.stderr and not list(tmp_path.iterdir()), "no run directory left behind"

@@ -41,6 +41,9 @@ def test_manifest_and_the_projects_pipeline_read_it(small):
     assert m["num_examples"] == 2000 and [s["examples"] for s in m["shards"]] == [1000, 1000]
     assert m["features"] == feature_spec_summary("pretrain", 128, 20) and m["max_predictions"] == 20
     assert sorted(os.listdir(out)) == sorted([s["name"] for s in m["shards"]] + ["manifest.json", "vocab.txt"])
+    from tfbertperf.data.manifest import file_sha256
+
+    assert [s["sha256"] for s in m["shards"]] == [file_sha256(str(out / s["name"])) for s in m["shards"]]
     cfg = load_config(data_uri=str(out), sets=["train.batch_size=16", "data.vocab_size=30522"])
     backend = open_backend(str(out), cfg.data)
     manifest = load_manifest(str(out), backend)  # checks schema, keys, shard sizes

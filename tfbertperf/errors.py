@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import importlib.abc
 import os
+import re
 import sys
+import tempfile
 from typing import NoReturn
 
 
@@ -54,6 +57,7 @@ def process_main(main) -> NoReturn:
     damaged shard in stream mode).  So a command that fails once TensorFlow is loaded exits at once, its output
     flushed; everything it promises (report, marker, checkpoint) is written before this point.
     """
+    quiet_tf_logs()
     try:
         code = main()
     except SystemExit as e:
@@ -68,3 +72,99 @@ def process_main(main) -> NoReturn:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+# TensorFlow's own C++ logging on our commands' stderr.  TF_CPP_MIN_LOG_LEVEL (0 all, 1 no INFO, 2 no WARNING,
+# 3 no ERROR) filters what TF logs once it runs, but TF 2.21 logs its import through absl before that filter
+# exists: absl's "WARNING: All log messages before absl::InitializeLog() …" and the INFO lines of the oneDNN
+# notice, the CUDA stub and the CPU-feature guard print at every level (measured: 0-3 alike).  After import, on a
+# host without a GPU driver, level 2 still lets through "E… failed call to cuInit" and, on CPUs without AVX-512,
+# "E… oneDNN supports DT_INT64 only on platforms with AVX-512" — ERROR lines that are not errors of the run.
+# So a command defaults the level to 3 (only FATAL, which also aborts) and drops the import's lines of a level
+# below it, unless the user set TF_CPP_MIN_LOG_LEVEL: theirs is kept and the import's lines follow it.  Every
+# failure of TF that matters to a run reaches us as a Python exception carrying TF's message (an OpError), which
+# the commands turn into one line or a traceback; the trade-off is that TF's own advisory warnings (e.g. CUPTI's
+# on a GPU host) need TF_CPP_MIN_LOG_LEVEL=0 to be seen.  Multi-worker worker processes get the user's setting
+# (their logs are files, where TF's lines help), not ours.
+QUIET_TF_LEVEL = "3"
+_TF_LOG_LINE = re.compile(r"^(?P<sev>[IWEF])\d{4} [\d:.]+ +\d+ \S+:\d+\] ")  # absl: I0000 00:00:1795…  3180 f.cc:1]
+_ABSL_PREINIT = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_CONTINUATION = "To enable the following instructions:"  # the CPU-feature guard's INFO spills onto a second line
+user_tf_log_level: str | None = os.environ.get("TF_CPP_MIN_LOG_LEVEL")  # as the user left it (None: unset)
+
+
+def quiet_tf_logs() -> None:
+    """Default TF_CPP_MIN_LOG_LEVEL to QUIET_TF_LEVEL and filter TensorFlow's import-time lines (see above).
+
+    Must run before TensorFlow is imported (process_main calls it first); a no-op when TF is already loaded."""
+    if "tensorflow" in sys.modules or any(isinstance(f, _QuietImport) for f in sys.meta_path):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_TF_LEVEL)
+    sys.meta_path.insert(0, _QuietImport())
+
+
+def filter_tf_import_lines(text: str, level: int) -> str:
+    """The lines of `text` (what stderr got while TF was imported) that TF_CPP_MIN_LOG_LEVEL=`level` would keep:
+    TF's C++ log lines below the level, absl's pre-init notice and the CPU guard's second line go; the rest stays."""
+    keep, dropped_last = [], False
+    for line in text.splitlines(keepends=True):
+        m = _TF_LOG_LINE.match(line)
+        if m:
+            dropped_last = "IWEF".index(m["sev"]) < level
+        elif line.startswith(_ABSL_PREINIT):
+            dropped_last = level > 0
+        elif not (dropped_last and line.startswith(_CONTINUATION)):
+            dropped_last = False
+        if not dropped_last:
+            keep.append(line)
+    return "".join(keep)
+
+
+class _QuietImport(importlib.abc.MetaPathFinder):
+    """Finds the top-level `tensorflow` package once and runs its import with fd 2 (the C++ stderr) redirected to
+    a temporary file; what the import wrote is then replayed through filter_tf_import_lines."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.inner  # the package looks as if imported plainly
+        try:
+            level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+        except ValueError:
+            level = 0
+        sys.stderr.flush()
+        try:
+            saved = os.dup(2)
+        except OSError:  # no fd 2 to redirect: import as usual
+            self.inner.exec_module(module)
+            return
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                self.inner.exec_module(module)
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                rest = filter_tf_import_lines(tmp.read().decode(errors="replace"), level)
+                if rest:
+                    sys.stderr.write(rest)
+                    sys.stderr.flush()

@@ -67,12 +67,13 @@ class Inputs:
     """Everything the data side hands to a training process: backend, data URI, manifest, shard list."""
 
     def __init__(self, cfg: RunConfig, progress: bool = True) -> None:
-        from tfbertperf.data.manifest import shard_uris
+        from tfbertperf.data.manifest import shard_hashes, shard_uris
         from tfbertperf.storage import open_backend
 
         self.backend = open_backend(cfg.resolved_data_uri(), cfg.data)
         self.uri, self.manifest = ensure_data(cfg, self.backend, progress=progress)
         self.shard_uris, self.record_bytes_hint = shard_uris(cfg, self.manifest, self.backend)
+        self.hashes = shard_hashes(cfg, self.manifest, self.backend)  # {uri: sha256}; {} for older data sets
 
 
 def _close(sources: list) -> None:
@@ -111,7 +112,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     data_cfg = regime.dataset_config(cfg, emulation)  # emulated: accelerators × batch_size per step
 
     def dataset_fn(input_context=None):
-        source = open_shards(inputs.shard_uris, cfg.data, backend, record_bytes_hint=inputs.record_bytes_hint)
+        source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes)
         sources.append(source)
         # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
         # tf.distribute.InputContext (multi-worker: each worker reads only its shards).
@@ -200,8 +201,10 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     quiet_tf()
     check_runs_root(cfg)
     from tfbertperf.train.emulate import from_config as emulation_from_config
+    from tfbertperf.train.strategy import check_placement
 
     emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
+    check_placement(cfg.train)  # so is a device or TPU that is not here
     check_init(cfg)
     inputs = Inputs(cfg, progress)
     check_init(cfg, inputs.manifest)

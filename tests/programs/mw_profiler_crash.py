@@ -1,16 +1,53 @@
 """Reproduction of TF 2.21's multi-worker profiler crash (issue 15 item 4): two local MultiWorkerMirrored workers
-train tiny BERT on synthetic batches with a profiled window while the coordination service's heartbeats run
-often (TFBERTPERF_HEARTBEAT_TIMEOUT_MS short: each heartbeat is TraceMe'd on its own thread during the trace),
-GROUPS times.  Each crash is recorded by launch_workers (attempt, worker, signal, the crashed worker's log kept,
-faulthandler stack); this prints them as JSON lines and a summary.  Not a test: the crash is probabilistic.
+train tiny BERT on synthetic batches with a profiled window, GROUPS times (TFBERTPERF_HEARTBEAT_TIMEOUT_MS sets
+the coordination service's heartbeat timeout, --heartbeat-ms).  Each crash is recorded by launch_workers
+(attempt, worker, signal, the crashed worker's log kept, faulthandler stack); this prints them as JSON lines and
+a summary.  Not a test: the crash is probabilistic (see "Why no test" below).  With `ulimit -c unlimited` the
+crashed worker leaves a core in the working directory (core_pattern "core" here) for gdb.
 
-    python tests/programs/mw_profiler_crash.py --out /tmp/mw --groups 3 [--heartbeat-ms 10000]
+    python tests/programs/mw_profiler_crash.py --out /tmp/mw --groups 10 [--heartbeat-ms 10000]
 
-Seen here (2026-11-23, 2-core VM under load, TF 2.21): worker 1 died of SIGABRT, glibc's "double free or
-corruption (out)", inside `tf.profiler.experimental.stop()` (tensorflow/python/profiler/profiler_v2.py:149)
-called by profile/capture.py `Capture.stop` when the loop closed the window — the profiler collecting and
-saving the trace, on worker 1 as before (train/strategy.py MULTI_WORKER_HEARTBEAT_TIMEOUT_MS); the group re-ran
-and its result recorded the crash.  1 crashed attempt in the first group of 3.
+What crashes (2026-11-23, TF 2.21 wheel, libstdc++, 2-core VM): worker 1 dies of SIGABRT ("double free or
+corruption (out)", "munmap_chunk(): invalid pointer") or SIGBUS inside `tf.profiler.experimental.stop()`
+(profile/capture.py Capture.stop).  The native stack, the same in the cores of 3 crashed workers (gdb -batch
+-ex bt; SIGABRT twice, SIGBUS once):
+
+    free() <- tsl::profiler::(anon)::SplitEventTracker::FindStartAndMerge(TraceMeRecorder::Event*)
+           <- tsl::profiler::TraceMeRecorder::Consume() <- TraceMeRecorder::Stop() <- HostTracer::Stop()
+           <- ProfilerCollection::Stop() <- ProfilerSession::CollectData() <- ProfilerSessionWrapper::Export…
+
+and in one of them free() was handed `main_arena+1856`: glibc's own bin pointer, written into a chunk when it is
+freed — the string being assigned to lived in memory that had already been freed.
+
+Why (xla/tsl/profiler/backends/cpu/traceme_recorder.cc): a TraceMe begun with ActivityStart on one thread and
+ended with ActivityEnd on another is recorded as two halves that Consume() merges.  Consume() walks the per-
+thread recorders in the order of an absl::flat_hash_map keyed by pointer (per-process random), moves each
+thread's events into a std::deque, and when an end half comes before its start half it keeps a raw pointer into
+that deque (SplitEventTracker::end_events_) and pushes the deque into `std::vector<ThreadEvents> result`.  When
+`result` grows, the vector copies its ThreadEvents (std::deque's move constructor is not noexcept in
+libstdc++, so vector reallocation copies instead of moving) and frees the old deques; HandleCrossThreadEvents()
+then move-assigns the start's name into the freed Event: glibc aborts when that memory was reused (or the
+write corrupts the heap silently).  Which cross-thread pairs: `CollectiveExecutor::CompleteParams`
+(core/common_runtime/base_collective_executor.cc: ActivityStart where the collective op runs, ActivityEnd in
+the param resolver's callback).  In a profiled window of this program worker 1 recorded 55 of them, each
+started on a tf_Compute/python thread and ended on tf_GrpcWorkerEnvQueues; worker 0 recorded 56, ended on its
+collective_ops threads — so worker 0 is exposed too, though no crash of worker 0 has been seen (0 of 24 groups).
+
+Heartbeats are not the cause (train/strategy.py kept a 1-hour heartbeat timeout believed to avoid it), measured
+here over groups of 2 workers, crashed attempts / groups:
+    heartbeat 1 000 ms: 0 / 4;  10 000 ms (TF's default): 3 / 10;  3 600 000 ms (ours until now): 2 / 10
+(all on worker 1; every group completed on its re-run).
+The coordination heartbeat makes no split TraceMe; every crash stack above is the collectives' pairs.
+
+Can it be avoided from outside TF?  Not without losing what the window is for: the pairs come from every collective
+launch in every step (host_tracer_level 1 keeps them; they carry no filter mask); the recorder order is hashed per
+process; stopping on another thread, or through the profiler server (tf.profiler.experimental.client), ends in the
+same Consume() in the worker's process.  Profiling only the chief would drop the other workers' attribution
+(report.json `workers`) and still not be safe by the mechanism above.  So runs keep the mitigation that works:
+launch_workers re-runs the group when a worker dies of a signal and report.json records each crash in `retries`
+(attempt, worker, signal, stack). Why no test: whether a run crashes depends on the per-process hash order of thread
+recorders and on glibc noticing the write to freed memory, so no run is certain to crash or not to; a test would be
+a coin flip.
 """
 
 import argparse

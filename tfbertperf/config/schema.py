@@ -75,6 +75,9 @@ class DataConfig:
     cache_mb: int = 2048  # stage: bound on the local cache
     lookahead: int = 4  # stage: shards downloaded ahead of consumption
     skip_corrupt: bool = False  # skip damaged TFRecords (counted in storage.records_skipped) instead of failing
+    # "sha256": hash every shard against manifest.json before training (local, native, stream; stage mode
+    # always checks the shards it downloads); "none" = sizes only
+    verify: str = "none"
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ CHOICES = {
     ("model", "size"): ("tiny", "mini", "small", "medium", "base", "large"),
     ("model", "task"): ("pretrain", "classify"),
     ("data", "mode"): ("local", "native", "stream", "stage"),
+    ("data", "verify"): ("none", "sha256"),
     ("pipeline", "preset"): ("tuned", "naive"),
     ("pipeline", "cache"): ("none", "memory", "disk"),
     ("pipeline", "tokenize"): ("pretokenized", "inline"),

@@ -82,6 +82,7 @@ def _finish(cfg, out_dir, spec, vocab, vocab_source, results, counts, say) -> di
 
     from tfbertperf.data import prepare as prep
     from tfbertperf.data.manifest import MANIFEST_FILE, VOCAB_FILE, shard_name
+    from tfbertperf.data.manifest import file_sha256
     from tfbertperf.data.vocab import vocab_text
 
     results.sort(key=lambda r: r["index"])
@@ -94,7 +95,8 @@ def _finish(cfg, out_dir, spec, vocab, vocab_source, results, counts, say) -> di
         for kind, text, out in (("", False, shards), ("text-", True, text_shards))[:2 if r["text_bytes"] else 1]:
             name = shard_name("pretrain", j, len(full), text=text)
             os.replace(os.path.join(out_dir, f"pretrain-{kind}{r['index']:05d}.part"), os.path.join(out_dir, name))
-            out.append({"name": name, "examples": r["examples"], "bytes": r["text_bytes" if text else "bytes"]})
+            out.append({"name": name, "examples": r["examples"], "bytes": r["text_bytes" if text else "bytes"],
+                        "sha256": file_sha256(os.path.join(out_dir, name))})
     for r in results:  # a chunk too small for a single instance: its files are empty
         for kind in ("", "text-"):
             if not r["examples"] and os.path.exists(os.path.join(out_dir, f"pretrain-{kind}{r['index']:05d}.part")):

@@ -5,7 +5,9 @@ Keys (written by prepare.py; a reader may rely on these):
   vocab_size_target, vocab_sha256, vocab_file ("vocab.txt"), special_ids {token: id}, tokenizer, seed,
   dupe_factor, masked_lm_prob, short_seq_prob, num_examples, record_bytes_mean (bytes per serialized
   pre-tokenized record), text_record_bytes_mean, features {name: [dtype, shape]},
-  shards / text_shards [{"name", "examples", "bytes"}], corpus, corpus_sha256, vocab_source, stats {…},
+  shards / text_shards [{"name", "examples", "bytes", "sha256"}] (sha256: hex of the shard's bytes, written by
+  every writer since issue 15; older manifests lack it and still load), corpus, corpus_sha256, vocab_source,
+  stats {…},
   source_sha256 (corpus files' names + bytes and a user vocab's bytes: data/corpus.py source_sha256);
   pretrain: num_documents, num_sentences, num_corpus_tokens; classify: num_labels, labels, pair, classify_source.
 `load_manifest` adds "uri": the data directory it was read from (not stored in the file).
@@ -13,6 +15,7 @@ Keys (written by prepare.py; a reader may rely on these):
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from tfbertperf.errors import UsageError
@@ -93,6 +96,22 @@ def _check_shards(uri: str, backend, shards: list[dict], hint: str) -> None:
             raise UsageError(
                 f"shard {shown}: {present[name]} bytes, {MANIFEST_FILE} says {s['bytes']} (incomplete copy?) {hint}"
             )
+
+
+def file_sha256(path: str, chunk: int = 4 << 20) -> str:
+    """Hex sha256 of a local file's bytes (the manifest's per-shard "sha256")."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shard_hashes(cfg, manifest: dict, backend) -> dict[str, str]:
+    """{shard URI: sha256} for the shards `shard_uris` returns, from the manifest ({} for one written before the
+    hashes were, or for shards without them)."""
+    key = "text_shards" if cfg.pipeline.tokenize == "inline" else "shards"
+    return {backend.join(manifest["uri"], s["name"]): s["sha256"] for s in manifest.get(key) or [] if s.get("sha256")}
 
 
 def check_compatible(cfg, manifest: dict) -> None:

@@ -23,7 +23,7 @@ from tfbertperf.data import classify as cls_mod
 from tfbertperf.data import pretrain as pre_mod
 from tfbertperf.data.corpus import DEFAULT_CORPUS, load_corpus, load_default_corpus, source_sha256
 from tfbertperf.data.features import feature_spec_summary, serialize
-from tfbertperf.data.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, VOCAB_FILE, shard_name
+from tfbertperf.data.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, VOCAB_FILE, file_sha256, shard_name
 from tfbertperf.data.vocab import (
     learn_vocab,
     load_vocab_file,
@@ -74,7 +74,8 @@ def _write_shards(out_dir: str, names: list[str], records: list[bytes]) -> list[
             for r in records[lo:hi]:
                 w.write(r)
         os.replace(tmp, path)
-        shards.append({"name": name, "examples": hi - lo, "bytes": os.path.getsize(path)})
+        shards.append({"name": name, "examples": hi - lo, "bytes": os.path.getsize(path),
+                       "sha256": file_sha256(path)})
     return shards
 
 

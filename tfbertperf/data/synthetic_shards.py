@@ -212,7 +212,10 @@ def _write_shard(t: dict) -> dict:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return {"name": os.path.basename(t["path"]), "examples": t["examples"], "bytes": size}
+    from tfbertperf.data.manifest import file_sha256
+
+    return {"name": os.path.basename(t["path"]), "examples": t["examples"], "bytes": size,
+            "sha256": file_sha256(t["path"])}
 
 
 def _write_all(tasks: list[dict], workers: int, progress, est_bytes: int) -> list[dict]:

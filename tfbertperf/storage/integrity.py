@@ -65,6 +65,38 @@ def first_problem(backend, uri: str) -> str | None:
     return None
 
 
+def hash_mismatch(uri: str, got: str, want: str) -> str:
+    """The one line for a shard whose bytes are not the ones manifest.json recorded (same size, other content)."""
+    return (f"shard {redact_text(uri)}: sha256 {got[:12]}… differs from manifest.json's {want[:12]}… "
+            f"(damaged or replaced after prepare)")
+
+
+def verify_hashes(backend, uris: list[str], hashes: dict[str, str], skip: bool) -> list[str]:
+    """data.verify=sha256: hash each of `uris` that manifest.json gives a sha256 for (read once, uncounted).
+
+    A mismatch raises UsageError naming the shard, or with `skip` (data.skip_corrupt) is recorded in the
+    backend's metrics (storage.corrupt_shards names it) and the run goes on.  Returns the mismatched shards.
+    """
+    import hashlib
+
+    if not hashes:
+        raise UsageError("--set data.verify=sha256: manifest.json records no shard hashes (prepared before they "
+                         "were); re-run `tfbertperf prepare`")
+    bad = []
+    for uri in uris:
+        if uri not in hashes:
+            continue
+        h = hashlib.sha256()
+        for block in raw_chunks(backend, uri):
+            h.update(block)
+        if h.hexdigest() != hashes[uri]:
+            if not skip:
+                raise UsageError(hash_mismatch(uri, h.hexdigest(), hashes[uri]))
+            backend.metrics.skip(redact_text(uri), 0)  # named in storage.corrupt_shards, no record skipped
+            bad.append(uri)
+    return bad
+
+
 def corrupt_shards(backend, uris: list[str]) -> list[str]:
     """The shards among `uris` with at least one damaged frame (each read once, uncounted)."""
     return [u for u in uris if first_problem(backend, u) is not None]

@@ -148,8 +148,10 @@ class RemoteBackend(Backend):
         return (obj.metadata or {}).get(self.SHA256_KEY) if obj is not None else None
 
     # ---- shard sources ----------------------------------------------------------------------------------
-    def shard_source(self, uris: list[str], mode: str = "stream", data_cfg=None, record_bytes_hint: int = 2048):
-        """ShardSource reading `uris` in `mode` (stream | stage | native); see the module docstring."""
+    def shard_source(self, uris: list[str], mode: str = "stream", data_cfg=None, record_bytes_hint: int = 2048,
+                     hashes: dict[str, str] | None = None):
+        """ShardSource reading `uris` in `mode` (stream | stage | native); see the module docstring.  `hashes`
+        ({uri: sha256} from manifest.json): stage mode checks each downloaded shard against it."""
         data_cfg = data_cfg if data_cfg is not None else self.data_cfg
         if not uris:
             raise UsageError(f"{self.shown_uri}: no shards to read")
@@ -164,7 +166,7 @@ class RemoteBackend(Backend):
         if mode == "stage":
             from tfbertperf.storage.remote_modes import Stager
 
-            return Stager(self, infos, data_cfg).source()
+            return Stager(self, infos, data_cfg, hashes).source()
         raise UsageError(f"--set data.mode={mode}: expected one of local, native, stream, stage")
 
     def _stat_all(self, uris: list[str], data_cfg) -> list[ObjectInfo]:

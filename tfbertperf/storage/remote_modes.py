@@ -114,10 +114,12 @@ class Stager:
 
     GRACE_S = 5.0
 
-    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg) -> None:
+    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg,
+                 hashes: dict[str, str] | None = None) -> None:
         self.backend = backend
         self.infos = {i.uri: i for i in infos}
         self.uris = [i.uri for i in infos]
+        self.hashes = hashes or {}  # uri -> manifest.json's sha256: every download is checked (whole files: cheap)
         self.index = {u: k for k, u in enumerate(self.uris)}
         self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
         self.lookahead = int(getattr(data_cfg, "lookahead", 4))
@@ -168,11 +170,22 @@ class Stager:
         size = self.infos[uri].size
         final = self._path(uri)
         part = final + f".part{threading.get_ident()}"
+        digest = hashlib.sha256()
         with open(part, "wb") as f:
             for start in range(0, size, self.chunk_bytes):
                 if self.closed:
                     raise UsageError(f"shard {redact_text(uri)}: staging stopped")
-                f.write(self.backend.read_range(uri, start, min(self.chunk_bytes, size - start)))
+                block = self.backend.read_range(uri, start, min(self.chunk_bytes, size - start))
+                digest.update(block)
+                f.write(block)
+        want = self.hashes.get(uri)
+        if want and digest.hexdigest() != want:
+            from tfbertperf.storage.integrity import hash_mismatch
+
+            if not self.skip_corrupt:
+                os.remove(part)
+                raise UsageError(hash_mismatch(uri, digest.hexdigest(), want))
+            self.backend.metrics.skip(redact_text(uri), 0)  # named in storage.corrupt_shards; damaged frames below
         if self.skip_corrupt:
             self._drop_damaged(uri, part)
         os.replace(part, final)

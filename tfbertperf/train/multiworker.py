@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tfbertperf.errors import user_tf_log_level
 from tfbertperf.train.result import TrainResult
 
 
@@ -96,8 +97,9 @@ def launch_workers(
       timeout_s: wall-clock limit for each attempt of the whole group (None = none).
       progress: one line per worker start/finish.
       retries: times the whole group is rerun when a worker is killed by a signal (a crash inside TF, not a
-        Python error): TF 2.21's profiler sometimes segfaults collecting a multi-worker trace (see
-        tfbertperf.train.strategy.MULTI_WORKER_HEARTBEAT_TIMEOUT_MS). Python errors are never retried.
+        Python error): TF 2.21's profiler sometimes crashes collecting a multi-worker trace (a use-after-free
+        in TSL's TraceMeRecorder::Consume; the cause and measurements: tests/programs/mw_profiler_crash.py).
+        Python errors are never retried.
     Returns:
       the workers' result dicts, in worker index order (each has "worker_index", "attempt" and "retries" added:
       one {"attempt", "worker", "signal", "log", "stack"} per crashed attempt — the crashed worker's log is kept
@@ -154,6 +156,9 @@ def _run_group(config_json: str, n: int, out: Path, entry: str, timeout_s, say) 
             shutil.rmtree(wdir, ignore_errors=True)  # a crashed attempt leaves a partial profile behind
             wdir.mkdir(parents=True)
             env = dict(os.environ, TF_CONFIG=json.dumps(tf_config(ports, i)), TFBERTPERF_WORKER_CONFIG=config_json)
+            env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the user's level, not the commands' quiet default: logs are files
+            if user_tf_log_level is not None:
+                env["TF_CPP_MIN_LOG_LEVEL"] = user_tf_log_level
             log = open(wdir / "log.txt", "wb")
             # -X faulthandler: a crash inside TF still leaves a Python stack in the log.
             cmd = [sys.executable, "-X", "faulthandler", "-m", "tfbertperf.train.multiworker", "--entry", entry,

@@ -13,6 +13,7 @@ import os
 from tfbertperf.errors import UsageError
 
 PRECISION_POLICIES = {"float32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+_NO_TPU = "--set train.strategy=tpu: no TPU found on this machine (no TPU_NAME, no /dev/accel*)"
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
 
 
@@ -33,6 +34,18 @@ def _tpu_present() -> bool:
     # Only local evidence: a named TPU (TPU_NAME, as Cloud TPU tooling sets it) or TPU VM device nodes.
     # The resolver's own auto-detection asks the GCE metadata server, a network call this tool never makes.
     return bool(os.environ.get("TPU_NAME")) or bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def check_placement(train_cfg) -> None:
+    """Refuse a train.device or TPU that is not here (UsageError), before a run directory or any data work.
+
+    Only for one_device and tpu (make_strategy repeats the checks); it lists devices, which starts TF's runtime,
+    so it is not for multi_worker (the strategy must come first) or mirrored (split_cpu_devices must come first).
+    """
+    if train_cfg.strategy == "one_device" and train_cfg.device:
+        make_strategy(train_cfg)
+    elif train_cfg.strategy == "tpu" and not _tpu_present():
+        raise UsageError(_NO_TPU)
 
 
 def make_strategy(train_cfg):
@@ -80,7 +93,7 @@ def make_strategy(train_cfg):
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
     if name == "tpu":
         if not _tpu_present():
-            raise UsageError("--set train.strategy=tpu: no TPU found on this machine (no TPU_NAME, no /dev/accel*)")
+            raise UsageError(_NO_TPU)
         try:
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", "local"))
             tf.config.experimental_connect_to_cluster(resolver)
@@ -91,11 +104,13 @@ def make_strategy(train_cfg):
     raise UsageError(f"--set train.strategy={name!r}: expected one of {', '.join(STRATEGIES)}")
 
 
-# Coordination-service heartbeat timeout for multi_worker (ms). TF's default (10 s) makes every non-leader
-# worker send a heartbeat RPC every few seconds; one that lands inside the profiled window crashed TF 2.21's
-# trace collection (TraceMeRecorder cross-thread merge: SIGSEGV / double free in ~30 % of 2-worker runs here,
-# always on worker 1). A long timeout keeps heartbeats out of a short window. Dead peers are still noticed:
-# collectives fail, and `launch_workers` stops the group when any worker exits.
+# Coordination-service heartbeat timeout for multi_worker (ms).  It was set long to keep heartbeats out of the
+# profiled window, believed to crash TF 2.21's trace collection; measured since
+# (tests/programs/mw_profiler_crash.py): the crash is a use-after-free in TSL's TraceMeRecorder::Consume on the collectives'
+# cross-thread TraceMe pairs and happens at any heartbeat (crashed attempts per 2-worker group: 1 s 0/4, 10 s 3/10,
+# 1 h 2/10).  The value is left as it was (no measurement yet of what TF's 10 s default does to workers starved of
+# CPU on a shared host); dead peers are still noticed: collectives fail, and `launch_workers` stops the group when
+# any worker exits.
 MULTI_WORKER_HEARTBEAT_TIMEOUT_MS = int(os.environ.get("TFBERTPERF_HEARTBEAT_TIMEOUT_MS", 3_600_000))
 
 
