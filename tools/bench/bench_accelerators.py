@@ -8,6 +8,8 @@ front of both; the local backend's own data.read_latency_ms for local disk).  Pr
    local / gs:// / az:// at 0 and 20 ms per request, tuned and naive presets, with each row's input ceiling
    (the pipeline alone at batch 32, --ceiling s).
 3. Naive → tuned at 20 ms per request: input ceiling ratio and max-N ratio side by side (goal ≥ 5× each).
+5. (not in the default --parts) Input ceilings of naive and tuned at 20 ms per request, presets taking turns,
+   --reps rounds, at global batches --ratio-batches (32: one device; 256: 8 devices).
 4. Headroom: runs at about half and twice the demand the measured ceiling feeds (N refined from the ceiling at
    its own global batch), --reps runs each — demand > ceiling: achieved examples/s within 10 % of the run's own
    ceiling; demand < ceiling: AU ≥ 0.95.  Local tuned, gs:// tuned and gs:// naive at 20 ms.
@@ -24,6 +26,7 @@ in 256 KiB requests (data.chunk_mb=0.25) so that per-request latency matters as 
     python tools/bench/bench_accelerators.py --quick              # parts 1 and 3 only (local + gs:// at 20 ms)
     python tools/bench/bench_accelerators.py --parts 4            # the headroom check only (N from the ceiling)
     python tools/bench/bench_accelerators.py --parts 3 --storages gs,az --latencies 20   # naive → tuned, 20 ms
+    python tools/bench/bench_accelerators.py --parts 5 --storages gs,az --reps 3   # ceilings side by side, 20 ms
 """
 
 from __future__ import annotations
@@ -174,6 +177,31 @@ def print_ratios(results: dict, nmax: int) -> None:
                   f"{ge}{st['n']} / {sn['n']} | {nr} |")
 
 
+def ceiling_ratios(a, emus: dict, local: str, remote: dict) -> None:
+    """Part 5: the input ceilings of tuned and naive at 20 ms per request side by side — each storage, each of
+    --ratio-batches global batches, --reps rounds with the presets taking turns — and the median ratio."""
+    import statistics
+
+    batches = [int(b) for b in a.ratio_batches.split(",")]
+    print("\n5. Input ceiling, naive → tuned at 20 ms per request (side by side, presets taking turns)\n")
+    print("| storage | global batch | naive ex/s (each round) | tuned ex/s (each round) | tuned ÷ naive (each round) | "
+          "median ratio | load |")
+    print("|---|---|---|---|---|---|---|")
+    for kind in a.storages.split(","):
+        for gb in batches:
+            got = {"naive": [], "tuned": []}
+            for _ in range(a.reps):
+                for preset in ("naive", "tuned"):
+                    with storage(kind, 20, emus, local) as (uri, extra):
+                        sets = A100 + extra + ([] if kind == "local" else remote[preset])
+                        got[preset].append(ceiling(uri, sets + [f"pipeline.preset={preset}", f"train.batch_size={gb}"],
+                                                   a.ceiling)["examples_per_sec"])
+            ratios = [t / n for t, n in zip(got["tuned"], got["naive"])]
+            fmt = lambda xs, f: ", ".join(format(x, f) for x in xs)  # noqa: E731
+            print(f"| {kind} | {gb} | {fmt(got['naive'], '.0f')} | {fmt(got['tuned'], '.0f')} | {fmt(ratios, '.1f')} | "
+                  f"**{statistics.median(ratios):.1f}×** | {os.getloadavg()[0]:.1f} |", flush=True)
+
+
 def headroom_ns(kind, lat, preset, results, emus, local, remote, seconds) -> tuple[int, int]:
     """N with the demand about half the input ceiling and about twice it, in 486 ex/s devices.  The ceiling
     depends on the global batch (per-batch costs; naive's lack of overlap), so each N is refined from the ceiling
@@ -229,6 +257,7 @@ def main(argv=None) -> int:
                     help="run the fault proxy as threads of this process (the measured one), as before")
     ap.add_argument("--reps", type=int, default=2, help="part 4: runs per N")
     ap.add_argument("--storages", default="local,gs,az", help="part 2/3: storages (local,gs,az)")
+    ap.add_argument("--ratio-batches", default="32,256", help="part 5: global batches of the ceiling ratios")
     ap.add_argument("--latencies", default="0,20", help="part 2/3: ms per request")
     a = ap.parse_args(argv)
     parts = {int(x) for x in a.parts.split(",")}
@@ -285,6 +314,8 @@ def main(argv=None) -> int:
         if results:
             print_max_n(results, a.nmax)
             print_ratios(results, a.nmax)
+        if 5 in parts:
+            ceiling_ratios(a, emus, local, remote)
 
         # 4. headroom check: demand below and above the run's own ceiling (local tuned; gs naive 20 ms)
         if 4 in parts:
