@@ -247,7 +247,9 @@ def headroom_row(kind, lat, preset, n, r) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="48MB", help="synthetic data size (prepare --synthetic --size)")
-    ap.add_argument("--steps", type=int, default=16, help="steps of each max-N trial")
+    ap.add_argument("--steps", type=int, default=48,
+                    help="steps of each max-N trial (16 were too few: AU then counts tf.data's autotuning ramp-up of "
+                         "each fresh pipeline, which costs tuned and not naive)")
     ap.add_argument("--au-steps", type=int, default=80, help="steps of the A100 x1 AU run")
     ap.add_argument("--nmax", type=int, default=64)
     ap.add_argument("--ceiling", type=float, default=3.0, help="seconds of each input ceiling")
