@@ -2,16 +2,16 @@
 could get from it.  headroom = ceiling ÷ demand, demand being what the model's compute (the what-if probe's T_c)
 or the emulated devices would consume; headroom < 1 means no overlap can hide the input.
 
-The measurement pulls batches of the run's global batch from a fresh pipeline after a warm-up (the first batches
-hold the shard opens, tf.data's thread start-up and autotune's first guesses), for at least `seconds` AND at least
-MIN_BATCHES batches (a 3 s span holds only a handful of large global batches on slow storage), bounded by
-MAX_SECONDS_FACTOR × seconds.  The figure is the steady-state rate: the first SETTLE_FRACTION of the measured
-batches are dropped (they drain what the buffers — shuffle, prefetch, read-ahead — filled during the warm-up,
-and arrive faster than the pipeline can make them), the rest is cut into WINDOWS consecutive windows, and the
-ceiling is the median of the windows' rates (a stall caused by another process in one window does not move it).
-`examples_per_sec_span` keeps the plain examples ÷ the whole measured span.  MB/s: bytes read from storage
-during the measured span (the backend's counter), or of records delivered when the backend counts none (record
-bytes × examples).
+The measurement pulls batches of the run's global batch from a fresh pipeline after a warm-up of at least 2
+batches and WARMUP_SECONDS (the first batches hold the shard opens, tf.data's thread start-up and autotune's
+ramp-up), for at least `seconds` AND at least MIN_BATCHES batches (a 3 s span holds only a handful of large
+global batches on slow storage), bounded by MAX_SECONDS_FACTOR × seconds.  The figure is the steady-state
+rate: the first SETTLE_FRACTION of the measured batches are dropped (they drain what the buffers — shuffle,
+prefetch, read-ahead — filled during the warm-up, and arrive faster than the pipeline can make them), the rest
+is cut into WINDOWS consecutive windows, and the ceiling is the median of the windows' rates (a stall caused by
+another process in one window does not move it).  `examples_per_sec_span` keeps the plain examples ÷ the whole
+measured span.  MB/s: bytes read from storage during the measured span (the backend's counter), or of records
+delivered when the backend counts none (record bytes × examples).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import statistics
 import time
 from typing import Callable
 
-WARMUP_BATCHES = 2  # batches pulled before the clock starts
-WARMUP_SECONDS_MAX = 0.5  # ... and more of them, while they come fast, up to this long
+WARMUP_BATCHES = 2  # batches pulled before the clock starts ...
+WARMUP_SECONDS = 1.0  # ... and more of them until this long has passed (tf.data's autotuning ramps up: at a global
+# batch of 12,000 each batch took ~150 ms, and a warm-up that stopped after 2 "slow" batches read the ceiling
+# 22-35 % below what the loop then drew from the same pipeline)
 MIN_BATCHES = 30  # measured batches at least (the span goes on past `seconds` until there are this many) ...
 MAX_SECONDS_FACTOR = 4.0  # ... but the span stops at this many × `seconds` whatever the count
 SETTLE_FRACTION = 0.2  # the first fifth of the measured batches: what the buffers filled during the warm-up
@@ -78,11 +80,8 @@ def measure_ceiling(dataset: Callable[[], object], seconds: float, *, bytes_read
     w0 = clock()
     for _ in range(WARMUP_BATCHES):
         next(it)
-    while clock() - w0 < WARMUP_SECONDS_MAX:
-        t = clock()
+    while clock() - w0 < WARMUP_SECONDS:
         next(it)
-        if clock() - t > WARMUP_SECONDS_MAX / 4:  # a slow pipeline: its warm-up is done after the first batches
-            break
     b0 = bytes_read() if bytes_read else 0
     t0 = clock()
     ends: list[float] = []
