@@ -109,3 +109,45 @@ def test_timeline_png(busy_and_idle, tmp_path):
     # marks as a mapping, none at all
     write_utilization_plot(tmp_path / "b.png", busy.samples, {"profile_start": 0.1, "ckpt": 0.5}, "x")
     write_utilization_plot(tmp_path / "c.png", busy.samples, None, "x")
+
+
+def test_process_cpu_matches_the_process_clock_with_threads_holding_the_gil():
+    # Python threads holding the GIL delayed the sampler between its CPU reading and its wall stamp: one tick
+    # read 12.8 cores' worth and the mean 163 % of the machine.  Now it must agree with the process clock.
+    stop = threading.Event()
+    threads = [threading.Thread(target=_burn, args=(stop,)) for _ in range(3)]
+    c0, w0 = time.process_time(), time.perf_counter()
+    with UtilizationSampler(hz=20) as s:
+        for th in threads:
+            th.start()
+        time.sleep(1.5)
+        stop.set()
+        for th in threads:
+            th.join()
+    truth = (time.process_time() - c0) / (time.perf_counter() - w0) / s.summary()["cores"]
+    got = s.summary()["process_cpu_fraction_mean"]
+    assert abs(got - truth) < 0.1, (got, truth)
+    assert max(x["process_cpu"] for x in s.samples) <= 1.5 and all(x["dt"] > 0 for x in s.samples)
+
+
+def test_thread_cpu_tells_a_cpu_bound_thread_from_a_waiting_one():
+    # One thread that never waits for anything but a core (saturated: used + run-queue wait ≈ wall, however
+    # loaded the machine) against threads that wait on an event (what a pipeline waiting on storage does).
+    def span(work):
+        stop = threading.Event()
+        th = threading.Thread(target=work, args=(stop,))
+        with UtilizationSampler(hz=10) as s:
+            th.start()
+            s.mark("a")
+            time.sleep(1.0)
+            s.mark("b")
+            stop.set()
+            th.join()
+        return s.thread_cpu("a", "b")
+
+    busy, idle = span(_burn), span(_idle)
+    assert busy["cpu_saturation_fraction"] >= 0.8 and busy["busiest_thread_wanted_fraction"] >= 0.8, busy
+    assert busy["busiest_thread_cpu_fraction"] > 0.05 and 0.9 <= busy["seconds"] < 3, busy
+    assert idle["cpu_saturation_fraction"] < 0.5, idle
+    assert busy["process_cores_wanted"] >= busy["process_cores_used"] > idle["process_cores_used"]
+    assert UtilizationSampler(hz=10).thread_cpu("a", "b") == {}  # no marks, no figures

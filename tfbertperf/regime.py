@@ -131,6 +131,7 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
         summary = sampler.summary(t0, t1)
         summary["whole_run"] = {k: v for k, v in sampler.summary().items()
                                 if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds")}
+        summary["thread_cpu"] = sampler.thread_cpu("train_start", "train_end")
         report["host_utilization"] = summary
         from tfbertperf.profile.utilization import write_scalars
         from tfbertperf.report.utilization_plot import write_utilization_plot
@@ -139,9 +140,12 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
         write_utilization_plot(out_dir / "plots" / "utilization.png", sampler.samples, sampler.marks, title=title)
         report["artifacts"]["plots"].append("plots/utilization.png")
     if report.get("verdict"):
+        # the real model's compute on this host's CPU: its threads, not only the pipeline's, keep the cores busy
+        on_host = emulation is None and not (report.get("host_utilization") or {}).get("gpus")
         report["verdict"] = refine(report["verdict"], headroom=report.get("headroom"),
                                    host=report.get("host_utilization"), ceiling=ceiling, demand=demand,
-                                   emulation=report.get("emulation"), read_share=_read_share(report))
+                                   emulation=report.get("emulation"), read_share=_read_share(report),
+                                   model_on_host=on_host)
     return report
 
 

@@ -9,7 +9,8 @@ One sample (dict) per tick, `t` = seconds since start():
   cpu_busy       1 − idle − iowait (so iowait is not counted as busy)
   per_core_busy  [busy fraction of each logical core]
   process_cpu    this process's CPU time (user + system, all its threads) during the tick ÷ (tick × cores): the
-                 share of the machine the run itself used (cpu_busy also counts every other process)
+                 share of the machine the run itself used (cpu_busy also counts every other process); `dt`
+                 the tick's wall seconds (the summary's mean weights each tick by it)
   rss_mb         this process's resident set size (MB = 10^6 bytes)
   disk_read_bytes, net_rx_bytes   system-wide bytes read from block devices / received on all interfaces
                  (loopback included) during the tick: the deltas of psutil.disk_io_counters().read_bytes and
@@ -17,7 +18,8 @@ One sample (dict) per tick, `t` = seconds since start():
   gpus           [{"index", "util", "mem_used_mb"}] — NVML utilization (fraction of the last sample period a
                  kernel ran) and memory used, only when pynvml (package nvidia-ml-py, optional, imported lazily)
                  imports and finds a GPU; [] otherwise, without an exception (checked here: no driver → []).
-Marks (`mark(name)`): {"name", "t"} — e.g. profile_start / profile_stop around the profiled window.
+Marks (`mark(name)`): {"name", "t"} — e.g. profile_start / profile_stop around the profiled window; each also
+snapshots the threads' CPU, and `thread_cpu(start, end)` reads it between two marks (profile/threadcpu.py).
 
 Cost: one call set per tick (psutil.cpu_times(percpu) + Process.memory_info, /proc/diskstats, /proc/net/dev,
 NVML when present), CPU time of the sampler thread measured per tick: ~90 µs in a tight loop, 350–370 µs as it
@@ -31,6 +33,8 @@ import math
 import os
 import threading
 import time
+
+from tfbertperf.profile import threadcpu
 
 MB = 1e6
 
@@ -144,6 +148,7 @@ class UtilizationSampler:
         self._cost_s = 0.0
         self._ticks = 0
         self.gpu_names: list[str] = []
+        self._threads: dict[str, dict] = {}  # mark name → thread CPU snapshot
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> "UtilizationSampler":
@@ -186,13 +191,23 @@ class UtilizationSampler:
         """Record an event (e.g. "profile_start") at the current time; returns its `t` (s since start)."""
         t = time.perf_counter() - self._t0 if self._t0 else 0.0
         self.marks.append({"name": str(name), "t": t})
+        self._threads[str(name)] = threadcpu.snapshot()
         return t
+
+    def thread_cpu(self, start: str, end: str) -> dict:
+        """CPU used and wanted by this process's threads between two marks (profile/threadcpu.py); {} if none."""
+        a, b = self._threads.get(start), self._threads.get(end)
+        cores = len(self.samples[0]["per_core_busy"]) if self.samples else (os.cpu_count() or 1)
+        return threadcpu.compare(a, b, cores) if a and b else {}
 
     # -- sampling --------------------------------------------------------------------------------------
     def _read_counters(self):
-        pt = self._proc.cpu_times()
+        # The process's CPU time and the wall clock are read back to back (process_time: one clock_gettime of
+        # the whole process, every thread): a file read in between lets other threads take the GIL, and a
+        # wall stamp taken 50 ms after the CPU figure made one tick read 12.8 cores' worth (a mean of 163 %).
+        pcpu, now = time.process_time(), time.perf_counter()
         return (self._ps.cpu_times(percpu=True), self._proc.memory_info().rss, self._io.disk_read_bytes(),
-                self._io.net_rx_bytes(), pt.user + pt.system, time.perf_counter())
+                self._io.net_rx_bytes(), pcpu, now)
 
     def _tick(self, t: float) -> None:
         c0 = time.thread_time()  # CPU time of this thread: the sampler's own cost, not GIL waits
@@ -205,7 +220,7 @@ class UtilizationSampler:
         sample = {
             "t": t, "cpu_user": user, "cpu_system": system, "cpu_iowait": iowait, "cpu_idle": idle,
             "cpu_busy": busy, "per_core_busy": [_busy(d)[4] for d in deltas], "rss_mb": rss / MB,
-            "process_cpu": max(0.0, pcpu - ppcpu) / max(1e-9, (now - pnow) * len(deltas)),
+            "process_cpu": max(0.0, pcpu - ppcpu) / max(1e-9, (now - pnow) * len(deltas)), "dt": now - pnow,
             "disk_read_bytes": max(0, disk - pdisk), "net_rx_bytes": max(0, net - pnet),
             "gpus": self._nvml.read() if self._nvml and self._nvml.handles else [],
         }
@@ -257,7 +272,9 @@ class UtilizationSampler:
             "cpu_user_fraction_mean": mean(x["cpu_user"] for x in s),
             "cpu_system_fraction_mean": mean(x["cpu_system"] for x in s),
             "cpu_iowait_fraction_mean": mean(x["cpu_iowait"] for x in s),
-            "process_cpu_fraction_mean": mean(x.get("process_cpu", 0.0) for x in s),
+            # time-weighted (Σ CPU ÷ Σ wall × cores): ticks the GIL delayed count for the time they cover
+            "process_cpu_fraction_mean": (sum(x["process_cpu"] * x["dt"] for x in s) / sum(x["dt"] for x in s)
+                                          if s and sum(x["dt"] for x in s) > 0 else 0.0),
             "rss_mb_max": max((x["rss_mb"] for x in s), default=0.0),
             "disk_read_mb": sum(x["disk_read_bytes"] for x in s) / MB,
             "net_rx_mb": sum(x["net_rx_bytes"] for x in s) / MB,

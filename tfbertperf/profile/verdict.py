@@ -59,32 +59,47 @@ HEADROOM_THIN = 1.3
 run is input-bound.  Below 1.0 it is input-bound whatever the overlap: the pipeline alone cannot feed the demand."""
 
 CPU_IDLE_BELOW = 0.50
-"""Input-bound with the whole machine's CPU busy < 50 % on average → the pipeline waits on storage."""
+"""Input-bound with the CPU busy < 50 % → the pipeline waits on storage.  "Busy" is the run's CPU saturation
+(host_utilization.thread_cpu.cpu_saturation_fraction, profile/threadcpu.py: its busiest thread's, or all its
+threads', CPU plus run-queue wait ÷ wall) where it is known and the pipeline's threads are the only busy ones
+(emulated devices, or a model on a GPU); the whole machine's busy fraction otherwise."""
 
 CPU_SATURATED_FROM = 0.80
-"""Input-bound with the CPU busy ≥ 80 % → preprocessing-limited (when this run holds at least half of that busy
-time; otherwise other processes hold the CPU)."""
+"""Input-bound with the CPU busy ≥ 80 % → preprocessing-limited.  With the run's CPU saturation this holds for
+a single sequential map that saturates one core of many (the machine reads half busy on 2 cores) and on a shared
+machine (other processes' CPU is not the run's; the run's threads waiting for a core count as wanting it)."""
 
 
 READS_IN_FLIGHT_SHARE = 0.50
-"""On a saturated CPU, the storage reads' own time (storage.read_ms_per_step) ≥ 50 % of the step says the run
-waits on reads, not on the CPU (a shared machine is busy with other processes either way)."""
+"""The storage reads' own time (storage.read_ms_per_step) ≥ 50 % of the step says the run waits on reads, not on
+the CPU — unless the run's own threads saturate the CPU (then reads are slow because they wait for a core)."""
 
 
-def input_cause(host: dict | None, read_share: float | None = None) -> tuple[str | None, str]:
+def input_cause(host: dict | None, read_share: float | None = None, *,
+                model_on_host: bool = False) -> tuple[str | None, str]:
     """("storage" | "preprocessing" | "mixed" | None, the numbers as words) from the run's host_utilization
-    summary (profile/utilization.py) and, when known, the share of the step its storage reads took:
-      CPU busy < CPU_IDLE_BELOW → storage;
-      CPU busy ≥ CPU_SATURATED_FROM → storage when reads take ≥ READS_IN_FLIGHT_SHARE of the step, else
-        preprocessing (the pipeline is CPU-bound; the words say when other processes hold most of the CPU);
-      in between → storage when reads dominate, else mixed."""
+    summary (profile/utilization.py) and, when known, the share of the step its storage reads took.
+    `model_on_host`: the real model computes on this host's CPU, so the run's threads are not only the pipeline's.
+      With the run's CPU saturation (thread_cpu, pipeline threads only): ≥ CPU_SATURATED_FROM → preprocessing;
+        < CPU_IDLE_BELOW or reads ≥ READS_IN_FLIGHT_SHARE of the step → storage; else mixed.
+      Otherwise, with the machine's CPU busy: < CPU_IDLE_BELOW or reads dominate → storage; ≥ CPU_SATURATED_FROM
+        → preprocessing (the words say when other processes hold most of the CPU); else mixed."""
     if not host or not host.get("samples"):
         return None, ""
     busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
     words = f"CPU {busy:.0%} busy (this run {own:.0%}), iowait {host.get('cpu_iowait_fraction_mean', 0.0):.0%}"
+    th = host.get("thread_cpu") or {}
+    sat = th.get("cpu_saturation_fraction") if not model_on_host else None
+    if sat is not None:
+        words += (f", CPU saturation {sat:.0%} (busiest thread wants {th['busiest_thread_wanted_fraction']:.0%} "
+                  f"of a core, the run {th['process_cores_wanted']:.1f} of {host.get('cores') or '?'} cores)")
     if read_share is not None:
         words += f", storage reads {read_share:.0%} of the step"
     reads = read_share is not None and read_share >= READS_IN_FLIGHT_SHARE
+    if sat is not None:
+        if sat >= CPU_SATURATED_FROM:
+            return "preprocessing", words
+        return ("storage" if sat < CPU_IDLE_BELOW or reads else "mixed"), words
     if busy < CPU_IDLE_BELOW or reads:
         return "storage", words
     if busy >= CPU_SATURATED_FROM:
@@ -97,18 +112,21 @@ def input_cause(host: dict | None, read_share: float | None = None) -> tuple[str
 _CAUSE_TEXT = {
     "storage": "waiting on storage: the input waits on reads, not on the CPU — read more in parallel (interleave cycle_length, "
                "data.concurrency), prefetch, or stage remote shards to local disk",
-    "preprocessing": "preprocessing-limited: the CPU is saturated — vectorize (parse after batch), cache after "
+    "preprocessing": "preprocessing-limited: the CPU is saturated — parallelize the map (num_parallel_calls), "
+                     "vectorize (parse after batch), cache after "
                      "parse, move tokenization/masking offline, or add hosts",
     "mixed": "input-bound with the CPU partly busy: both storage reads and preprocessing count",
 }
 
 
 def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dict | None = None,
-           demand: float | None = None, emulation: dict | None = None, read_share: float | None = None) -> dict:
+           demand: float | None = None, emulation: dict | None = None, read_share: float | None = None,
+           model_on_host: bool = False) -> dict:
     """The verdict with the run's input ceiling and host utilization read into it:
       * headroom < 1 → bottleneck "input" whatever the overlap (the pipeline alone is slower than the demand);
       * 1 ≤ headroom < HEADROOM_THIN → a "thin margin" note;
-      * input-bound → the cause from the CPU and the reads' share of the step (input_cause): waiting on storage
+      * input-bound → the cause from the CPU and the reads' share of the step (input_cause; `model_on_host`
+        passes on): waiting on storage
         or preprocessing-limited, its
         advice first, the other rows reordered to match (profile/advice.py order_for_cause);
       * emulated runs: the summary names the emulated devices and AU (MLPerf Storage) pass/fail.
@@ -129,7 +147,7 @@ def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dic
             notes.append(line + f" < {HEADROOM_THIN}: thin margin")
         else:
             notes.append(line)
-    cause, words = input_cause(host, read_share)
+    cause, words = input_cause(host, read_share, model_on_host=model_on_host)
     if out["bottleneck"] == "input" and cause:
         out["summary"] += f"; {words} → {_CAUSE_TEXT[cause].split(':')[0]}"
         acts = order_for_cause(list(out.get("actions") or []), cause)

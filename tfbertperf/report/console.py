@@ -139,6 +139,11 @@ def regime_lines(report: dict) -> list[str]:
         out.append(f"host: CPU {u['cpu_busy_fraction_mean']:.0%} busy (p95 {u['cpu_busy_fraction_p95']:.0%}; this run "
                    f"{u['process_cpu_fraction_mean']:.0%}), iowait {u['cpu_iowait_fraction_mean']:.0%}, RSS "
                    f"{u['rss_mb_max']:.0f} MB, disk read {u['disk_read_mb']:.1f} MB, net recv {u['net_rx_mb']:.1f} MB")
+        th = u.get("thread_cpu") or {}
+        if th:
+            out.append(f"this run's threads: {th['process_cores_used']:.2f} cores used, "
+                       f"{th['process_cores_wanted']:.2f} wanted (with the run queue's wait); busiest thread {th['busiest_thread_wanted_fraction']:.0%} "
+                       f"of a core → CPU saturation {th['cpu_saturation_fraction']:.0%}")
     m = report.get("max_accelerators")
     if m:
         pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
