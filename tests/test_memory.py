@@ -108,3 +108,28 @@ def test_check_step_traces_the_shape_the_first_step_runs_and_says_the_figures():
     assert out and len(lines) == 1 and lines[0].startswith("memory: the step keeps ")
     step(next(iterator))
     assert step.experimental_get_tracing_count() == 1  # the first step reused the preflight's trace
+
+
+def test_probe_snapshot_restore_leaves_no_second_copy_of_the_state():
+    # Checkpoint.read(...) kept a restored copy of every variable alive after the restore: BERT-base's RSS rose
+    # by its whole state (+1.1 GB), BERT-large's by 3.7 GB.  Per-variable reads leave at most one variable's.
+    import gc
+
+    import psutil
+    import tensorflow as tf
+
+    from tfbertperf.train.probe import Snapshot
+
+    state = [tf.Variable(tf.random.normal((2048, 2048), seed=i)) for i in range(8)]  # 8 × 16 MiB
+    size = sum(v.numpy().nbytes for v in state)
+    before = [v.numpy() for v in state]
+    snap = Snapshot(state)
+    for v in state:
+        v.assign(tf.zeros_like(v))
+    gc.collect()
+    rss0 = psutil.Process().memory_info().rss
+    snap.restore()
+    gc.collect()
+    grew = psutil.Process().memory_info().rss - rss0
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, state))
+    assert grew < size / 2, (grew, size)
