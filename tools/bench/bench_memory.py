@@ -10,6 +10,8 @@
    RSS − live shows what the allocator holds beyond the tensors.
 --stock-gelu builds the model with keras.activations.gelu (autodiff of tf.nn.gelu) instead of model/lowmem.py's
 hand-differentiated one, for the side-by-side figure.
+--time-remat N: instead, builds the model twice (plain, train.remat) and times N rounds of one step each, taking
+turns in one process, and prints the median step times and their ratio (what recomputation costs).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--remat", action="store_true")
     ap.add_argument("--stock-gelu", action="store_true")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--time-remat", type=int, default=0, metavar="N")
     a = ap.parse_args()
     import keras
     import numpy as np
@@ -45,16 +48,23 @@ def main() -> None:
     B, T, P, V = a.batch, 128, 20, 8000
     if a.stock_gelu:
         bert.gelu = lambda x: keras.activations.gelu(x, approximate=False)
-    model = bert.build_model(SimpleNamespace(size=a.size, task="pretrain", init="", dropout=0.1), V, T, P,
-                             remat=a.remat)
-    opt = make_optimizer(SimpleNamespace(learning_rate=1e-4, precision="float32"), model.trainable_variables)
+
+    def build(remat):
+        model = bert.build_model(SimpleNamespace(size=a.size, task="pretrain", init="", dropout=0.1), V, T, P,
+                                 remat=remat)
+        opt = make_optimizer(SimpleNamespace(learning_rate=1e-4, precision="float32"), model.trainable_variables)
+        return model, opt, make_train_step(model, opt, tf.distribute.get_strategy(), "pretrain")
+
+    model, opt, step = build(a.remat)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(0, V, (B, T)), "input_mask": np.ones((B, T), "int64"),
              "segment_ids": np.zeros((B, T), "int64"), "masked_lm_positions": rng.integers(0, T, (B, P)),
              "masked_lm_ids": rng.integers(0, V, (B, P)), "masked_lm_weights": np.ones((B, P), "float32"),
              "next_sentence_labels": np.zeros((B, 1), "int64")}
     batch = {k: tf.constant(v) for k, v in batch.items()}
-    step = make_train_step(model, opt, tf.distribute.get_strategy(), "pretrain")
+    if a.time_remat:
+        _time_remat(step, build(True)[2], batch, a)
+        return
     kept = kept_for_backward(traced_graph(step, {k: tf.TensorSpec(v.shape, v.dtype) for k, v in batch.items()}))
     MiB = 2**20
     print(f"BERT-{a.size} batch {B}{' remat' if a.remat else ''}{' stock-gelu' if a.stock_gelu else ''}: "
@@ -71,6 +81,22 @@ def main() -> None:
         live = tf.config.experimental.get_memory_info("CPU:0")
         print(f"step {i}: {time.perf_counter() - t:.1f} s, loss {loss:.3f}; RSS {rss:,} KiB (peak {hwm:,} KiB); "
               f"live tensors {live['current'] // 1024:,} KiB (peak {live['peak'] // 1024:,} KiB)", flush=True)
+
+
+def _time_remat(plain, remat, batch, a) -> None:
+    import statistics
+
+    times = {"plain": [], "remat": []}
+    for fn in (plain, remat):  # trace both first
+        fn(batch).numpy()
+    for _ in range(a.time_remat):
+        for name, fn in (("plain", plain), ("remat", remat)):
+            t = time.perf_counter()
+            fn(batch).numpy()
+            times[name].append((time.perf_counter() - t) * 1e3)
+    p, r = statistics.median(times["plain"]), statistics.median(times["remat"])
+    print(f"BERT-{a.size} batch {a.batch}, {a.time_remat} rounds taking turns: median step {p:.1f} ms plain, "
+          f"{r:.1f} ms train.remat: remat / plain = {r / p:.3f}")
 
 
 if __name__ == "__main__":
