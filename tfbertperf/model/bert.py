@@ -233,8 +233,8 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
     train step, which passes only `model.input_names`-like keys):
       pretrain → {"mlm_logits": (B, P, V) float32, "nsp_logits": (B, 2) float32}
       classify → {"logits": (B, num_labels) float32}
-    `remat`: the blocks are recomputed in the backward pass (train.remat).  The weights exist on return (built symbolically; no batch is run). The global Keras dtype policy at call
-    time decides the compute dtype (mixed precision).
+    `remat`: blocks recomputed in the backward pass (train.remat). Weights exist on return (built symbolically;
+    no batch is run); the global Keras dtype policy at call time decides the compute dtype (mixed precision).
     """
     from tfbertperf.errors import UsageError
 

@@ -29,7 +29,7 @@ def _gelu_exact(x):
     y = tf.nn.gelu(x, approximate=False)  # the very op (and values) keras.activations.gelu(approximate=False) runs
 
     def grad(dy):
-        # d/dx [x·Φ(x)] = Φ(x) + x·φ(x); Φ(x) = erfc(−x/√2)/2 as TF computes it, φ the standard normal density.
+        # d/dx [x·Φ(x)] = Φ(x) + x·φ(x); Φ(x) = erfc(−x/√2)/2 as TF computes it; φ the normal density.
         cdf = 0.5 * tf.math.erfc(-x * tf.cast(1.0 / math.sqrt(2.0), x.dtype))
         pdf = tf.exp(-0.5 * x * x) * tf.cast(_INV_SQRT_2PI, x.dtype)
         return dy * (cdf + x * pdf)
