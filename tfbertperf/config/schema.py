@@ -101,6 +101,7 @@ class TrainConfig:
     device: str = ""  # one_device: e.g. /gpu:0 ("" = /cpu:0 here)
     precision: str = "float32"  # float32|mixed_float16|mixed_bfloat16
     jit: bool = False  # XLA-compile the train step
+    remat: bool = False  # recompute each transformer block in the backward pass: less memory, more compute
     seed: int = 42
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism + seeded shuffles
     learning_rate: float = 1e-4

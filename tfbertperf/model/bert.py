@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import keras
 from keras import layers, ops
 
+from tfbertperf.model.lowmem import SeededDropout, gelu_exact, recomputed
+
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -62,8 +64,8 @@ def _init(cfg: BertConfig):
 
 
 def gelu(x):
-    # BERT's GELU is the exact erf form, not the tanh approximation.
-    return keras.activations.gelu(x, approximate=False)
+    # BERT's GELU is the exact erf form, not the tanh approximation; differentiated from x alone (model/lowmem.py).
+    return gelu_exact(x)
 
 
 # ---- embeddings ------------------------------------------------------------------------------------------
@@ -109,9 +111,9 @@ class SelfAttention(layers.Layer):
         # One (H, 3H) matmul instead of three (H, H): same parameters as BERT's separate q/k/v, fewer kernels.
         self.qkv = layers.Dense(3 * cfg.hidden, kernel_initializer=_init(cfg), name="qkv")
         self.out = layers.Dense(cfg.hidden, kernel_initializer=_init(cfg), name="out")
-        self.attn_drop = layers.Dropout(cfg.dropout)
+        self.attn_drop = SeededDropout(cfg.dropout)
 
-    def call(self, x, mask_bias, training=None):
+    def call(self, x, mask_bias, training=None, seed=None):
         B, T = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.qkv(x), (B, T, 3, self.nh, self.hs))  # (B, T, 3, nh, hs)
         # One transpose to (3, B, nh, T, hs), then unstack: its gradient is a cheap stack, unlike slicing's.
@@ -124,7 +126,7 @@ class SelfAttention(layers.Layer):
             probs = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), x.dtype)
         else:
             probs = ops.softmax(scores, axis=-1)
-        probs = self.attn_drop(probs, training=training)
+        probs = self.attn_drop(probs, training=training, seed=seed)
         y = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # (B, nh, T, hs) → (B, T, nh, hs)
         return self.out(ops.reshape(y, (B, T, self.nh * self.hs)))  # (B, T, H)
 
@@ -142,19 +144,27 @@ class FeedForward(layers.Layer):
 
 
 class Block(layers.Layer):
-    """Post-LN transformer block (BERT): x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+    """Post-LN transformer block (BERT): x = LN(x + attn(x)); x = LN(x + ffn(x)); `remat`: see model/lowmem.py."""
 
-    def __init__(self, cfg: BertConfig, **kw):
+    def __init__(self, cfg: BertConfig, remat: bool = False, **kw):
         super().__init__(**kw)
+        self.remat = remat
         self.attn = SelfAttention(cfg, name="attention")
         self.attn_norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="attention_norm")
         self.ffn = FeedForward(cfg, name="ffn")
         self.ffn_norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="ffn_norm")
-        self.drop = layers.Dropout(cfg.dropout)
+        self.drop = SeededDropout(cfg.dropout)
 
     def call(self, x, mask_bias, training=None):
-        x = self.attn_norm(x + self.drop(self.attn(x, mask_bias, training=training), training=training))
-        return self.ffn_norm(x + self.drop(self.ffn(x), training=training))  # (B, T, H)
+        if not (self.remat and training):
+            return self._body(x, mask_bias, training, (None, None, None))
+        seeds = (self.attn.attn_drop.draw(), self.drop.draw(), self.drop.draw())  # drawn once, reused on recompute
+        return recomputed(lambda x, m: self._body(x, m, training, seeds))(x, mask_bias)
+
+    def _body(self, x, mask_bias, training, seeds):
+        a = self.attn(x, mask_bias, training=training, seed=seeds[0])
+        x = self.attn_norm(x + self.drop(a, training=training, seed=seeds[1]))
+        return self.ffn_norm(x + self.drop(self.ffn(x), training=training, seed=seeds[2]))  # (B, T, H)
 
 
 # ---- encoder + pooler ------------------------------------------------------------------------------------
@@ -163,11 +173,11 @@ class Block(layers.Layer):
 class BertEncoder(layers.Layer):
     """Embeddings → L blocks → (sequence output (B, T, H), pooled [CLS] output (B, H))."""
 
-    def __init__(self, cfg: BertConfig, **kw):
+    def __init__(self, cfg: BertConfig, remat: bool = False, **kw):
         super().__init__(**kw)
         self.cfg = cfg
         self.embeddings = Embeddings(cfg, name="embeddings")
-        self.blocks = [Block(cfg, name=f"block_{i}") for i in range(cfg.num_layers)]
+        self.blocks = [Block(cfg, remat=remat, name=f"block_{i}") for i in range(cfg.num_layers)]
         self.pooler = layers.Dense(cfg.hidden, activation="tanh", kernel_initializer=_init(cfg), name="pooler")
 
     def call(self, input_ids, input_mask, segment_ids, training=None):
@@ -215,15 +225,16 @@ FEATURES = {
 }
 
 
-def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int = 20) -> keras.Model:
+def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int = 20,
+                remat: bool = False) -> keras.Model:
     """Build BERT with the task head named by `model_cfg.task` (a tfbertperf.config.ModelConfig).
 
     Returns a functional keras.Model taking a dict of int features (extra keys in a batch are ignored by the
     train step, which passes only `model.input_names`-like keys):
       pretrain → {"mlm_logits": (B, P, V) float32, "nsp_logits": (B, 2) float32}
       classify → {"logits": (B, num_labels) float32}
-    The weights exist on return (built symbolically; no batch is run). The global Keras dtype policy at call
-    time decides the compute dtype (mixed precision).
+    `remat`: blocks recomputed in the backward pass (train.remat). Weights exist on return (built symbolically;
+    no batch is run); the global Keras dtype policy at call time decides the compute dtype (mixed precision).
     """
     from tfbertperf.errors import UsageError
 
@@ -243,7 +254,7 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
         name: keras.Input(shape=(lengths[length],), dtype="int32", name=name)
         for name, length in FEATURES[model_cfg.task].items()
     }
-    encoder = BertEncoder(cfg, name="bert")
+    encoder = BertEncoder(cfg, remat=remat, name="bert")
     sequence, pooled = encoder(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
     if model_cfg.task == "pretrain":
         mlm = MaskedLMHead(cfg, encoder.embeddings.word, name="mlm")(sequence, inputs["masked_lm_positions"])
@@ -321,10 +332,8 @@ def describe(model_or_cfg, vocab_size: int | None = None) -> dict:
 
 def parameter_line(info: dict) -> str:
     """'number of parameters: 4.39M (tiny, pretrain: L2/H128/A2)' — what a user wants to check first."""
-    line = (
-        f"number of parameters: {info['parameters'] / 1e6:.2f}M "
-        f"({info['size']}, {info['task']}: L{info['layers']}/H{info['hidden']}/A{info['heads']})"
-    )
+    line = (f"number of parameters: {info['parameters'] / 1e6:.2f}M "
+            f"({info['size']}, {info['task']}: L{info['layers']}/H{info['hidden']}/A{info['heads']})")
     init = info.get("init")
     if init:
         kept = init["not_in_checkpoint"]

@@ -36,6 +36,7 @@ import time
 from typing import Callable
 
 from tfbertperf.train.checkpoint import Checkpointer, Restored
+from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
 from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
 from tfbertperf.train.result import TrainResult
@@ -133,12 +134,13 @@ def train(
         per_replica = placement.per_replica_batch_size(global_batch, replicas)
         seq_len, max_predictions = cfg.data.seq_len, cfg.data.max_predictions
         with strategy.scope():
-            model = build_model(cfg.model, vocab_size, seq_len, max_predictions)
+            model = build_model(cfg.model, vocab_size, seq_len, max_predictions, remat=cfg.train.remat)
             optimizer = make_optimizer(cfg.train, model.trainable_variables)
         info = describe(model)
         say(parameter_line(info))
         step_fn = make_train_step(model, optimizer, strategy, cfg.model.task, jit=cfg.train.jit)
         iterator = iter(distribute(strategy, dataset_fn, global_batch, per_replica))
+        check_step(step_fn, iterator, global_batch, model, optimizer, cfg.train.remat, say)  # or exit 2: cannot fit
         ckpt = Checkpointer(run_dir, cfg.train.checkpoint_every, model, optimizer, iterator) if run_dir else None
         resumed = ckpt.restore() if ckpt else Restored()
         start = resumed.step

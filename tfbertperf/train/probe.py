@@ -142,7 +142,7 @@ class Snapshot:
       * state on an accelerator (a variable on a GPU/TPU): device-resident copies (`tf.identity` on each
         variable's device), restored with `assign` — nothing crosses to the host;
       * state in host memory (CPU-only): a TF checkpoint of the variables in a temporary directory, read back
-        into them (`Checkpoint.read(...).assert_consumed()`) and deleted.
+        into them one variable at a time and deleted.
     """
 
     def __init__(self, state: list) -> None:
@@ -174,7 +174,13 @@ class Snapshot:
             return
         import shutil
 
+        import tensorflow as tf
+
         try:
-            self.ckpt.read(self.path).assert_consumed()
+            # One variable at a time from the file: `Checkpoint.read` kept a restored copy of every variable
+            # alive after the restore (+1.1 GB for BERT-base's state, +3.7 GB for BERT-large's; issue 17).
+            reader = tf.train.load_checkpoint(self.path)
+            for i, v in enumerate(self.state):
+                v.assign(reader.get_tensor(f"v{i}/.ATTRIBUTES/VARIABLE_VALUE"))
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
