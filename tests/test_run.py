@@ -137,13 +137,16 @@ def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
         reports[preset] = run(cfg, progress=False)[1]
     naive, tuned = reports["naive"], reports["tuned"]
     assert naive["pipeline"]["cycle_length"] == 1 and naive["config"]["pipeline"]["preset"] == "naive"
-    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"] + 0.05
+    # The naive pipeline's sequential reads stall the step; the tuned one hides them.  Measured here over 6 pairs
+    # (2026-11-23): blocked-wait share naive 0.20-0.22 vs tuned 0.07-0.17 (tuned's share is the batch hand-over
+    # under CPU contention, not reads: its what-if input cost read 0.2 % where naive's read 24 %), slowest step
+    # naive 796-838 ms (a 400 ms read inside it) vs tuned 199-246 ms.  The step-time mean is not asserted: a
+    # loaded full suite measured naive 259 vs tuned 267 ms, the compute's own slowdown larger than the wait.
+    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"]
+    assert naive["throughput"]["step_time_ms"]["max"] > tuned["throughput"]["step_time_ms"]["max"] + 300.0
     # (not asserted: the verdict.  Here the what-if figure sits near the input threshold, 20-25 % quietly, and a
     # full-suite run read "compute" once; the input-bound verdict is checked at 200 ms in test_regime.py.)
     assert naive["storage"]["requests"] > 0
-    # the naive pipeline's sequential reads stall the step; the tuned one hides them (measured step times)
-    # the extra wait shows in the step time (≥ 5 pp more waiting → ≥ ~1.05× the step; 1.34× measured quietly)
-    assert naive["throughput"]["step_time_ms"]["mean"] > 1.1 * tuned["throughput"]["step_time_ms"]["mean"]
     # xprof files the emulated reads (a py_function in a map) under preprocessing; the join with our storage
     # metrics puts them back under storage_read.
     split, ops = naive["attribution"]["input_split_us"], naive["attribution"]["input_ops_us"]
