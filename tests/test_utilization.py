@@ -1,6 +1,7 @@
 """Host utilization sampler on the real machine: busier under a CPU-burning thread than under a sleep, ≥ 10 Hz,
 RSS seen, no GPU here (NVML skipped cleanly), summary keys, TensorBoard scalars and the timeline PNG."""
 
+import hashlib
 import threading
 import time
 
@@ -28,6 +29,15 @@ def _sample_while(work, seconds: float = 1.0, hz: float = 20.0):
 
 
 def _burn(stop):
+    # CPU work outside the GIL (hashlib releases it for large buffers), as tf.data's C++ threads work: a pure-Python
+    # loop would also wait for the GIL (a futex sleep, not run-queue wait) while the sampler and the main thread
+    # hold it, and read 0.65 of a core on a quiet machine (full suite, 2026-11-23).
+    block = b"x" * (1 << 20)
+    while not stop.is_set():
+        hashlib.sha256(block).digest()
+
+
+def _burn_holding_the_gil(stop):
     x = 0
     while not stop.is_set():
         x += 1
@@ -115,7 +125,7 @@ def test_process_cpu_matches_the_process_clock_with_threads_holding_the_gil():
     # Python threads holding the GIL delayed the sampler between its CPU reading and its wall stamp: one tick
     # read 12.8 cores' worth and the mean 163 % of the machine.  Now it must agree with the process clock.
     stop = threading.Event()
-    threads = [threading.Thread(target=_burn, args=(stop,)) for _ in range(3)]
+    threads = [threading.Thread(target=_burn_holding_the_gil, args=(stop,)) for _ in range(3)]
     c0, w0 = time.process_time(), time.perf_counter()
     with UtilizationSampler(hz=20) as s:
         for th in threads:
