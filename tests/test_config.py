@@ -54,6 +54,8 @@ def test_named_workload_loads():
         ("model.size=huge", "model.size"),
         ("train.strategy=everywhere", "train.strategy"),
         ("train.jit=maybe", "train.jit"),
+        ("train.remat=sometimes", "train.remat"),
+        ("data.verify=crc", "data.verify"),
         ("pipeline.cycle_length=-3", "pipeline.cycle_length"),
         ("profile.steps=50:20", "profile.steps"),
         ("profile.steps=10:500", "profile.steps"),
