@@ -61,6 +61,17 @@ def test_blocking_waits_are_clipped_to_the_window_and_traced_reads_left_to_xprof
     assert m.untraced_blocking_ms(11.0, 12.0) == 0.0
 
 
+def test_read_wait_fraction_covers_only_the_measured_span():
+    m = StorageMetrics()
+    m.record(MB, 500.0, blocking=True, end=1.0)  # a cold read in the warm-up, before the measured steps
+    m.record(MB, 100.0, blocking=True, traced=True, end=2.1)  # [2.0, 2.1]: traced reads count here too
+    m.record(MB, 100.0, blocking=True, end=2.15)  # [2.05, 2.15], overlapping: once
+    m.record(MB, 300.0, blocking=False, end=2.9)  # look-ahead nobody waited on
+    assert m.blocking_ms(2.0, 3.0) == pytest.approx(150.0)
+    assert m.summary(span=(2.0, 3.0))["read_wait_fraction"] == pytest.approx(0.15)
+    assert "read_wait_fraction" not in m.summary()
+
+
 def test_input_split_never_moves_more_than_xprof_measured():
     from tfbertperf.profile.figures import joined_input_split
 

@@ -128,7 +128,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         mode = sources[0].mode if sources else cfg.data.mode
         storage = {"backend": backend.name, "mode": mode,
                    "uri": redact_text(inputs.uri)}
-        storage.update(backend.metrics.summary())  # the training's reads only: the ceiling runs after this
+        # the training's reads only (the ceiling runs after this); read_wait_fraction over the measured steps
+        storage.update(backend.metrics.summary(span=result.extra.get("measured_span")))
         _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
         ceiling = None
         if result.extra.get("interrupted_at_step") is None:  # Ctrl-C: no further measuring

@@ -50,8 +50,19 @@ def start_sampler(cfg):
 
 def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, strategy, capture, runs_ahead: bool,
               sampler, run_dir: str | None = None):
-    """Train (the real model, or the emulated devices); the sampler marks train_start / train_end.
+    """Train (the real model, or the emulated devices); the sampler marks train_start / train_end, and
+    measured_start / measured_end around the steps after warm-up (the span the verdict reads the host over).
+    result.extra["measured_span"]: those two perf_counter times (the storage reads' share is taken over it).
     `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none."""
+    import time
+
+    span: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        span[name] = time.perf_counter()
+        if sampler is not None:
+            sampler.mark(name)
+
     if sampler is not None:
         sampler.mark("train_start")
         capture = MarkingCapture(capture, sampler) if capture is not None else None
@@ -59,15 +70,19 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
         if emulation is not None:
             from tfbertperf.train.emulated import train_emulated
 
-            return train_emulated(cfg, emulation, dataset_fn, tb_dir, progress=say, strategy=strategy,
-                                  capture=capture)
-        from tfbertperf.train.loop import train
+            result = train_emulated(cfg, emulation, dataset_fn, tb_dir, progress=say, strategy=strategy,
+                                    capture=capture, mark=mark)
+        else:
+            from tfbertperf.train.loop import train
 
-        return train(cfg, dataset_fn, vocab_size, tb_dir, progress=say, strategy=strategy,
-                     input_runs_ahead=runs_ahead, capture=capture, run_dir=run_dir)
+            result = train(cfg, dataset_fn, vocab_size, tb_dir, progress=say, strategy=strategy,
+                           input_runs_ahead=runs_ahead, capture=capture, run_dir=run_dir, mark=mark)
     finally:
         if sampler is not None:
             sampler.mark("train_end")
+    if "measured_start" in span and "measured_end" in span:
+        result.extra["measured_span"] = (span["measured_start"], span["measured_end"])
+    return result
 
 
 def input_ceiling(cfg, dataset_fn, backend, record_bytes: float, say) -> dict | None:
@@ -94,15 +109,24 @@ def demand_examples_per_sec(result, emulation) -> float | None:
 
 
 def _read_share(report: dict) -> float | None:
-    """The storage reads' time per step ÷ the mean step time (None when either is unknown)."""
+    """The share of the measured steps' wall time the pipeline waited on reads (storage.read_wait_fraction), else
+    the storage reads' time per step ÷ the mean step time (None when either is unknown)."""
+    if (report.get("storage") or {}).get("read_wait_fraction") is not None:
+        return report["storage"]["read_wait_fraction"]
     per_step = (report.get("storage") or {}).get("read_ms_per_step")
     step = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
     return per_step / step if per_step is not None and step else None
 
 
-def _train_span(sampler) -> tuple[float | None, float | None]:
+def _host_span(sampler) -> tuple[str, str]:
+    """The pair of marks the run's host figures are read between: the measured steps (after warm-up) where the
+    loop marked them and the sampler caught at least 3 samples in them, else the whole training (setup, compile
+    and warm-up included) — the setup's idle seconds would otherwise dilute a short run's CPU saturation."""
     marks = {m["name"]: m["t"] for m in sampler.marks}
-    return marks.get("train_start"), marks.get("train_end")
+    if "measured_start" in marks and "measured_end" in marks and \
+            sampler.summary(marks["measured_start"], marks["measured_end"]).get("samples", 0) >= 3:
+        return "measured_start", "measured_end"
+    return "train_start", "train_end"
 
 
 def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, out_dir: Path, tb_dir: Path,
@@ -127,11 +151,13 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
         report["headroom"] = headroom(ceiling["examples_per_sec"], demand)
     if sampler is not None:
         sampler.stop()
-        t0, t1 = _train_span(sampler)
-        summary = sampler.summary(t0, t1)
+        start, end = _host_span(sampler)
+        marks = {m["name"]: m["t"] for m in sampler.marks}
+        summary = sampler.summary(marks.get(start), marks.get(end))
+        summary["span"] = "measured steps" if start == "measured_start" else "training"
         summary["whole_run"] = {k: v for k, v in sampler.summary().items()
                                 if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds")}
-        summary["thread_cpu"] = sampler.thread_cpu("train_start", "train_end")
+        summary["thread_cpu"] = sampler.thread_cpu(start, end)
         report["host_utilization"] = summary
         from tfbertperf.profile.utilization import write_scalars
         from tfbertperf.report.utilization_plot import write_utilization_plot

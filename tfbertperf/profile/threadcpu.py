@@ -16,7 +16,7 @@ nanoseconds runnable but waiting for one — the run queue), taken at the span's
                          core, or all the cores wanted), which an idle storage wait never looks like.
 Threads that ended inside the span are not counted; threads that started inside it count from 0.  Where there
 is no schedstat (not Linux), psutil's per-thread CPU times stand in, with no run-queue wait (wanted = used).
-Cost: one small file read per thread (~100 TF threads: ~2 ms), at the span's two ends only.
+Cost: two small file reads per thread (~100 TF threads: ~4 ms), at the span's two ends only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import time
 
 
 def snapshot() -> dict:
-    """{"t": perf_counter seconds, "threads": {tid: (cpu_s, runqueue_wait_s)}} of this process now."""
+    """{"t": perf_counter seconds, "threads": {tid: (cpu_s, runqueue_wait_s)}, "names": {tid: name}} of this
+    process now (names read here: a thread may have ended by the time the span is compared)."""
     threads: dict[int, tuple[float, float]] = {}
     t = time.perf_counter()
     for path in glob.glob(f"/proc/{os.getpid()}/task/*/schedstat"):
@@ -44,7 +45,7 @@ def snapshot() -> dict:
             threads = {th.id: (th.user_time + th.system_time, 0.0) for th in psutil.Process().threads()}
         except Exception:  # noqa: BLE001 — no per-thread figures on this platform: the summary says so (empty)
             threads = {}
-    return {"t": t, "threads": threads}
+    return {"t": t, "threads": threads, "names": {tid: _name(tid) for tid in threads}}
 
 
 def _name(tid: int) -> str:
@@ -75,7 +76,7 @@ def compare(a: dict, b: dict, cores: int) -> dict:
         "busiest_thread_cpu_fraction": round(min(1.0, max(used.values()) / wall), 4),
         "busiest_thread_wanted_fraction": round(min(1.0, wanted[busiest] / wall), 4),
         "cpu_saturation_fraction": round(min(1.0, max(wanted[busiest] / wall, total_wanted / cores)), 4),
-        "busiest_thread": _name(busiest),
+        "busiest_thread": b.get("names", {}).get(busiest) or a.get("names", {}).get(busiest) or _name(busiest),
         "threads": len(wanted),
         "seconds": round(wall, 3),
     }

@@ -71,8 +71,9 @@ machine (other processes' CPU is not the run's; the run's threads waiting for a 
 
 
 READS_IN_FLIGHT_SHARE = 0.50
-"""The storage reads' own time (storage.read_ms_per_step) ≥ 50 % of the step says the run waits on reads, not on
-the CPU — unless the run's own threads saturate the CPU (then reads are slow because they wait for a core)."""
+"""The pipeline waiting on reads for ≥ 50 % of the measured steps' wall time (storage.read_wait_fraction; where a
+run has none, storage.read_ms_per_step ÷ the step) says the run waits on reads, not on the CPU — unless the run's
+own threads saturate the CPU (then reads are slow because they wait for a core)."""
 
 
 def input_cause(host: dict | None, read_share: float | None = None, *,

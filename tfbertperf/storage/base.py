@@ -134,15 +134,27 @@ class StorageMetrics:
     def untraced_blocking_ms(self, t0: float, t1: float) -> float:
         """Wall time in [t0, t1] (perf_counter) during which the pipeline waited on reads xprof cannot see as
         file reads (stream chunks, staged shards, emulated latency): the union of those waits, clipped."""
+        return self.blocking_ms(t0, t1, untraced_only=True)
+
+    def blocking_ms(self, t0: float, t1: float, untraced_only: bool = False) -> float:
+        """Wall time in [t0, t1] (perf_counter) during which the pipeline waited on at least one read (only on
+        reads xprof cannot see with untraced_only): the union of those waits, clipped to the span."""
         with self._lock:
-            spans = [(max(a, t0), min(b, t1)) for a, b, traced in self.blocking_spans if not traced]
+            spans = [(max(a, t0), min(b, t1)) for a, b, traced in self.blocking_spans
+                     if not (untraced_only and traced)]
         return _union([(a, b) for a, b in spans if b > a]) * 1e3
 
     def _busy_seconds(self) -> float:
         return _union(self.intervals)
 
-    def summary(self) -> dict:
-        """report.json `storage` counters (backend/mode/uri are added by the caller)."""
+    def summary(self, span: tuple[float, float] | None = None) -> dict:
+        """report.json `storage` counters (backend/mode/uri are added by the caller).  With `span` (perf_counter
+        start and end of the measured steps) also `read_wait_fraction`: the share of that span's wall time in
+        which the pipeline waited on at least one read (blocking_ms over the span ÷ its length) — what the
+        verdict reads as "waiting on storage", free of the warm-up's cold reads."""
+        extra = {}
+        if span and span[1] > span[0]:
+            extra["read_wait_fraction"] = round(self.blocking_ms(*span) / ((span[1] - span[0]) * 1e3), 4)
         with self._lock:
             lat = np.array(self.latencies_ms or [0.0])
             span = (self.last_read - self.first_read) if self.first_read and self.last_read else 0.0
@@ -167,6 +179,7 @@ class StorageMetrics:
                 "records_skipped": int(sum(self.skipped.values())),
                 "corrupt_shards": sorted(self.skipped),
                 **{k: int(v) for k, v in sorted(self.counters.items())},
+                **extra,
             }
 
 

@@ -66,9 +66,11 @@ def _model_info(cfg, emulation: Emulation) -> dict:
 
 def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_dir: str | None,
                    progress: Callable[[str], None] | None = print, strategy=None, capture=None,
-                   step_hook: Callable[[str], None] | None = None) -> TrainResult:
+                   step_hook: Callable[[str], None] | None = None,
+                   mark: Callable[[str], None] | None = None) -> TrainResult:
     """Run `cfg.train.steps` emulated steps (module docstring).  Args as train.loop.train, plus the resolved
-    `emulation`; `step_hook("train")` is called before every step outside its timing (benchmarks).  Returns a
+    `emulation`; `step_hook("train")` is called before every step outside its timing (benchmarks); `mark` as in
+    train.loop.train ("measured_start" before the first step after warm-up, "measured_end" after the last).  Returns a
     TrainResult whose loss trajectory is empty (no model runs) and whose extra holds "emulation" (the block for
     report.json, with au) and examples_per_sec."""
     import tensorflow as tf
@@ -102,6 +104,8 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
             step_hook and step_hook("train")
             if i in edges:  # the profiled window opens / closes before this step
                 getattr(capture, edges[i])()
+            if mark is not None and i == warmup:
+                mark("measured_start")
             t0 = clock()
             with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
                 batch = next(iterator)
@@ -121,6 +125,8 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
                 ms = statistics.fmean(step_ms[max(warmup, i + 1 - cfg.train.log_every): i + 1] or step_ms[-1:])
                 say(f"step {i + 1}/{steps}  {ms:.1f} ms/step  {global_batch * 1e3 / ms:.1f} examples/s  "
                     f"AU {emulation.step_ms / ms:.0%}")
+        if mark is not None:
+            mark("measured_end")
         if capture is not None:
             capture.stop()
         del iterator

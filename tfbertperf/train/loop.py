@@ -92,6 +92,7 @@ def train(
     input_runs_ahead: bool = False,
     capture=None,
     run_dir: str | None = None,
+    mark: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Train BERT for `cfg.train.steps` steps and measure where each step's wall time goes.
 
@@ -110,6 +111,8 @@ def train(
         before step START and stopped before step STOP of `profile.steps`; None = no profile.
       run_dir: the run directory: checkpoints go to run_dir/checkpoints every `train.checkpoint_every` steps, and
         a run_dir that already holds one resumes from it (train/checkpoint.py); None = no checkpoints.
+      mark: called with "measured_start" before the first step after warm-up and "measured_end" after the last
+        step (outside the steps' timing): the host sampler snapshots its figures there (tfbertperf/regime.py).
     Ctrl-C (KeyboardInterrupt) between steps ends the loop early: the result covers the steps done and says so
     in extra["interrupted_at_step"] (no probe after the loop then); before the first step it propagates.
     Returns:
@@ -185,6 +188,8 @@ def train(
                     capture.stop()
                 if i in blocks_at and first_batch is not None:
                     probe.run_block(first_batch, blocks_at[i])
+                if mark is not None and i == warmup:
+                    mark("measured_start")
                 t0 = clock()
                 # xprof finds a step only from this marker, and counts input only if next() runs inside it.
                 with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
@@ -227,6 +232,8 @@ def train(
             steps = interrupted
             if window and window[1] > steps:  # a partial window is no profile of the steps it names
                 window = None
+        if mark is not None:
+            mark("measured_end")
         if capture is not None:
             capture.stop()
 
