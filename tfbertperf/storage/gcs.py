@@ -168,20 +168,25 @@ class GCSBackend(RemoteBackend):
         and read by our skipping parser (storage/integrity.py)."""
         import tensorflow as tf
 
-        from tfbertperf.storage.tfreader import counted_tfrecords
+        from tfbertperf.storage.tfreader import counted_record_batches
 
         for u in uris:
             self._name(u)
         metrics = self.metrics
         per_read = max(1, NATIVE_BUFFER // max(1, int(record_bytes_hint)))
 
-        def read(filename):
-            return counted_tfrecords(filename, metrics, per_read=per_read, buffer_size=NATIVE_BUFFER)
+        def groups(filename):  # groups of per_read records: fewer elements through the interleave
+            return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=NATIVE_BUFFER)
 
+        def read(filename):
+            return groups(filename).unbatch()
+
+        read_batches = groups
         if getattr(data_cfg if data_cfg is not None else self.data_cfg, "skip_corrupt", False):
             from tfbertperf.storage.integrity import corrupt_shards, skipping_read
 
             damaged = set(corrupt_shards(self, list(uris)))
             if damaged:
-                read = skipping_read(self, damaged, read, chunk_bytes=NATIVE_BUFFER)
-        return ShardSource(tf.data.Dataset.from_tensor_slices(list(uris)), read, self, "native")
+                read, read_batches = skipping_read(self, damaged, read, chunk_bytes=NATIVE_BUFFER), None
+        return ShardSource(tf.data.Dataset.from_tensor_slices(list(uris)), read, self, "native",
+                           read_batches=read_batches)

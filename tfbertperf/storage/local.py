@@ -95,7 +95,7 @@ class LocalBackend(Backend):
         by our own framing parser, which skips the damaged records (storage/integrity.py)."""
         import tensorflow as tf
 
-        from tfbertperf.storage.tfreader import counted_tfrecords
+        from tfbertperf.storage.tfreader import counted_record_batches
 
         paths = [local_path(u) for u in uris]
         for p in paths:
@@ -116,9 +116,10 @@ class LocalBackend(Backend):
             metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0, blocking=True)
             return nbytes
 
-        def tf_read(filename):
+        def tf_read_batches(filename):
+            # groups of per_read records (one reader buffer): far fewer elements through the interleave
             if not slow:
-                return counted_tfrecords(filename, metrics, per_read=per_read, buffer_size=READ_BYTES)
+                return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=READ_BYTES)
             ds = tf.data.TFRecordDataset(filename, buffer_size=READ_BYTES)
 
             def _block(records):
@@ -127,11 +128,14 @@ class LocalBackend(Backend):
                 with tf.control_dependencies([done]):
                     return tf.identity(records)
 
-            return ds.batch(per_read).map(_block).unbatch()
+            return ds.batch(per_read).map(_block)
 
-        read = tf_read
+        def tf_read(filename):
+            return tf_read_batches(filename).unbatch()
+
+        read, read_batches = tf_read, tf_read_batches
         if damaged:
             from tfbertperf.storage.integrity import skipping_read
 
-            read = skipping_read(self, damaged, tf_read, chunk_bytes=READ_BYTES)
-        return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local")
+            read, read_batches = skipping_read(self, damaged, tf_read, chunk_bytes=READ_BYTES), None
+        return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local", read_batches=read_batches)
