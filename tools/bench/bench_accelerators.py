@@ -27,6 +27,7 @@ in 256 KiB requests (data.chunk_mb=0.25) so that per-request latency matters as 
     python tools/bench/bench_accelerators.py --parts 4            # the headroom check only (N from the ceiling)
     python tools/bench/bench_accelerators.py --parts 3 --storages gs,az --latencies 20   # naive → tuned, 20 ms
     python tools/bench/bench_accelerators.py --parts 5 --storages gs,az --reps 3   # ceilings side by side, 20 ms
+    python tools/bench/bench_accelerators.py --parts 3 --storages gs,az --latencies 20 --seq 512 --nmax 512
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 A100 = ["emulate.device=a100-80gb-amp", "model.size=large", "data.seq_len=128", "train.batch_size=32"]
+SEQ_PER_S = {128: 485.59, 512: 96.52}  # the A100-80GB AMP BERT-large row of the device profiles, per --seq
 
 
 def log(msg: str) -> None:
@@ -149,7 +151,9 @@ def max_n(uri: str, sets: list[str], steps: int, nmax: int, tmp: str) -> dict:
 
 
 def print_max_n(results: dict, nmax: int) -> None:
-    print("\n2. Max accelerators, emulated A100-80GB AMP BERT-large seq 128 (486 ex/s per device), AU ≥ 0.90\n")
+    seq = int(A100[2].split("=")[1])
+    print(f"\n2. Max accelerators, emulated A100-80GB AMP BERT-large seq {seq} ({SEQ_PER_S[seq]:.0f} ex/s per device), "
+          "AU ≥ 0.90\n")
     print("| storage | latency / request | preset | input ceiling ex/s (MB/s), batch 32 | N | AU at N | AU at N+1 | "
           "examples/s at N | input ceiling ex/s at N's batch | trials | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -206,7 +210,7 @@ def headroom_ns(kind, lat, preset, results, emus, local, remote, seconds) -> tup
     """N with the demand about half the input ceiling and about twice it, in 486 ex/s devices.  The ceiling
     depends on the global batch (per-batch costs; naive's lack of overlap), so each N is refined from the ceiling
     measured at its own batch (start: the max-N search's N when part 2 ran, else 1), at most 3 times."""
-    per_device = 32 * 1000.0 / 65.9
+    per_device = SEQ_PER_S[int(A100[2].split("=")[1])]
     with storage(kind, lat, emus, local) as (uri, extra):
         sets = A100 + extra + ([] if kind == "local" else remote[preset]) + [f"pipeline.preset={preset}"]
 
@@ -251,7 +255,9 @@ def main(argv=None) -> int:
                     help="steps of each max-N trial (16 were too few: AU then counts tf.data's autotuning ramp-up of "
                          "each fresh pipeline, which costs tuned and not naive)")
     ap.add_argument("--au-steps", type=int, default=80, help="steps of the A100 x1 AU run")
-    ap.add_argument("--nmax", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=128, choices=sorted(SEQ_PER_S),
+                    help="sequence length of the data and the emulated device (512: ~2.5 KB records, MLPerf's BERT)")
+    ap.add_argument("--nmax", type=int, default=256)
     ap.add_argument("--ceiling", type=float, default=3.0, help="seconds of each input ceiling")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 4 (headroom only) or 2,3")
@@ -273,7 +279,9 @@ def main(argv=None) -> int:
 
     tmp = tempfile.mkdtemp(prefix="bench-acc-")
     local = os.path.join(tmp, "syn")
-    m = write_synthetic(local, size_bytes=parse_size(a.size), seq_len=128, shards=16)
+    A100[2] = f"data.seq_len={a.seq}"
+    m = write_synthetic(local, size_bytes=parse_size(a.size), seq_len=a.seq, shards=16)
+    A100.append(f"data.max_predictions={m['max_predictions']}")  # 20 at seq 128, 76 at 512
     log(f"synthetic data: {m['num_examples']} examples, {a.size} in 16 shards at {local}")
     # naive reads as a first attempt does: one request at a time, nothing ahead; tuned: 8 requests in flight
     remote = {"tuned": ["data.chunk_mb=0.25", "data.concurrency=8"],
@@ -291,7 +299,7 @@ def main(argv=None) -> int:
         if 1 in parts:
             r = execute(A100 + short(a.au_steps) + ["profile.ceiling_seconds=2"], local, tmp)
             e = r["emulation"]
-            print("\n1. Emulated A100-80GB AMP x1, BERT-large seq 128, batch 32, local disk, tuned\n")
+            print(f"\n1. Emulated A100-80GB AMP x1, BERT-large seq {a.seq}, batch 32, local disk, tuned\n")
             print("| steps | step ms (emulated) | AU | examples/s | demand | input ceiling ex/s | headroom | load |")
             print("|---|---|---|---|---|---|---|---|")
             print(f"| {a.au_steps} | {e['step_ms']:.1f} | **{e['au']:.4f}** | {r['throughput']['examples_per_sec']:.1f} | "
