@@ -118,15 +118,17 @@ def _read_share(report: dict) -> float | None:
     return per_step / step if per_step is not None and step else None
 
 
-def _host_span(sampler) -> tuple[str, str]:
-    """The pair of marks the run's host figures are read between: the measured steps (after warm-up) where the
-    loop marked them and the sampler caught at least 3 samples in them, else the whole training (setup, compile
-    and warm-up included) — the setup's idle seconds would otherwise dilute a short run's CPU saturation."""
+def _host_summary(sampler) -> tuple[dict, str, str]:
+    """(summary, start mark, end mark): the run's host figures over the measured steps (after warm-up) where the
+    loop marked them and the sampler caught at least 3 samples in them, else over the whole training (setup,
+    compile and warm-up included) — the setup's idle seconds would otherwise dilute a short run's CPU saturation."""
     marks = {m["name"]: m["t"] for m in sampler.marks}
-    if "measured_start" in marks and "measured_end" in marks and \
-            sampler.summary(marks["measured_start"], marks["measured_end"]).get("samples", 0) >= 3:
-        return "measured_start", "measured_end"
-    return "train_start", "train_end"
+    if "measured_start" in marks and "measured_end" in marks:
+        summary = sampler.summary(marks["measured_start"], marks["measured_end"])
+        if summary.get("samples", 0) >= 3:
+            return {**summary, "span": "measured steps"}, "measured_start", "measured_end"
+    return ({**sampler.summary(marks.get("train_start"), marks.get("train_end")), "span": "training"},
+            "train_start", "train_end")
 
 
 def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, out_dir: Path, tb_dir: Path,
@@ -151,10 +153,7 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
         report["headroom"] = headroom(ceiling["examples_per_sec"], demand)
     if sampler is not None:
         sampler.stop()
-        start, end = _host_span(sampler)
-        marks = {m["name"]: m["t"] for m in sampler.marks}
-        summary = sampler.summary(marks.get(start), marks.get(end))
-        summary["span"] = "measured steps" if start == "measured_start" else "training"
+        summary, start, end = _host_summary(sampler)
         summary["whole_run"] = {k: v for k, v in sampler.summary().items()
                                 if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds")}
         summary["thread_cpu"] = sampler.thread_cpu(start, end)
