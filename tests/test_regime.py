@@ -99,7 +99,13 @@ def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_saturated_cpu_and_
     assert r["input_ceiling"]["examples_per_sec"] < r["demand_examples_per_sec"]
     assert h["span"] == "measured steps" and h["samples"] >= 3, h
     assert th["cpu_saturation_fraction"] >= 0.8 and th["process_cores_wanted"] > 1.0, th
-    assert r["storage"]["read_wait_fraction"] < 0.5, r["storage"]
+    # the interleave's reads run beside the tokenizing map: some read is in flight for 26-59 % of the measured
+    # steps on 2 cores (CI read 60 %, before a read's wait for a core was taken out of it), so the reads' share
+    # cannot name the cause here; the saturated CPU does, and the words still give the reads' share
+    s = r["storage"]
+    assert 0.0 <= s["read_core_wait_fraction"] and s["read_wait_fraction"] + s["read_core_wait_fraction"] <= 1.0
+    assert s["read_core_wait_ms"] > 0, s  # the reading threads waited for a core: the CPU is saturated
+    assert f"storage reads {s['read_wait_fraction']:.0%} of the step" in v["summary"], v["summary"]
     assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
     assert f"CPU saturation {th['cpu_saturation_fraction']:.0%}" in v["summary"], v["summary"]
 

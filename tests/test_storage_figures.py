@@ -56,7 +56,7 @@ def test_blocking_waits_are_clipped_to_the_window_and_traced_reads_left_to_xprof
     m = StorageMetrics()
     m.record(MB, 100.0, blocking=True, traced=True, end=10.1)  # TF's own reader: xprof sees it
     m.record(MB, 100.0, blocking=True, end=10.3)  # emulated latency [10.2, 10.3]
-    m.blocking_spans.append((10.25, 10.45, False))  # a stream chunk wait overlapping it
+    m.blocking_spans.append((10.25, 10.45, False, 0.0))  # a stream chunk wait overlapping it
     assert m.untraced_blocking_ms(10.0, 10.4) == pytest.approx(200.0)  # [10.2, 10.4], union, clipped
     assert m.untraced_blocking_ms(11.0, 12.0) == 0.0
 
@@ -70,6 +70,46 @@ def test_read_wait_fraction_covers_only_the_measured_span():
     assert m.blocking_ms(2.0, 3.0) == pytest.approx(150.0)
     assert m.summary(span=(2.0, 3.0))["read_wait_fraction"] == pytest.approx(0.15)
     assert "read_wait_fraction" not in m.summary()
+
+
+def test_a_reads_wait_for_a_core_is_not_counted_as_waiting_on_storage():
+    # on a saturated CPU a page-cache read lasts as long as its thread waits for a core: reported apart
+    m = StorageMetrics()
+    m.record(MB, 100.0, blocking=True, end=2.1, core_wait_ms=60.0)  # [2.0, 2.1], 60 ms of it runnable
+    m.record(MB, 100.0, blocking=True, end=2.5, core_wait_ms=0.0)  # [2.4, 2.5]: all of it the read's own
+    m.record(MB, 50.0, blocking=True, end=2.8, core_wait_ms=80.0)  # more than its wall: clamped to 50 ms
+    s = m.summary(span=(2.0, 3.0))
+    assert s["read_wait_fraction"] == pytest.approx(0.14)  # 40 + 100 + 0 ms of 1 s
+    assert s["read_core_wait_fraction"] == pytest.approx(0.11)  # 60 + 50 ms
+    assert s["read_core_wait_ms"] == pytest.approx(110.0) and s["blocking_read_ms"] == pytest.approx(140.0)
+    assert s["background_read_ms"] == pytest.approx(0.0)  # a core wait is not background reading either
+    assert s["busy_read_ms"] == pytest.approx(250.0)  # the wall time in reads is unchanged
+
+
+def test_thread_core_wait_grows_while_the_cores_are_taken():
+    # real processes keep every core busy; this thread, busy too, then waits on the run queue (Linux schedstat)
+    import subprocess
+    import sys
+    import time
+
+    from tfbertperf.storage.base import thread_core_wait
+
+    if thread_core_wait() is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    burners = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+               for _ in range(2 * (os.cpu_count() or 2))]
+    try:
+        time.sleep(0.3)
+        w0, t0 = thread_core_wait(), time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:
+            pass
+        waited = thread_core_wait() - w0
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    # 2 × cores burners + this thread share the cores: it waits well over a fifth of the second on a run queue
+    assert 0.2 < waited <= 1.05, waited
 
 
 def test_input_split_never_moves_more_than_xprof_measured():
@@ -96,7 +136,9 @@ def test_local_shards_read_by_tfs_reader_are_counted(tfrecord_shards):
     per_read = 256 * 1024 // 1500  # records per reader buffer: one request each
     assert s["requests"] == sum(-(-len(r) // per_read) for r in shards.values())
     assert s["busy_read_ms"] > 0 and s["read_mb_per_sec"] > 0
-    assert s["blocking_read_ms"] == s["busy_read_ms"] and s["background_read_ms"] == 0.0  # inline reads
+    # inline reads: all blocking, less what their threads spent waiting for a core (reported apart)
+    assert s["blocking_read_ms"] + s["read_core_wait_ms"] == pytest.approx(s["busy_read_ms"], abs=0.01)
+    assert s["background_read_ms"] == 0.0
 
 
 def test_stream_look_ahead_is_background_not_blocking(tfrecord_shards, gcs_env, monkeypatch):

@@ -40,6 +40,18 @@ def _union(intervals) -> float:
     return total
 
 
+def thread_core_wait() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a core, so far (Linux: the second field of
+    /proc/thread-self/schedstat); None where that is not known.  A read's wall time less the growth of this over
+    it is the time the read itself took: on a saturated CPU a page-cache read "takes" as long as its thread
+    waits for a core, which is the CPU's doing, not the storage's."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class StorageMetrics:
     """Thread-safe per-request counters: requests, bytes, latency distribution, retries, errors, read time.
 
@@ -52,7 +64,9 @@ class StorageMetrics:
     = wall time the input pipeline itself waited on reads, `background_read_ms` = busy read time nobody waited
     on (look-ahead, staging).  `read_mb_per_sec` = bytes_read / busy_read_ms (read throughput);
     `consume_mb_per_sec` = bytes_read / the span from the first read's start to the last read's end (the pace
-    at which the run consumed data).  `records_skipped` / `corrupt_shards`: damaged records skipped with
+    at which the run consumed data).  A blocking read's wait excludes the time its thread sat runnable waiting
+    for a core (`core_wait_ms` passed to record(), from thread_core_wait()): that time is reported apart, as
+    `read_core_wait_ms` and, over the measured steps, `read_core_wait_fraction`.  `records_skipped` / `corrupt_shards`: damaged records skipped with
     data.skip_corrupt=true, and the shards they were in.
     """
 
@@ -66,7 +80,9 @@ class StorageMetrics:
         self.read_seconds = 0.0  # summed wall time inside reads
         self.intervals: list[tuple[float, float]] = []  # (start, end) of each timed read, perf_counter seconds
         self.blocking_seconds = 0.0  # wall time the pipeline waited on reads
-        self.blocking_spans: list[tuple[float, float, bool]] = []  # (start, end, seen by xprof as a file read)
+        # (start, end, seen by xprof as a file read, seconds of it the reading thread waited for a core)
+        self.blocking_spans: list[tuple[float, float, bool, float]] = []
+        self.core_wait_seconds = 0.0  # summed over blocking reads
         self.first_read: float | None = None
         self.last_read: float | None = None
         self.counters: dict[str, int] = {}  # additive report keys (cache_hits, cache_misses, staged_bytes, …)
@@ -74,11 +90,13 @@ class StorageMetrics:
         self.failure = None  # the first UsageError raised inside a tf.data function (see storage/integrity.py)
 
     def record(self, nbytes: int, latency_ms: float, *, blocking: bool = False, traced: bool = False,
-               end: float | None = None) -> None:
+               end: float | None = None, core_wait_ms: float | None = None) -> None:
         """One timed read of `nbytes` that ended at `end` (perf_counter; default now).  `blocking`: the input
         pipeline waited for it inline (TF's reader, emulated latency), so its time is blocking read time too;
-        `traced`: xprof files it as a file read itself (TF's own reader ops)."""
+        `traced`: xprof files it as a file read itself (TF's own reader ops); `core_wait_ms`: of its wall time,
+        how long the reading thread was runnable but waiting for a core (not a wait on storage)."""
         now = time.perf_counter() if end is None else end
+        waited = min(max(0.0, float(core_wait_ms or 0.0)), float(latency_ms)) / 1000.0
         with self._lock:
             self.requests += 1
             self.bytes_read += int(nbytes)
@@ -86,8 +104,9 @@ class StorageMetrics:
             self.read_seconds += latency_ms / 1000.0
             self.intervals.append((now - latency_ms / 1000.0, now))
             if blocking:
-                self.blocking_seconds += latency_ms / 1000.0
-                self.blocking_spans.append((now - latency_ms / 1000.0, now, traced))
+                self.blocking_seconds += latency_ms / 1000.0 - waited
+                self.core_wait_seconds += waited
+                self.blocking_spans.append((now - latency_ms / 1000.0, now, traced, waited))
             if self.first_read is None or now - latency_ms / 1000.0 < self.first_read:
                 self.first_read = now - latency_ms / 1000.0
             self.last_read = max(now, self.last_read or now)
@@ -97,7 +116,7 @@ class StorageMetrics:
         now = time.perf_counter()
         with self._lock:
             self.blocking_seconds += max(0.0, float(seconds))
-            self.blocking_spans.append((now - max(0.0, float(seconds)), now, False))
+            self.blocking_spans.append((now - max(0.0, float(seconds)), now, False, 0.0))
 
     def add_bytes(self, nbytes: int) -> None:
         """Bytes read outside our own requests, untimed."""
@@ -136,13 +155,16 @@ class StorageMetrics:
         file reads (stream chunks, staged shards, emulated latency): the union of those waits, clipped."""
         return self.blocking_ms(t0, t1, untraced_only=True)
 
-    def blocking_ms(self, t0: float, t1: float, untraced_only: bool = False) -> float:
+    def blocking_ms(self, t0: float, t1: float, untraced_only: bool = False, *, core_wait: bool = False) -> float:
         """Wall time in [t0, t1] (perf_counter) during which the pipeline waited on at least one read (only on
-        reads xprof cannot see with untraced_only): the union of those waits, clipped to the span."""
+        reads xprof cannot see with untraced_only): the union of those waits, clipped to the span.  Each read's
+        wait for a core is left out (its span is shortened by it: where in the read the thread waited is not
+        known); with `core_wait`, the wall time that only those core waits add is returned instead."""
         with self._lock:
-            spans = [(max(a, t0), min(b, t1)) for a, b, traced in self.blocking_spans
-                     if not (untraced_only and traced)]
-        return _union([(a, b) for a, b in spans if b > a]) * 1e3
+            spans = [(a, b, w) for a, b, traced, w in self.blocking_spans if not (untraced_only and traced)]
+        full = _union([(max(a, t0), min(b, t1)) for a, b, _ in spans if min(b, t1) > max(a, t0)])
+        own = _union([(max(a + w, t0), min(b, t1)) for a, b, w in spans if min(b, t1) > max(a + w, t0)])
+        return (full - own if core_wait else own) * 1e3
 
     def _busy_seconds(self) -> float:
         return _union(self.intervals)
@@ -151,10 +173,13 @@ class StorageMetrics:
         """report.json `storage` counters (backend/mode/uri are added by the caller).  With `span` (perf_counter
         start and end of the measured steps) also `read_wait_fraction`: the share of that span's wall time in
         which the pipeline waited on at least one read (blocking_ms over the span ÷ its length) — what the
-        verdict reads as "waiting on storage", free of the warm-up's cold reads."""
+        verdict reads as "waiting on storage", free of the warm-up's cold reads — and `read_core_wait_fraction`:
+        the share in which the pipeline was inside a read only because the reading thread waited for a core."""
         extra = {}
         if span and span[1] > span[0]:
-            extra["read_wait_fraction"] = round(self.blocking_ms(*span) / ((span[1] - span[0]) * 1e3), 4)
+            length = (span[1] - span[0]) * 1e3
+            extra["read_wait_fraction"] = round(self.blocking_ms(*span) / length, 4)
+            extra["read_core_wait_fraction"] = round(self.blocking_ms(*span, core_wait=True) / length, 4)
         with self._lock:
             lat = np.array(self.latencies_ms or [0.0])
             span = (self.last_read - self.first_read) if self.first_read and self.last_read else 0.0
@@ -173,7 +198,8 @@ class StorageMetrics:
                 "read_time_ms": round(self.read_seconds * 1e3, 3),
                 "busy_read_ms": round(busy * 1e3, 3),
                 "blocking_read_ms": round(blocking * 1e3, 3),
-                "background_read_ms": round(max(0.0, busy - blocking) * 1e3, 3),
+                "background_read_ms": round(max(0.0, busy - blocking - self.core_wait_seconds) * 1e3, 3),
+                "read_core_wait_ms": round(self.core_wait_seconds * 1e3, 3),
                 "retries": int(self.retries),
                 "errors": int(self.errors),
                 "records_skipped": int(sum(self.skipped.values())),

@@ -14,7 +14,7 @@ import shutil
 import time
 
 from tfbertperf.errors import UsageError
-from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, split_uri
+from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, split_uri, thread_core_wait
 
 READ_BYTES = 256 * 1024  # one emulated read request
 
@@ -111,9 +111,11 @@ class LocalBackend(Backend):
             damaged = set(corrupt_shards(self, paths))
 
         def _sleep_for(nbytes):
-            t0 = time.perf_counter()
+            t0, wait0 = time.perf_counter(), thread_core_wait()
             self._delay(int(nbytes))
-            metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0, blocking=True)
+            wait = thread_core_wait()
+            metrics.record(int(nbytes), (time.perf_counter() - t0) * 1000.0, blocking=True,
+                           core_wait_ms=None if wait is None or wait0 is None else (wait - wait0) * 1e3)
             return nbytes
 
         def tf_read_batches(filename):

@@ -8,6 +8,9 @@ through our backends.  `counted_tfrecords` keeps TF's reader and counts what it 
 * one group = one request: its bytes are the records' payloads plus the 16 bytes of TFRecord framing each (the
   file bytes the reader consumed), its read time the span from that clock reading to the group's tally (the
   batch pulls the group's records back to back, so nothing but reading sits in it).
+* the reading thread's wait for a core over that span (storage/base.py thread_core_wait: clock and tally run on
+  the interleave's thread, one after the other) is recorded apart: on a saturated CPU a page-cache read lasts
+  as long as its thread waits for a core, which is the CPU's doing, not the disk's.
 
 Cost: two py_functions per group (~256 KiB) and a batch/unbatch; tools/bench/bench_local_counting.py measures
 it against the bare reader.
@@ -17,7 +20,12 @@ These reads happen inline in the pipeline (the parser waits for them): they are 
 
 from __future__ import annotations
 
+import threading
 import time
+
+import numpy as np
+
+from tfbertperf.storage.base import thread_core_wait
 
 FRAMING_BYTES = 16  # per TFRecord: length (8) + length CRC (4) + data CRC (4)
 
@@ -28,11 +36,15 @@ def counted_record_batches(filename, metrics, *, per_read: int, buffer_size: int
     import tensorflow as tf
 
     def _now():
-        return time.perf_counter()
+        wait = thread_core_wait()
+        return np.array([time.perf_counter(), -1.0 if wait is None else wait, threading.get_native_id()])
 
     def _count(nbytes, first):
         end = time.perf_counter()
-        metrics.record(int(nbytes), max(0.0, end - float(first)) * 1e3, blocking=True, traced=True, end=end)
+        t0, wait0, tid = (float(x) for x in first.numpy())
+        wait = thread_core_wait() if int(tid) == threading.get_native_id() and wait0 >= 0 else None
+        metrics.record(int(nbytes), max(0.0, end - t0) * 1e3, blocking=True, traced=True, end=end,
+                       core_wait_ms=None if wait is None else (wait - wait0) * 1e3)
         return nbytes
 
     def tally(start, records):
