@@ -48,7 +48,9 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       xplanes: the session's `.xplane.pb` files (see xprof_tools.find_xplanes), or anything find_xplanes takes.
       step_time_ms: mean step time T from the run's step timer (ms); default: xprof's mean profiled step.
       compute_only_step_ms: T_c from the what-if probe (ms); None for a foreign profile.
-      storage: report.json `storage` block (adds latency-based advice).
+      storage: report.json `storage` block (adds latency-based advice).  Its `joined_read_ms` (our untraced
+        blocking reads in the traced window) is set here per step xprof found, as `joined_read_ms_per_step`:
+        xprof divides its input-op times by the steps it found, which can be fewer than the window's.
       config: RunConfig.to_dict() of the run (advice names its knobs; profile.au_threshold).
       trace: also read xprof's trace for input_cost_estimate_fraction (costs a second conversion; only done
         when compute runs on the host).
@@ -80,6 +82,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
             stolen = statistics.fmean(est)
             att["input_stolen_cpu_fraction"] = round(stolen, 6)
             att["input_cost_estimate_fraction"] = round(min(1.0, att["input_bound_fraction"] + stolen), 6)
+    if storage is not None and storage.get("joined_read_ms") is not None and att.get("steps_profiled"):
+        storage["joined_read_ms_per_step"] = round(float(storage["joined_read_ms"]) / att["steps_profiled"], 3)
     split = joined_input_split(att.get("input_ops_us") or {}, storage)
     if split is not None:
         att["input_split_us"] = split
