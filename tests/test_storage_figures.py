@@ -112,6 +112,25 @@ def test_thread_core_wait_grows_while_the_cores_are_taken():
     assert 0.2 < waited <= 1.05, waited
 
 
+
+def test_thread_core_wait_keeps_no_file_open_after_its_thread_ends():
+    # each reading thread keeps its schedstat file open (pread per read); tf.data makes and ends such threads
+    import threading
+
+    from tfbertperf.storage.base import thread_core_wait
+
+    if thread_core_wait() is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    before = len(os.listdir("/proc/self/fd"))
+    seen = []
+    for _ in range(100):
+        t = threading.Thread(target=lambda: seen.append(thread_core_wait()))
+        t.start()
+        t.join()
+    assert len(seen) == 100 and all(w is not None and w >= 0 for w in seen)
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
 def test_input_split_never_moves_more_than_xprof_measured():
     from tfbertperf.profile.figures import joined_input_split
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -40,14 +41,32 @@ def _union(intervals) -> float:
     return total
 
 
+class _ThreadFile:
+    """A file descriptor held by one thread, closed when the thread ends (its thread-local goes)."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+_SCHEDSTAT = threading.local()
+
+
 def thread_core_wait() -> float | None:
     """Seconds this thread has spent runnable but waiting for a core, so far (Linux: the second field of
     /proc/thread-self/schedstat); None where that is not known.  A read's wall time less the growth of this over
     it is the time the read itself took: on a saturated CPU a page-cache read "takes" as long as its thread
     waits for a core, which is the CPU's doing, not the storage's."""
+    f = getattr(_SCHEDSTAT, "file", None)
     try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
+        if f is None:  # opened once per thread ("thread-self" names the opening thread), read with pread
+            f = _SCHEDSTAT.file = _ThreadFile("/proc/thread-self/schedstat")
+        return int(os.pread(f.fd, 128, 0).split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return None
 
