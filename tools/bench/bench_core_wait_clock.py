@@ -1,4 +1,4 @@
-"""What the read clock's core-wait reading costs: TF's reader counted as before 4f8cb1a's parent (007f8fc: a
+"""What the read clock's core-wait reading costs: TF's reader counted as before e97fbf1 (its parent 007f8fc: a
 perf_counter clock and tally per group) vs as now (the same, plus the reading thread's run-queue wait from
 /proc/thread-self/schedstat at both ends, storage/base.py thread_core_wait).
 
