@@ -85,8 +85,8 @@ class StorageMetrics:
     `consume_mb_per_sec` = bytes_read / the span from the first read's start to the last read's end (the pace
     at which the run consumed data).  A blocking read's wait excludes the time its thread sat runnable waiting
     for a core (`core_wait_ms` passed to record(), from thread_core_wait()): that time is reported apart, as
-    `read_core_wait_ms` and, over the measured steps, `read_core_wait_fraction`.  `records_skipped` / `corrupt_shards`: damaged records skipped with
-    data.skip_corrupt=true, and the shards they were in.
+    `read_core_wait_ms` and, over the measured steps, `read_core_wait_fraction`.  `records_skipped` /
+    `corrupt_shards`: damaged records skipped with data.skip_corrupt=true, and the shards they were in.
     """
 
     def __init__(self) -> None:
