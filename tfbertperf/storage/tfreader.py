@@ -13,7 +13,7 @@ through our backends.  `counted_tfrecords` keeps TF's reader and counts what it 
   as long as its thread waits for a core, which is the CPU's doing, not the disk's.
 
 Cost: two py_functions per group (~256 KiB) and a batch/unbatch; tools/bench/bench_local_counting.py measures
-it against the bare reader.
+it against the bare reader, tools/bench/bench_core_wait_clock.py the core-wait reading against the reader without.
 
 These reads happen inline in the pipeline (the parser waits for them): they are blocking read time.
 """
