@@ -184,7 +184,7 @@ def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
 
 
 def test_prepare_corpus_from_az_prefix(corpus, tmp_path, azure_env):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
     from tfbertperf.storage.upload import upload_dir
 
     upload_dir(str(corpus / "texts"), "az://tfbertperf-test/corpus", progress=False)

@@ -33,7 +33,7 @@ GOOGLE_SPEC = {
 
 
 def _prepare(out, sets, progress=False):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     return prepare_data(load_config(sets=sets), str(out), progress=progress)
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tfbertperf.data.features import PRETRAIN_KEYS, feature_spec, feature_spec_summary, serialize
-from tfbertperf.data.synthetic_shards import encode_records, generate, parse_size, write_synthetic
+from tfbertperf.data.prep.synthetic_shards import encode_records, generate, parse_size, write_synthetic
 from tfbertperf.errors import UsageError
 
 VOCAB = 30522

@@ -43,7 +43,7 @@ def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, di
         why = ("first use only" if not backend.exists(backend.join(uri, "manifest.json"))
                else stale_reason(cfg, load_manifest(uri, backend)))
     if why:
-        from tfbertperf.data.prepare import prepare_data
+        from tfbertperf.data.prep import prepare_data
 
         log(f"preparing the data set in {uri} ({why})")
         t0 = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Union
@@ -29,13 +30,21 @@ def data_home() -> str:
     )
 
 
+def corpus_stem(spec: str) -> str:
+    """A folder-name-safe short name of a corpus spec: its first item's base name without extension
+    ("~/texts/rev.csv,b.csv" → "rev"; "gs://bucket/corpus/" → "corpus")."""
+    first = (spec.split(",")[0].strip().rstrip("/") or "corpus").replace("\\", "/").rsplit("/", 1)[-1]
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.splitext(first)[0] or first).strip("._")
+    return stem[:40] or "corpus"
+
+
 def default_data_dir(cfg: "RunConfig | None" = None) -> str:
     """Where the embedded default data set for `cfg` lives (prepared on first use).  The directory name carries
     every preparation knob, so changing one prepares a new set instead of silently reusing a mismatched one."""
     if cfg is None:
         cfg = RunConfig()
     d = cfg.data
-    corpus = "topics" if not d.corpus else "c" + hashlib.sha256(d.corpus.encode()).hexdigest()[:10]
+    corpus = "topics" if not d.corpus else f"{corpus_stem(d.corpus)}-c{hashlib.sha256(d.corpus.encode()).hexdigest()[:10]}"
     vocab = "" if not d.vocab else "-uv" + hashlib.sha256(d.vocab.encode()).hexdigest()[:10]
     key = (f"{cfg.model.task}-{corpus}{vocab}-s{d.seq_len}-p{d.max_predictions}-v{d.vocab_size}"
            f"-d{d.dupe_factor}-n{d.num_shards}-seed{d.seed}")
