@@ -1,6 +1,6 @@
 """Synthetic pretraining shards: read back by the project's own manifest + pipeline and by tf.io.parse_example
 with the project's feature spec; values consistent (vocab range, masks, masked positions and weights); record
-sizes realistic; byte-identical to features.serialize; deterministic across worker counts; parse_size."""
+sizes realistic; byte-identical to TensorFlow's serialization; deterministic across worker counts; parse_size."""
 
 import hashlib
 import os
@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfbertperf.data.features import PRETRAIN_KEYS, feature_spec, feature_spec_summary, serialize
-from tfbertperf.data.prep.synthetic_shards import encode_records, generate, parse_size, write_synthetic
+from tf_serialize import tf_serialize as serialize
+
+from tfbertperf.data.features import PRETRAIN_KEYS, feature_spec, feature_spec_summary
+from tfbertperf.data.prep.encode import encode_records
+from tfbertperf.data.prep.synthetic_shards import generate, parse_size, write_synthetic
 from tfbertperf.errors import UsageError
 
 VOCAB = 30522
