@@ -165,7 +165,7 @@ def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
     assert m["vocab_sha256"] == vocab_sha256((corpus / "vocab.txt").read_text().splitlines())
     assert m["num_documents"] == len(load_default_corpus().documents[:300]) and m["corpus_bytes"] == sum(
         os.path.getsize(corpus / "texts" / f"part{n}.txt") for n in (0, 1))
-    assert not list(out.glob("*.part"))
+    assert not list(out.glob("*chunk*")) and not list(out.glob(".*"))  # chunk files renamed, no temporaries
     from tfbertperf.data.manifest import file_sha256
 
     for sh in m["shards"] + m["text_shards"]:  # each shard's sha256, taken after its final rename

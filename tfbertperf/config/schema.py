@@ -56,8 +56,11 @@ class ModelConfig:
     size: str = "tiny"  # tiny|mini|small|medium|base|large (BERT family; see model/bert.py)
     task: str = "pretrain"  # pretrain (MLM+NSP) | classify (sequence classification)
     dropout: float = 0.1  # hidden and attention dropout
-    num_labels: int = 2  # classify only
+    num_labels: int = 0  # classify only: 0 = as many as the prepared data has (manifest); synthetic batches: 2
     init: str = ""  # a local Hugging Face BERT directory (config.json + model.safetensors): architecture + weights
+
+
+DEFAULT_NUM_LABELS = 2  # classify labels where no prepared data says how many (synthetic batches)
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ MINIMUM = {
     ("profile", "probe_blocks"): 1,
     ("profile", "ceiling_seconds"): 0.0,
     ("profile", "utilization_hz"): 0.0,
-    ("model", "num_labels"): 2,
+    ("model", "num_labels"): 0,
     ("emulate", "step_ms"): 0.0,
     ("emulate", "accelerators"): 1,
 }

@@ -120,8 +120,30 @@ def shard_hashes(cfg, manifest: dict, backend) -> dict[str, str]:
     return {backend.join(manifest["uri"], s["name"]): s["sha256"] for s in manifest.get(key) or [] if s.get("sha256")}
 
 
+def with_data_labels(cfg, manifest: dict):
+    """`cfg` with model.num_labels = the prepared classification data's label count (the manifest's num_labels);
+    unchanged for pretraining.  A model.num_labels set to another count is a UsageError (check_compatible)."""
+    import dataclasses
+
+    n = manifest.get("num_labels")
+    if cfg.model.task != "classify" or not n or cfg.model.num_labels == n:
+        return cfg
+    _check_labels(cfg, manifest)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_labels=int(n)))
+
+
+def _check_labels(cfg, manifest: dict) -> None:
+    n = manifest.get("num_labels")
+    if cfg.model.task == "classify" and n and cfg.model.num_labels not in (0, n):
+        shown = ", ".join(str(x) for x in manifest.get("labels") or []) or "?"
+        raise UsageError(f"--set model.num_labels={cfg.model.num_labels}: the data set "
+                         f"{redact_text(manifest.get('uri', '?'))} has {n} labels ({shown}); leave model.num_labels "
+                         "unset to take them from the data")
+
+
 def check_compatible(cfg, manifest: dict) -> None:
-    """UsageError if the prepared data does not fit the run (task, seq_len, max_predictions)."""
+    """UsageError if the prepared data does not fit the run (task, seq_len, max_predictions, num_labels)."""
+    _check_labels(cfg, manifest)
     where = f"data dir {redact_text(manifest.get('uri', '?'))}"
     hint = "re-run `tfbertperf prepare` with the same --set values"
     if manifest["task"] != cfg.model.task:

@@ -29,13 +29,23 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def temporary_name(path: Path) -> Path:
+    """Where `path` is written before its rename: hidden, per process (two writers never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one of atomic_file's temporaries (an unfinished write: never uploaded or read)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike, durable: bool = True):
     """`with atomic_file(p) as f: f.write(...)`: a binary file object on `.<name>.<pid>.tmp` beside `p`, renamed
     to `p` when the block ends without an exception (removed when it raises).  Parent directories are created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_name(path)
     try:
         with open(tmp, "wb") as f:
             yield f

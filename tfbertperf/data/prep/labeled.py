@@ -63,7 +63,7 @@ def prepare_classify(cfg, out_dir: str, progress: bool = True) -> dict:
     for text, recs in ((False, records), (True, text_records)):
         for i in range(n):
             part = recs[len(recs) * i // n: len(recs) * (i + 1) // n]
-            path = os.path.join(out_dir, shard_name("classify", i, n, text) + ".part")
+            path = os.path.join(out_dir, shard_name("classify", i, n, text))
             size = write_records(path, b"".join(part), [len(x) for x in part])
             shards[text].append({"path": path, "examples": len(part), "bytes": size})
         shards[text] = output.publish_shards(out_dir, "classify", shards[text], text)
