@@ -23,11 +23,14 @@ from tfbertperf.data.prep.source import chunks
 from tfbertperf.errors import UsageError
 
 CHUNK_BYTES = 4_000_000  # text per chunk (one shard pair): ~10k instances per dupe pass at seq 128
-WORKER_MIN_BYTES = 1_000_000  # a worker process costs ~1 s to start: below this much text each, fewer workers
+# One worker per this much text at most.  In this process a chunk's instances and shards take ~0.3 s per MB of text
+# here (2-core VM); a pool of spawned workers took 7-12 s before its first chunk came back (bench_prep, 5 MB), so
+# below ~32 MB per worker the pool costs more than it saves.
+WORKER_MIN_BYTES = 32_000_000
 
 
 def default_workers(total_bytes: int) -> int:
-    """Usable cores, but one per WORKER_MIN_BYTES of text at most (the bundled text: one, in this process)."""
+    """Usable cores, but one per WORKER_MIN_BYTES of text at most (one = in this process)."""
     return max(1, min(len(os.sched_getaffinity(0)), total_bytes // WORKER_MIN_BYTES))
 
 
