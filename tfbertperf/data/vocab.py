@@ -148,3 +148,18 @@ def tokenize_sentences(tokenizer, sentences: list[str], batch: int = 4096) -> li
         ids = tokenizer.tokenize(tf.constant(sentences[i : i + batch], dtype=tf.string))  # [B, (tokens)]
         out.extend(ids.to_list())
     return out
+
+
+def choose_vocab(cfg, sentences, say) -> tuple[list[str], str]:
+    """data.vocab, or a vocab learned from `sentences` (a list, or a function returning one); (tokens, source)."""
+    import time
+
+    if cfg.data.vocab:
+        tokens = load_vocab_file(cfg.data.vocab)
+        say(f"vocab: {len(tokens)} tokens from {cfg.data.vocab}")
+        return tokens, os.path.basename(cfg.data.vocab)
+    t = time.perf_counter()
+    sentences = sentences() if callable(sentences) else sentences
+    tokens = learn_vocab(sentences, cfg.data.vocab_size)
+    say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) in {time.perf_counter() - t:.1f}s")
+    return tokens, "learned"

@@ -12,7 +12,7 @@ from itertools import chain
 
 import numpy as np
 
-from tfbertperf.data import pretrain as pre
+import tfbertperf.data.pretrain as pre
 from tfbertperf.data.prep.encode import encode_example, encode_records, write_records
 
 

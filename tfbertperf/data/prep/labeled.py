@@ -12,7 +12,7 @@ from tfbertperf.errors import UsageError
 
 
 def _rows(cfg, say):
-    from tfbertperf.data import classify as cls_mod
+    import tfbertperf.data.classify as cls_mod
     from tfbertperf.data.corpus import DEFAULT_CORPUS, default_corpus_sha256, load_default_corpus
 
     d = cfg.data
@@ -32,13 +32,12 @@ def prepare_classify(cfg, out_dir: str, progress: bool = True) -> dict:
     """Classification shards + raw-text shards + vocab.txt + manifest.json into local `out_dir`; the manifest."""
     import numpy as np
 
-    from tfbertperf.data import classify as cls_mod
+    import tfbertperf.data.classify as cls_mod
     from tfbertperf.data.manifest import shard_name
-    from tfbertperf.data.prep import output
+    import tfbertperf.data.prep.output as output
     from tfbertperf.data.prep.encode import encode_example, write_records
-    from tfbertperf.data.prep.make import choose_vocab
     from tfbertperf.data.prep.source import with_vocab
-    from tfbertperf.data.vocab import make_tokenizer, special_ids, tokenize_sentences
+    from tfbertperf.data.vocab import choose_vocab, make_tokenizer, special_ids, tokenize_sentences
 
     d, say, t0 = cfg.data, output.Progress(progress), time.perf_counter()
     rows, labels, source, corpus_desc, corpus_sha = _rows(cfg, say)

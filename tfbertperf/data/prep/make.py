@@ -17,30 +17,16 @@ import time
 from tfbertperf.errors import UsageError
 
 
-def choose_vocab(cfg, sentences, say) -> tuple[list[str], str]:
-    """data.vocab, or a vocab learned from `sentences` (a list, or a function returning one); (tokens, source)."""
-    from tfbertperf.data.vocab import learn_vocab, load_vocab_file
-
-    if cfg.data.vocab:
-        tokens = load_vocab_file(cfg.data.vocab)
-        say(f"vocab: {len(tokens)} tokens from {cfg.data.vocab}")
-        return tokens, os.path.basename(cfg.data.vocab)
-    t = time.perf_counter()
-    sentences = sentences() if callable(sentences) else sentences
-    tokens = learn_vocab(sentences, cfg.data.vocab_size)
-    say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) in {time.perf_counter() - t:.1f}s")
-    return tokens, "learned"
-
-
 def prepare_pretrain(cfg, spec: str, out_dir: str, progress: bool = True, workers: int | None = None,
                      text_shards: bool = True, label: str = "corpus file") -> dict:
     """Pretraining shards + vocab.txt + manifest.json for the corpus `spec` ("" = the bundled text) into local
     `out_dir`; returns the manifest.  Knobs: cfg.data (vocab or vocab_size, seq_len, max_predictions, dupe_factor,
     masked_lm_prob, short_seq_prob, seed, num_shards = the most shards: fewer when a chunk reaches CHUNK_BYTES or
     documents are few).  workers: None = chunked.default_workers."""
-    from tfbertperf.data.prep import chunked, output
+    import tfbertperf.data.prep.chunked as chunked
+    import tfbertperf.data.prep.output as output
     from tfbertperf.data.prep.source import open_corpus, sample_sentences, with_vocab
-    from tfbertperf.data.vocab import VOCAB_SAMPLE_BYTES
+    from tfbertperf.data.vocab import VOCAB_SAMPLE_BYTES, choose_vocab
 
     d, say = cfg.data, output.Progress(progress)
     t0 = time.perf_counter()

@@ -99,7 +99,21 @@ def open_corpus(spec: str, data_cfg, tmp_dir: str, say, label: str = "corpus fil
         paths += found
         names += found
         shown.append(os.path.basename(path.rstrip("/")))
+    for path, name in zip(paths, names):
+        _check_not_blank(path, name)
     return CorpusFiles(paths, names, ",".join(shown), sum(os.path.getsize(p) for p in paths), False)
+
+
+def _check_not_blank(path: str, name: str) -> None:
+    """UsageError for a file without a single sentence, before anything is written (reads up to its first line
+    of text: cheap; a file that is not UTF-8 further on is named while the chunks are read)."""
+    try:
+        with open(path, "rb") as f:
+            if any(raw.strip() for raw in f):
+                return
+    except OSError as e:
+        raise UsageError(f"corpus file {name}: cannot read ({e.strerror})") from None
+    raise UsageError(f"corpus file {name}: empty (expected one sentence per line, blank line between documents)")
 
 
 def _hash_file(sha, name: str, blocks) -> None:
@@ -147,12 +161,12 @@ def source_sha256(corpus_spec: str, vocab_path: str = "", data_cfg=None) -> str:
 
 def _lines(corpus: CorpusFiles, sha=None):
     """(line, bytes consumed so far) over every file; a file end is a document end (yields "").  `sha`: fed each
-    file's identity (module docstring).  UsageError naming the file: unreadable, not UTF-8, or empty."""
+    file's identity (module docstring).  UsageError naming the file: unreadable or not UTF-8 (open_corpus has
+    ruled out blank files)."""
     done = 0
     for path, name in zip(corpus.paths, corpus.names):
         if sha is not None:
             sha.update(os.path.basename(name.rstrip("/")).encode() + b"\0")
-        seen = False
         try:
             with open(path, "rb") as f:
                 for n, raw in enumerate(f, 1):
@@ -163,13 +177,9 @@ def _lines(corpus: CorpusFiles, sha=None):
                         line = raw.decode("utf-8").strip()
                     except UnicodeDecodeError:
                         raise UsageError(f"corpus file {name}: line {n} is not UTF-8 text") from None
-                    seen = seen or bool(line)
                     yield line, done
         except OSError as e:
             raise UsageError(f"corpus file {name}: cannot read ({e.strerror})") from None
-        if not seen:
-            raise UsageError(f"corpus file {name}: empty (expected one sentence per line, blank line between "
-                             "documents)")
         if sha is not None:
             sha.update(b"\0")
         yield "", done
