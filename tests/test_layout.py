@@ -14,10 +14,18 @@ PKG = ROOT / "tfbertperf"
 # Lower rank = lower stage.  A module may import its own rank or lower, never higher.
 BASE = 0  # config, errors, redact: used by every stage
 STAGES = {"storage": 1, "data": 2, "model": 3, "train": 4, "profile": 5, "envinfo": 6, "report": 7}
-COMPOSITION = 8  # job.py (and regime.py, its accelerator-regime part) composes the stages; cliargs.py and keras.py are shared by commands / users
+# Composition, in three ranks so that no circle among them hides under one rank: compose/ holds the parts a run is
+# made of (training, host sampling, input ceiling, the regime's report keys); job.py composes them into a run;
+# accelerator_search.py and advice_validation.py run job.py several times.  cliargs.py and keras.py: shared by
+# commands / users, importing only the stages.
+PARTS = 8
+PARTS_MODULES = {"compose", "cliargs", "keras"}
+JOB = 9
+JOB_USERS = 10
+JOB_USER_MODULES = {"accelerator_search", "advice_validation"}
 COMMANDS = {"run", "prepare", "compare", "analyze", "env", "tokenize", "cli", "__main__"}
-COMMAND = 9
-TESTING = 10  # test and demo gear: may use anything, nothing in the product uses it
+COMMAND = 11
+TESTING = 12  # test and demo gear: may use anything, nothing in the product uses it
 BASE_MODULES = {"config", "errors", "redact", "__init__"}
 
 
@@ -34,8 +42,12 @@ def _rank(module: str) -> int:
         return COMMAND
     if head in BASE_MODULES:
         return BASE
-    if head in ("job", "regime", "cliargs", "keras"):
-        return COMPOSITION
+    if head in PARTS_MODULES:
+        return PARTS
+    if head == "job":
+        return JOB
+    if head in JOB_USER_MODULES:
+        return JOB_USERS
     raise AssertionError(f"{module}: not placed in a stage; add it to tests/test_layout.py's table")
 
 
@@ -109,6 +121,7 @@ def test_the_import_check_sees_lazy_imports_and_would_flag_a_backwards_edge(tmp_
     assert "tfbertperf.model" in found  # imported inside train(), not at the top
     assert _rank("tfbertperf.train.loop") < _rank("tfbertperf.profile.capture")
     assert _rank("tfbertperf.storage.base") < _rank("tfbertperf.testing.proxy")
+    assert _rank("tfbertperf.compose.training") < _rank("tfbertperf.job") < _rank("tfbertperf.accelerator_search")
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
