@@ -93,11 +93,11 @@ def test_prepare_corpus_without_out_leaves_the_default_data_set_byte_identical(c
     assert "manifest.json" in before
     capsys.readouterr()
     assert main(["--corpus", str(corpus / "wiki.txt"), *sets]) == 0
-    err = capsys.readouterr().err
+    said = capsys.readouterr().out
     assert _tree(default) == before
     mine = Path(default_data_dir(load_config(sets=sets[1::2] + [f"data.corpus={corpus / 'wiki.txt'}"])))
     assert mine != default and mine.name.startswith("pretrain-wiki-") and (mine / "manifest.json").is_file()
-    assert f"no --out: writing to {mine}" in err
+    assert f"at {mine} in " in said and "(no --out: the folder a run with --set data.corpus=" in said
 
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -155,7 +155,8 @@ def test_one_atomic_write_helper_serves_every_writer():
         if rel == "storage/atomic.py":
             continue
         text = path.read_text()
-        for pattern in ("mkstemp(", ".tmp\"", ".part\"", "os.fsync(") if rel != "train/checkpoint.py" else ("mkstemp(",):
+        patterns = ("mkstemp(", ".tmp\"", ".part\"", "os.fsync(") if rel != "train/checkpoint.py" else ("mkstemp(",)
+        for pattern in patterns:
             if pattern in text:
                 own.append(f"{rel}: {pattern}")
     assert not own, own

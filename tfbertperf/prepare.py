@@ -73,20 +73,25 @@ def _synthetic(cfg, out: str, args) -> dict:
 
 def _default_out(cfg, args) -> str:
     """No --out: data.uri, else the data directory a run with these settings uses (with --corpus: the one of
-    `--set data.corpus=<corpus>`, named after it), said on stderr."""
+    `--set data.corpus=<corpus>`, named after it; --synthetic: one named after its size), said on stderr.  Never
+    the default data set, unless that is what these settings make.  Returns (the URI, what the summary line adds
+    about it: said once the data set is there, not before the input is checked)."""
     import dataclasses
+    import re
 
-    from tfbertperf.config import default_data_dir
+    from tfbertperf.config import data_home, default_data_dir
 
     if cfg.data.uri:
-        return cfg.data.uri
+        return cfg.data.uri, ""
+    if args.synthetic:
+        how = re.sub(r"[^A-Za-z0-9.]+", "", str(args.size or f"{args.examples}examples"))
+        out = os.path.join(data_home(), f"pretrain-synthetic-{how}-s{cfg.data.seq_len}")
+        return out, f" (no --out: train on it with --set data.uri={out})"
+    corpus = args.corpus or cfg.data.corpus
     if args.corpus:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, corpus=args.corpus))
-    out = default_data_dir(cfg)
-    if (args.corpus or cfg.data.corpus) and not args.quiet:
-        sys.stderr.write(f"prepare: no --out: writing to {out} (a run with --set data.corpus="
-                         f"{args.corpus or cfg.data.corpus} reads it)\n")
-    return out
+    note = f" (no --out: the folder a run with --set data.corpus={corpus} reads)" if corpus else ""
+    return default_data_dir(cfg), note
 
 
 @cli_entry
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
     from tfbertperf.redact import redact_text
 
     cfg = load_config(args.workload, None, args.sets)
-    out = args.out or _default_out(cfg, args)
+    out, where = (args.out, "") if args.out else _default_out(cfg, args)
     t0 = time.perf_counter()
     if args.workers is not None and (args.workers < 1 or not args.corpus):
         from tfbertperf.errors import UsageError
@@ -121,6 +126,7 @@ def main(argv=None) -> int:
     print(
         f"prepared {m['num_examples']} {m['task']} examples (seq_len {m['seq_len']}, vocab {m['vocab_size']}"
         f"{extra}) in {len(m['shards'])} shards at {redact_text(out)} in {time.perf_counter() - t0:.1f}s"
+        f"{redact_text(where)}"
     )
     return 0
 

@@ -51,8 +51,10 @@ class ChunkProgress:
 
 def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int,
                   text_shards: bool = True) -> tuple[list[dict], dict]:
-    """Write the chunks' shards of `corpus` (source.CorpusFiles) into `out_dir` as `pretrain[-text]-chunk-<i>`
-    files.  Returns (the chunk results in order, counts {documents, sentences, bytes, sha256})."""
+    """Write the chunks' shards of `corpus` (source.CorpusFiles) into `out_dir` as `pretrain[-text]-chunk-<i>-<pid>`
+    files (per process: two runs preparing one data set at once never rename each other's files).  Returns (the
+    chunk results in order, with their files' "path" / "text_path", and counts {documents, sentences, bytes,
+    sha256})."""
     import tensorflow as tf
 
     from tfbertperf.data.vocab import make_tokenizer, special_ids
@@ -64,6 +66,7 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
                   cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"])
     counts, sha = {"documents": 0, "sentences": 0, "bytes": corpus.total_bytes}, hashlib.sha256()
     chunk_bytes = min(CHUNK_BYTES, corpus.total_bytes / max(1, d.num_shards))
+    me = os.getpid()
 
     def jobs():
         for i, (docs, read) in enumerate(chunks(corpus, chunk_bytes, sha)):
@@ -74,8 +77,9 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
             yield {"index": i, "flat": rt.flat_values.numpy(), "splits": rt.row_splits.numpy(), "texts": texts,
                    "doc_sizes": [len(doc) for doc in docs], "seq_len": d.seq_len,
                    "max_predictions": d.max_predictions,
-                   "path": os.path.join(out_dir, f"pretrain-chunk-{i:05d}.tfrecord"),
-                   "text_path": os.path.join(out_dir, f"pretrain-text-chunk-{i:05d}.tfrecord") if text_shards else None,
+                   "path": os.path.join(out_dir, f"pretrain-chunk-{i:05d}-{me}.tfrecord"),
+                   "text_path": os.path.join(out_dir, f"pretrain-text-chunk-{i:05d}-{me}.tfrecord") if text_shards
+                   else None,
                    "instances": dict(params, seed=d.seed * 1_000_003 + i)}, read
 
     tick = ChunkProgress(say, corpus.total_bytes)

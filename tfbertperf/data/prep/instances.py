@@ -75,7 +75,8 @@ def _chunk_job(job: dict) -> dict:
     L, P, params = job["seq_len"], job["max_predictions"], job["instances"]
     insts = pre.create_training_instances(docs, progress=None, mask=False, **params)
     n = len(insts)
-    out = {"index": job["index"], "examples": n, "n_real": sum(len(x.input_ids) for x in insts), "n_masked": 0,
+    out = {"index": job["index"], "path": job["path"], "text_path": job.get("text_path"), "examples": n,
+           "n_real": sum(len(x.input_ids) for x in insts), "n_masked": 0,
            "n_random": sum(x.is_random_next for x in insts), "tokens": len(flat), "bytes": 0, "text_bytes": 0,
            "record_bytes": 0, "text_record_bytes": 0}
     if not n:

@@ -1,5 +1,5 @@
-"""`prepare_data`: the one entry of data-set preparation — corpus → WordPiece vocab → examples → TFRecord shards +
-vocab.txt + manifest.json, into a local directory, gs:// or az:// (output.py).
+"""`prepare_data`: the one entry of data-set preparation — corpus → WordPiece vocab → examples → TFRecord shards
++ vocab.txt + manifest.json, into a local directory, gs:// or az:// (output.py).
 
 Pretraining data comes from any corpus through the same path (source.py reads it, chunked.py makes it), whether
 the corpus was named by `data.corpus` (a run's data set, job.ensure_data), by `prepare --corpus`, or left empty
@@ -46,11 +46,10 @@ def prepare_pretrain(cfg, spec: str, out_dir: str, progress: bool = True, worker
     if not n_ex:
         raise UsageError(f"corpus {corpus.description}: too little text to make a single example")
     shards = output.publish_shards(out_dir, "pretrain", [
-        {"path": os.path.join(out_dir, f"pretrain-chunk-{r['index']:05d}.tfrecord"), "examples": r["examples"],
-         "bytes": r["bytes"]} for r in full], text=False)
+        {"path": r["path"], "examples": r["examples"], "bytes": r["bytes"]} for r in full], text=False)
     texts = output.publish_shards(out_dir, "pretrain", [
-        {"path": os.path.join(out_dir, f"pretrain-text-chunk-{r['index']:05d}.tfrecord"), "examples": r["examples"],
-         "bytes": r["text_bytes"]} for r in full], text=True) if text_shards else []
+        {"path": r["text_path"], "examples": r["examples"], "bytes": r["text_bytes"]} for r in full], text=True) \
+        if text_shards else []
     corpus_sha = _bundled_sha() if corpus.bundled else counts["sha256"]
     manifest = output.manifest_common(
         cfg, vocab, n_ex, sum(r["record_bytes"] for r in full) / n_ex,
