@@ -5,7 +5,7 @@ A row applies when its bottleneck matches the verdict's, its `hardware` includes
 ("cpu" for xprof's CPU_ONLY, "gpu", "tpu"; "any" for all), its `runs` fits ("ours": the run's config is known,
 "foreign": `analyze` on someone else's program, "any") and its `when` test holds.  Its text is a format string
 over the context: `pipe`, `data`, `train` (the run's config sections), `storage` (report.json's storage
-block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/hardware.py classify_device; {} on
+block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/accelerator_facts.py classify_device; {} on
 the host), `precision` (the Keras policy the hardware runs fast: mixed_float16 below compute capability 8.0 and
 on T4/V100, mixed_bfloat16 from 8.0, on AMD matrix cores and TPU; "float32" otherwise), `launch` (the kernel
 launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size),
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from tfbertperf.profile.hardware import cpu_bf16_capable
+from tfbertperf.profile.accelerator_facts import cpu_bf16_capable
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ ADVICE: tuple[Advice, ...] = (
     Advice("compute", "compute-bound: XLA jit false → true (--set train.jit=true)",
            lambda c: not c["train"].get("jit", False), hardware=("gpu", "tpu", "unknown"), runs="ours"),
     # Reduced precision pays on accelerators with matrix units for it: float16 Tensor Cores from compute
-    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (hardware.py).  On a CPU float16 is never advised
+    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (accelerator_facts.py).  On a CPU float16 is never advised
     # (slower everywhere), bfloat16 only with AVX512-BF16 or AMX in the run's CPU flags (measured on such a
     # 2-core VM: 1.06–1.21×; without them TF emulates bfloat16 and it is slower than float32).
     Advice("compute", "compute-bound on {hw[family]}: mixed precision float32 → {precision} "

@@ -1,7 +1,7 @@
 """Step-time attribution for a profile session: the facade the commands call (report.json's `attribution`,
 `verdict`, `accelerator_utilization`, `hosts`).
 
-The work is done in one module per job: steptable (xprof's tables → our categories), figures (breakdown,
+The work is done in one module per job: steptable (xprof's tables → our categories), xprof_attribution (breakdown,
 fractions, input shares, AU, step timer; definitions there), contention (CPU the input pipeline steals, from the
 trace), verdict (bottleneck + summary) and advice (the advice table, as data).
 """
@@ -12,9 +12,9 @@ import statistics
 from pathlib import Path
 
 from tfbertperf.profile import devices, xprof_tools
-from tfbertperf.profile.figures import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
+from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
                                        attribute_host, joined_input_split, step_timer_summary)
-from tfbertperf.profile.hardware import cross_check
+from tfbertperf.profile.accelerator_facts import cross_check
 from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, verdict
 
 __all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from tfbertperf.profile.advice import actions
-from tfbertperf.profile.figures import input_share
+from tfbertperf.profile.xprof_attribution import input_share
 
 INPUT_BOUND_THRESHOLD = 0.20
 """Bottleneck "input" when the input share of the step is ≥ 0.20 — the step would be ≥ 20 % shorter with free

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import contention, devices, xprof_tools
-from tfbertperf.profile.hardware import classify_device
+from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_us, move_transfer, step_number,
                                           step_rows, table_meta)
 
