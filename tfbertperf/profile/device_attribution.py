@@ -107,6 +107,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "device_busy_fraction": round(busy, 6),
         "transfer": _transfer(trace, rows, hw),
         "xla_compiled": program_facts.xla_compiled(trace),
+        "cuda_graphs": program_facts.cuda_graphs(trace),
         "matmul_precision": precision,
         "matmul_precision_basis": precision_basis,
         "profiler_cost": program_facts.profiler_cost(trace, steps, measured_step_ms),

@@ -40,6 +40,12 @@ def xla_compiled(trace: Trace) -> bool | None:
     return any(d.hlo_modules for d in active)
 
 
+def cuda_graphs(trace: Trace) -> bool:
+    """The host launched work as CUDA graphs / XLA command buffers (cuGraphLaunch, command_buffer events)."""
+    return any(e.name.startswith(("cuGraphLaunch", "command_buffer", "hipGraphLaunch"))
+               for t in trace.threads for e in t.events)
+
+
 def _hlo_precision(trace: Trace) -> str | None:
     pb = hlo_pb2()
     ran = Counter()
