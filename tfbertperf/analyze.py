@@ -77,7 +77,7 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
     except attribution.NoStepsError:
         if not any(d["events"] for d in devs):
             raise
-        doc = attribution.device_summary(devs)
+        doc = attribution.device_summary(devs, xplanes)
     doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
                       "run_report": bool(report)}
     marker = interrupted_marker(xplanes[0])

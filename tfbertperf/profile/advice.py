@@ -51,6 +51,11 @@ def _not_compiled(c: dict) -> bool:
     return c["xla"] is not True
 
 
+def _jit_pays(c: dict) -> bool:
+    """Our run's step is not compiled yet (train.jit false, no XLA programs in the capture)."""
+    return _not_compiled(c) and not c["train"].get("jit")
+
+
 def _matmul_f32(c: dict) -> bool:
     """Mixed-precision advice only where the matrix kernels run float32 (or the capture cannot say)."""
     return c["matmul"] in (None, "f32")
@@ -131,10 +136,11 @@ ADVICE: tuple[Advice, ...] = (
     # ---- launch-bound (the host cannot issue kernels fast enough): more work per launch.  XLA only where the
     # device ran no XLA programs (program_facts.xla_compiled).
     Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
-                      "(--set train.batch_size={bigger_batch})", _launch_bound, hardware=("gpu", "tpu"), runs="ours"),
-    Advice("compute", "kernel launches take {launch:.0%} of the step: compile the step so it launches as fewer "
-                      "kernels (--set train.jit=true)", lambda c: _launch_bound(c) and _not_compiled(c)
-           and not c["train"].get("jit"), hardware=("gpu", "tpu"), runs="ours"),
+                      "(--set train.batch_size={bigger_batch}) and compile the step (--set train.jit=true)",
+           lambda c: _launch_bound(c) and _jit_pays(c), hardware=("gpu", "tpu"), runs="ours"),
+    Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
+                      "(--set train.batch_size={bigger_batch})",
+           lambda c: _launch_bound(c) and not _jit_pays(c), hardware=("gpu", "tpu"), runs="ours"),
     Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size, "
                       "run several steps per call (Keras `steps_per_execution`, or a loop inside one compiled "
                       "function){xla_words}", _launch_bound, hardware=("gpu", "tpu"), runs="foreign"),

@@ -15,7 +15,8 @@ Definitions (means over the steps; milliseconds):
     rate is below half the device's measured pinned rate (train/devices.yaml; the copy engines' own rate when
     the table has none) else "pinned"; copy_engine_gb_per_s = bytes ÷ the device copies' own time.
     Judged only from BANDWIDTH_FROM_BYTES a step.
-  - missing: what the capture lacks for a finding, and how to re-capture.
+  - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
+    of the step is device idle with no host event at all).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ pinned 47–55 GB/s, pageable 7–13 GB/s, so the two ranges sit far apart)."""
 BANDWIDTH_FROM_BYTES = 1_000_000
 """Memory kind judged only from 1 MB a step up (the smallest size h2d_bandwidth.json measured): smaller copies
 are bound by latency, not bandwidth."""
+
+UNEXPLAINED_SHARE = 0.05
+"""Idle with no host event at all ≥ 5 % of the step is a finding the capture cannot explain: say what to
+re-capture with."""
 
 RECAPTURE_PYTHON = ("no Python tracer frames: a Python loader cannot be told from other host time — re-capture "
                     "with tf.profiler.experimental.ProfilerOptions(python_tracer_level=1) (TensorFlow) or "
@@ -73,6 +78,14 @@ def _transfer(trace: Trace, rows: list[idle.StepIdle], hw: dict | None) -> dict 
             "measured": "host→device idle time per step (device copies and host staging), idle.py"}
 
 
+def missing_data(trace: Trace) -> list[str]:
+    """What a capture lacks for device-idle findings (no host plane, no Python tracer frames), with how to
+    re-capture; [] when it has both."""
+    if not trace.host_plane:
+        return [RECAPTURE_HOST]
+    return [] if trace.python_tracer else [RECAPTURE_PYTHON]
+
+
 def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_ms: float | None = None) -> dict | None:
     """The attribution block (module docstring) or None when the capture has no steps, no host plane or no
     device that ran kernels (the caller keeps xprof's reading then)."""
@@ -92,7 +105,8 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
     fr = {k: v / wall for k, v in bd.items()}
     busy = sum(r.busy for r in rows) / sum(r.wall for r in rows)
     precision, precision_basis = program_facts.matmul_precision(trace)
-    missing = [] if trace.python_tracer else [RECAPTURE_PYTHON]
+    # the host's unexplained idle needs Python frames to be named; without them say how to get them
+    missing = [RECAPTURE_PYTHON] if not trace.python_tracer and named["idle"] >= UNEXPLAINED_SHARE * wall else []
     return {
         "source": "device_idle",
         "step_source": source,

@@ -20,9 +20,10 @@ device's kernels) and idle.  Every idle picosecond is charged to the first of th
      event recorded at all).
 Input that overlaps device compute is hidden and costs nothing by itself: only idle time is charged.  But the
 training thread is serial: input (or staging) it ran while the device was busy delayed the dispatch that came
-after it by as long, so launch idle later in the same step is charged to input, then to host_to_device, up to
-the hidden input / hidden transfer time of that step ("delayed dispatch"; the host would have issued the work
-that much earlier, while the device was still busy).  Per step and device, busy + the charged parts = the
+after it by as long, so launch idle that follows it in the same step is charged to input (the training thread's
+own input only: a background loader delays no dispatch), then to host_to_device (staging on any thread: the
+launch needs the batch), up to the hidden time ("delayed dispatch"; the host would have issued the work that
+much earlier, while the device was still busy).  Per step and device, busy + the charged parts = the
 step's wall time exactly.
 """
 
@@ -127,10 +128,13 @@ def host_activity(trace: Trace) -> dict[str, list[tuple[int, int]]]:
             kind = _kind(e.name)
             if kind:
                 acts[kind].append((e.start, e.end))
+    acts["input_serial"] = []  # input on the training thread itself: it delays that thread's next dispatch
     for t in training:
         inputs, python = _python_frames(t, markers[id(t)])
         acts["input"].extend(inputs)
         acts["python"].extend(python)
+        acts["input_serial"].extend(inputs)
+        acts["input_serial"].extend((e.start, e.end) for e in t.events if GET_NEXT.search(e.name))
     return {k: iv.union(v) for k, v in acts.items()}
 
 
@@ -145,18 +149,23 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
             busy = iv.clip(d.busy, st.start, st.end)
             idle = iv.subtract([(st.start, st.end)], busy)
             res = StepIdle(st.label, d.name, st.ps, iv.length(busy))
+            launch_idle = []
             for kind in CHARGE_ORDER:
                 cover = iv.union(acts[kind] + (h2d if kind == "host_to_device" else d2h if kind == "output" else []))
                 got = iv.intersect(idle, iv.clip(cover, st.start, st.end))
                 res.charged[kind] = iv.length(got)
+                launch_idle = got if kind == "kernel_launch" else launch_idle
                 idle = iv.subtract(idle, got)
             res.charged["idle"] = iv.length(idle)
-            for kind in ("input", "host_to_device"):  # delayed dispatch (module docstring)
-                hidden = iv.length(iv.intersect(busy, iv.clip(acts[kind], st.start, st.end)))
-                moved = min(hidden, res.charged["kernel_launch"])
+            for kind, serial in (("input", "input_serial"), ("host_to_device", "host_to_device")):
+                # delayed dispatch (module docstring): launch idle after the hidden work, up to its length
+                hidden = iv.intersect(busy, iv.clip(acts[serial], st.start, st.end))
+                after = iv.clip(launch_idle, hidden[0][0], st.end) if hidden else []
+                moved = min(iv.length(hidden), iv.length(after))
                 res.charged["kernel_launch"] -= moved
                 res.charged[kind] += moved
                 res.delayed_dispatch[kind] = moved
+                launch_idle = iv.subtract(launch_idle, after[:1]) if moved else launch_idle
             res.transfer_bytes = sum(c.bytes or 0 for c in d.copies
                                      if c.direction == "h2d" and st.start <= c.start < st.end)
             out.append(res)

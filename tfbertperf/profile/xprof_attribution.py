@@ -154,10 +154,21 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     devs = devices.device_planes(xplanes)  # also refuses a damaged file in one line, before xprof reads it
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
     rows = step_rows(ipa)
+    meta = table_meta(ipa)
     if not rows:
+        # xprof found no steps; our own reading may (markers xprof skips, or launches of one XLA module)
+        active = [d for d in devs if d["busy_ms"] > 0]
+        if active:
+            hw = meta["hardware_type"] or active[0]["kind"]
+            att = _idle_reading({"source": "xprof", **meta, "hardware_type": hw, "compute_on": "accelerator",
+                                 "input_cost_fraction": None, "input_cost_estimate_fraction": None,
+                                 "input_stolen_cpu_fraction": None, "cores_seen": None,
+                                 "input_ops_us": input_ops_us(ipa, 1), "accelerator": _accelerator(devs, env_devices)},
+                                xplanes, step_time_ms)
+            if att.get("source") == "device_idle":
+                return att
         where = Path(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
-    meta = table_meta(ipa)
     on_host = compute_on_host(meta["hardware_type"], devs)
     transfer = None
     if not on_host:
