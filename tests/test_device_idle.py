@@ -88,7 +88,8 @@ def test_h100_no_xla_and_no_mixed_precision_advice_on_compiled_bf16_programs(h10
 def test_h100_pageable_staging_is_named_with_its_bandwidth(h100):
     doc, _ = h100["h2d"]
     tr = doc["attribution"]["transfer"]
-    assert tr["bytes_per_step"] == 128 * 128 * 768 * 4 and tr["memory"] == "pageable"
+    assert tr["bytes_per_step"] == pytest.approx(128 * 128 * 768 * 4, rel=0.01)  # the float32 batch, + 2 small
+    assert tr["memory"] == "pageable"
     assert tr["effective_gb_per_s"] < 0.5 * tr["pinned_gb_per_s"] and tr["pinned_gb_per_s"] == 54.8
     assert any("pinned host memory" in r for r in doc["verdict"]["recommendations"])
 
