@@ -29,27 +29,15 @@ import re
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.profile.intervals import clip as _clip
+from tfbertperf.profile.intervals import length as _length
+from tfbertperf.profile.intervals import union as _union
 from tfbertperf.profile.xspace import read_space
 
 PS_PER_MS = 1_000_000_000
 _DEVICE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
 _STREAM_TAGS_RE = re.compile(r"\(([^)]*)\)\s*$")
 CONTRACT_KEYS = ("name", "kind", "busy_ms", "memcpy_ms", "h2d_ms", "d2h_ms", "window_ms", "busy_fraction")
-
-
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge (start, end) intervals into disjoint sorted ones."""
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def _length(merged: list[tuple[int, int]]) -> int:
-    return sum(e - s for s, e in merged)
 
 
 def stream_tags(line_name: str) -> list[str]:
@@ -198,10 +186,6 @@ def device_steps(paths: list[str]) -> list[dict]:
     """
     return [{"host": d["host"], "device": d["name"], "step": name, "start_ps": s, "end_ps": e,
              "duration_ms": _ms(e - s)} for d in raw_planes(paths) for name, s, e in d["steps"]]
-
-
-def _clip(intervals, start: int, end: int) -> list[tuple[int, int]]:
-    return [(max(s, start), min(e, end)) for s, e in intervals if e > start and s < end]
 
 
 def busy_ms_by_step(paths: list[str]) -> dict[str, dict[tuple[str, str], float]]:
