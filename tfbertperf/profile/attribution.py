@@ -14,10 +14,11 @@ from pathlib import Path
 from tfbertperf.profile import devices, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
-from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
-                                       attribute_host, joined_input_split, step_timer_summary)
+from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
+                                                  accelerator_utilization, attribute_host, joined_input_split,
+                                                  step_timer_summary)
 from tfbertperf.profile.accelerator_facts import cross_check
-from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, verdict
+from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
 __all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",
            "STEPS_NOT_MARKED"]
@@ -45,7 +46,7 @@ def device_summary(devs: list[dict], xplanes=None) -> dict:
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
-              env_devices=None, cpu_flags=None) -> dict:
+              env_devices=None, cpu_flags=None, refine_with: dict | None = None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -61,6 +62,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       env_devices: the run environment's devices section (report.json environment.devices): names the chip
         for the advice and is cross-checked with xprof's hardware_type (attribution.hardware_warning).
       cpu_flags: the run environment's CPU flags (environment.cpu.flags): CPU precision advice (advice.py).
+      refine_with: the run's input ceiling and host figures (verdict.refine's keyword arguments; job.py measures
+        them first): the verdict reads them as it is made, once.  None (a foreign profile): not read.
     Returns:
       {"attribution": {...}, "verdict": {...}, "accelerator_utilization": float,
        "hosts": {host: attribution block}, "devices": [device plane dicts, profile/devices.py]}; with several
@@ -99,9 +102,12 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)
+    decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
+    if refine_with is not None:
+        decided = refine(decided, **refine_with)
     return {
         "attribution": att,
-        "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags),
+        "verdict": decided,
         "accelerator_utilization": round(au, 6),
         "hosts": per_host,
         "devices": devs,
