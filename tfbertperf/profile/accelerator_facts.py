@@ -213,7 +213,7 @@ def measured_facts(model: str | None, family: str | None = None) -> dict | None:
     plane names it ("NVIDIA H100 80GB HBM3") or whose family is known ("H100"): {"profile", "source",
     "fp32_over_bf16_step", "pinned_h2d_gb_per_s", "pageable_h2d_gb_per_s": [low, high]}; None when the table
     has no measurement for it."""
-    from tfbertperf.train.emulate import load_profiles
+    from tfbertperf.train.emulated_devices import load_profiles
 
     names = " ".join(x for x in (model, family) if x)
     if not names:
