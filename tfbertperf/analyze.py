@@ -129,6 +129,8 @@ def main(argv=None) -> int:
               "its window may hold fewer steps than the run planned", file=sys.stderr)
     if doc.get("steps_marked") is False:
         print(f"tfbertperf: note: {doc['note']}", file=sys.stderr)
+        for missing in doc.get("missing") or ():
+            print(f"tfbertperf: note: {missing}", file=sys.stderr)
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
