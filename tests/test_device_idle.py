@@ -194,3 +194,47 @@ def test_rule_unexplained_idle_without_python_frames_says_how_to_recapture(tmp_p
                  lambda t: [("fusion", t + 500, 5_000)])
     assert att["other_named_ms"]["idle"] > 0 and att["missing"] == [RECAPTURE_PYTHON]
     assert "python_tracer_level=1" in att["missing"][0]
+
+
+def test_every_set_knob_in_the_advice_table_exists_in_the_config():
+    from dataclasses import fields
+
+    from tfbertperf.config import load_config
+    from tfbertperf.profile.advice import ADVICE
+
+    cfg = load_config()
+    knobs = {m for row in ADVICE for m in re.findall(r"--set ([a-z_]+\.[a-z_]+)=", row.text)}
+    assert "pipeline.device_prefetch" in knobs
+    for knob in knobs:
+        section, key = knob.split(".")
+        assert key in {f.name for f in fields(getattr(cfg, section))}, knob
+
+
+def test_our_gpu_run_gets_the_device_prefetch_knob_when_transfer_bound():
+    from tfbertperf.config import load_config
+    from tfbertperf.profile.advice import actions
+
+    att = {"hardware_type": "GPU", "fractions": {"host_to_device": 0.4}, "source": "device_idle",
+           "transfer": {"memory": "pinned"}, "xla_compiled": True}
+    sets = [s for a in actions("transfer", att, load_config().to_dict()) for s in a["set"]]
+    assert sets == ["pipeline.device_prefetch=2"]
+    off = actions("transfer", att, load_config(sets=["pipeline.device_prefetch=2"]).to_dict())
+    assert not any(a["set"] for a in off)  # already on: nothing to set
+
+
+def test_our_runs_compare_the_capture_with_the_unprofiled_step_timer(tmp_path):
+    from tfbertperf.profile.verdict import verdict
+
+    host = {"python3": []}
+    dev = {"Stream #1(Compute)": []}
+    for i in range(4):
+        t = 10_000 * i
+        host["python3"] += [("train", t, 9_900, {"step_num": i, "_r": 1}), ("cuLaunchKernel", t, 5_000, {})]
+        dev["Stream #1(Compute)"].append(("fusion", t + 5_000, 5_000, {}))
+    path = synthetic_xspace(tmp_path / "own.xplane.pb", host, dev)
+    att = attribute_from_idle(load_trace([path]), measured_step_ms=8.0)
+    cost = att["profiler_cost"]
+    assert cost["added_ms_per_step"] == pytest.approx(2.0) and cost["basis"].startswith("measured")
+    att["hardware_type"] = "GPU"
+    summary = verdict(att, att["device_busy_fraction"])["summary"]
+    assert summary.startswith("launch-bound") and "the capture added 2.0 ms a step" in summary
