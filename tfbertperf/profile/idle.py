@@ -29,6 +29,7 @@ step's wall time exactly.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -99,11 +100,13 @@ def _python_frames(thread: HostThread, markers) -> tuple[list, list]:
         if parent[i] >= 0:
             handoff[parent[i]] |= handoff[i]
             loader[parent[i]] |= loader[i]
+    starts = sorted(e.start for e in evs if _kind(e.name) in _HANDOFF)  # the hand-off events themselves
     first_handoff = {}
     for m in markers:
-        inside = [e.start for i, e in enumerate(evs) if handoff[i] and _kind(e.name) in _HANDOFF
-                  and m.start <= e.start < m.end]
-        first_handoff[m.start] = (m.end, min(inside, default=m.end))
+        k = bisect.bisect_left(starts, m.start)
+        first = starts[k] if k < len(starts) and starts[k] < m.end else m.end
+        first_handoff[m.start] = (m.end, first)
+    marker_starts = sorted(first_handoff)
     inputs, python = [], []
     for i, e in enumerate(evs):
         if not e.name.startswith("$") or (parent[i] >= 0 and evs[parent[i]].name.startswith("$")
@@ -112,7 +115,8 @@ def _python_frames(thread: HostThread, markers) -> tuple[list, list]:
         if handoff[i]:
             python.append((e.start, e.end))
             continue
-        before = any(ms <= e.start and e.end <= first for ms, (_, first) in first_handoff.items())
+        k = bisect.bisect_right(marker_starts, e.start) - 1  # the marker this frame starts in, if any
+        before = k >= 0 and e.end <= first_handoff[marker_starts[k]][1]
         (inputs if before or loader[i] else python).append((e.start, e.end))
     return inputs, python
 
@@ -145,14 +149,15 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
     for d in trace.active_devices():
         h2d = iv.union((c.start, c.end) for c in d.copies if c.direction == "h2d")
         d2h = iv.union((c.start, c.end) for c in d.copies if c.direction == "d2h")
+        covers = {k: iv.union(acts[k] + (h2d if k == "host_to_device" else d2h if k == "output" else []))
+                  for k in CHARGE_ORDER}
         for st in steps:
             busy = iv.clip(d.busy, st.start, st.end)
             idle = iv.subtract([(st.start, st.end)], busy)
             res = StepIdle(st.label, d.name, st.ps, iv.length(busy))
             launch_idle = []
             for kind in CHARGE_ORDER:
-                cover = iv.union(acts[kind] + (h2d if kind == "host_to_device" else d2h if kind == "output" else []))
-                got = iv.intersect(idle, iv.clip(cover, st.start, st.end))
+                got = iv.intersect(idle, iv.clip(covers[kind], st.start, st.end))
                 res.charged[kind] = iv.length(got)
                 launch_idle = got if kind == "kernel_launch" else launch_idle
                 idle = iv.subtract(idle, got)
