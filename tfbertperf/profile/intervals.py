@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 
 def union(intervals) -> list[tuple[int, int]]:
     """Merge (start, end) intervals into disjoint sorted ones."""
@@ -21,7 +23,13 @@ def length(merged) -> int:
 
 
 def clip(merged, start: int, end: int) -> list[tuple[int, int]]:
-    return [(max(s, start), min(e, end)) for s, e in merged if e > start and s < end]
+    """The part of a merged list inside [start, end); found by bisection (ends of a merged list are sorted)."""
+    out = []
+    for s, e in merged[bisect.bisect_right(merged, start, key=lambda iv: iv[1]):]:
+        if s >= end:
+            break
+        out.append((max(s, start), min(e, end)))
+    return out
 
 
 def intersect(a, b) -> list[tuple[int, int]]:
