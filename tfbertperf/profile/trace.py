@@ -17,6 +17,7 @@ Times are picoseconds on the profile clock (host and device planes share it: an 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -138,9 +139,20 @@ def _device_trace(plane, host: str, summary: dict) -> DeviceTrace:
 
 
 def load_trace(paths) -> Trace:
-    """The Trace of a capture's `.xplane.pb` files (one per host); each file is parsed once (xspace.py).
+    """The Trace of a capture's `.xplane.pb` files (one per host); each file is parsed once (xspace.py) and the
+    Trace built once per set of files (cached on their paths, mtimes and sizes; analyzers only read it).
     Raises UsageError for an unreadable or damaged file."""
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    stamps = []
+    for p in paths:
+        st = read_space(p) and p.stat()  # read_space raises the one-line error for a bad file first
+        stamps.append((str(p), st.st_mtime_ns, st.st_size))
+    return _build(tuple(stamps))
+
+
+@functools.lru_cache(maxsize=4)
+def _build(stamps: tuple) -> Trace:
+    paths = [Path(p) for p, _, _ in stamps]
     trace = Trace(paths)
     hlo = None
     for path in paths:
