@@ -238,3 +238,13 @@ def test_our_runs_compare_the_capture_with_the_unprofiled_step_timer(tmp_path):
     att["hardware_type"] = "GPU"
     summary = verdict(att, att["device_busy_fraction"])["summary"]
     assert summary.startswith("launch-bound") and "the capture added 2.0 ms a step" in summary
+
+
+def test_reading_captures_and_their_hlo_does_not_import_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from tfbertperf.profile.xspace import hlo_pb2, xplane_pb2; "
+            "assert hlo_pb2() is not None and xplane_pb2().XSpace; print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
