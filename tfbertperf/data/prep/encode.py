@@ -5,22 +5,20 @@ Records are serialized tf.train.Examples byte-identical to TensorFlow's determin
 entries sorted by key, packed lists): `encode_records` encodes a whole batch of examples held as numpy arrays at
 once; `encode_example` one example held as Python values (a value of 2**21 or more, rare text, labels).  The
 framing is TFRecord's (storage/tfrecord.py reads it back): uint64 length | masked CRC32C of it | data | masked
-CRC32C of the data.
+CRC32C of the data (storage/tfrecord.py frames and reads it).
 """
 from __future__ import annotations
 
 import struct
 from functools import lru_cache
 
-import google_crc32c
 import numpy as np
 
 from tfbertperf.data.features import PRETRAIN_KEYS
 from tfbertperf.storage.atomic import atomic_file
-from tfbertperf.storage.tfrecord import masked_crc32c
+from tfbertperf.storage.tfrecord import frame_records
 
 KEYS = tuple(sorted(PRETRAIN_KEYS))  # the pretraining features in the order serialization writes them
-_HEADERS: dict[int, bytes] = {}  # TFRecord header by record length
 
 
 def _varint(n: int) -> bytes:
@@ -133,24 +131,6 @@ def encode_records(ex: dict, keys=KEYS) -> tuple[bytes, np.ndarray, np.ndarray |
             out[np.repeat((at - np.cumsum(p[2]) + p[2]).astype(idx), p[2]) + np.arange(len(p[1]), dtype=idx)] = p[1]
             at = at + p[2].astype(idx)
     return out.tobytes(), rec_len, None if ids_at is None else ids_at.astype(np.int64)
-
-
-def _frame_header(n: int) -> bytes:  # uint64 length, masked CRC32C of those 8 bytes
-    return struct.pack("<Q", n) + struct.pack("<I", masked_crc32c(struct.pack("<Q", n)))
-
-
-def frame_records(pool: bytes, starts: list, lens: list, which, p1: list | None = None, ids=None) -> bytes:
-    """TFRecord-framed records `which` of `pool`; with `ids`, record i gets the 2-byte varint of ids[i] at p1."""
-    patch = None if ids is None else np.stack([(ids & 0x7F) | 0x80, ids >> 7], 1).astype(np.uint8).tobytes()
-    out, crc, pack = [], google_crc32c.value, struct.Struct("<I").pack
-    for i, j in enumerate(which):
-        s, e = starts[j], starts[j] + lens[j]
-        rec = pool[s:e] if patch is None else pool[s:p1[j]] + patch[2 * i:2 * i + 2] + pool[p1[j] + 2:e]
-        c, h = crc(rec), _HEADERS.get(len(rec)) or _HEADERS.setdefault(len(rec), _frame_header(len(rec)))
-        out += (h, rec, pack((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
-    return b"".join(out)
-
-
 
 
 def write_records(path: str, buf: bytes, lens: list[int], durable: bool = True) -> int:

@@ -30,9 +30,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from tfbertperf.data.prep.encode import encode_records, frame_records
+from tfbertperf.data.prep.encode import encode_records
 from tfbertperf.errors import UsageError
 from tfbertperf.storage.atomic import atomic_file
+from tfbertperf.storage.tfrecord import frame_records
 
 CLS, SEP, MASK_ID, LOW_ID = 2, 3, 4, 999
 CHUNK, POOL = 2048, 8192  # records generated at once; distinct records per shard
