@@ -55,7 +55,7 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
     sc = doc.get("scenario")
     if sc:
         parts.append(f"<p class='q'><b>Scenario {e(sc['name'])}:</b> {e(sc['question'])}<br>"
-                     f"<b>Answer:</b> {e(doc['explanation'].get('headline') or 'no answer: too few cells ran')}</p>")
+                     f"<b>Answer:</b> {e(doc['explanation'].get('answer') or 'no answer: too few cells ran')}</p>")
     parts.append(f"<p>Each cell ran {doc.get('repeat', 1)}×, {e(doc.get('order', ''))}; figures are medians, the "
                  "spread (min–max) is in parentheses; a difference is called real only when the ranges do not "
                  "overlap.</p>")
