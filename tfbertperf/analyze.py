@@ -66,6 +66,9 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
         kw["cpu_flags"] = ((report.get("environment") or {}).get("cpu") or {}).get("flags")
         kw["config"] = report.get("config")
         kw["storage"] = report.get("storage")
+        # an emulated run: its AU as the devices measured it, and their wait as device compute (as the run did)
+        kw["emulated_au"] = (report.get("emulation") or {}).get("au")
+        kw["emulated_step_ms"] = (report.get("emulation") or {}).get("step_ms")
         T = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
         icf = (report.get("attribution") or {}).get("input_cost_fraction")
         if T:

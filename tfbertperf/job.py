@@ -155,7 +155,9 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         attribution_doc = attribute(find_xplanes(str(tb_dir)), step_time_ms=step_ms,
                                     compute_only_step_ms=compute_only_ms, storage=storage, config=cfg.to_dict(),
                                     env_devices=environment.get("devices"),
-                                    cpu_flags=(environment.get("cpu") or {}).get("flags"))
+                                    cpu_flags=(environment.get("cpu") or {}).get("flags"),
+                                    emulated_au=(result.extra.get("emulation") or {}).get("au"),
+                                    emulated_step_ms=(result.extra.get("emulation") or {}).get("step_ms"))
         # T and T_c of the what-if figure, so that a reader can recompute it (unclamped)
         attribution_doc["attribution"]["steady_step_time_ms"] = round(step_ms, 4)
         attribution_doc["attribution"]["compute_only_step_ms"] = (None if compute_only_ms is None

@@ -52,12 +52,20 @@ def attribution_table(report: dict) -> str:
             lines.append(f"compute-only ratio T_c / T (MLPerf Storage):     {_pct(att['au_compute_only_ratio'])}")
     elif au is not None:
         lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
+    lines += input_ops_lines(att)
+    return "\n".join(lines)
+
+
+def input_ops_lines(att: dict, indent: str = "") -> list[str]:
+    """The input-op lines `run` and `analyze` both print (the same figures, the same labels): xprof's own split
+    per profiled step, then, for our runs, the split with our storage layer's read time (input_split_us)."""
+    out = []
     for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
                        ("input_split_us", "input ops, µs/step, with our storage read time")):
         ops = att.get(key) or {}
-        if ops:
-            lines.append(f"{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
-    return "\n".join(lines)
+        if ops and (key == "input_split_us" or any(ops.values())):
+            out.append(f"{indent}{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
+    return out
 
 
 def verdict_line(report: dict) -> str:
@@ -96,9 +104,7 @@ def host_table(att: dict, title: str) -> str:
                      f"   (blocked wait + CPU the pipeline took from compute on {att.get('cores_seen')} cores)")
     if att.get("input_cost_fraction") is not None:
         lines.append(f"  {'input cost, what-if':<24}{'':>10}{att['input_cost_fraction'] * 100:>7.1f}%")
-    ops = att.get("input_ops_us") or {}
-    if any(ops.values()):
-        lines.append("  input ops µs/step: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    lines += input_ops_lines(att, "  ")
     tr = att.get("transfer")
     if tr and tr.get("steps_matched"):
         taken = ", ".join(f"{k} {v / att['steps_profiled']:.3f}" for k, v in tr["taken_from_ms"].items() if v > 0)
@@ -201,8 +207,8 @@ def print_analysis(doc: dict) -> None:
         print(format_device_table(devs))
         return
     hosts = doc["hosts"]
-    for host, att in hosts.items():
-        print(host_table(att, f"host {host}"))
+    for host, att in hosts.items():  # one host: its table is the run's attribution (with the joined input split)
+        print(host_table(doc["attribution"] if len(hosts) == 1 else att, f"host {host}"))
     if len(hosts) > 1:
         print(host_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
     if devs:
