@@ -141,6 +141,18 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
     return report
 
 
+def profile_window_note(cfg, result, tb_dir: Path) -> str | None:
+    """Why the profile in tb_dir is not this process's whole window (None when there is no profile): the window
+    was cut short by Ctrl-C, or was profiled before the checkpoint this run resumed from.  Its steps are still
+    the run's, so report.json keeps their attribution and verdict, with this note (attribution.window_note)."""
+    if cfg.profile_window is None or not list(Path(tb_dir).glob("plugins/profile/*/*.xplane.pb")):
+        return None
+    w = f"{cfg.profile_window[0]}:{cfg.profile_window[1]}"
+    if result.extra.get("interrupted_at_step") is not None:
+        return f"the profiled window {w} was cut short by Ctrl-C after step {result.extra['interrupted_at_step']}"
+    return f"the profiled window {w} was captured before the checkpoint this run resumed from"
+
+
 INTERRUPTED = "INTERRUPTED"  # marker file in a run directory whose run was stopped by Ctrl-C (SIGINT)
 
 
