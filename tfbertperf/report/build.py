@@ -7,7 +7,7 @@ import datetime as _dt
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
-from tfbertperf.report.caveats import caveats
+from tfbertperf.report.caveats import caveats, storage_caveats
 
 REPORT_SCHEMA = "tfbertperf.report/1"
 RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
@@ -137,7 +137,7 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
     report["devices"] = attribution_doc.get("devices", [])
-    report["caveats"] = caveats(cfg, result, len(times), environment or {}, idx)
+    report["caveats"] = caveats(cfg, result, len(times), environment or {}, idx) + storage_caveats(storage)
     return report
 
 

@@ -84,3 +84,21 @@ def precision_caveats(cfg, environment: dict) -> list[str]:
         return ["train.precision=mixed_bfloat16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated and "
                 "slower than float32 here; use float32"]
     return []
+
+
+def storage_caveats(storage: dict) -> list[str]:
+    """Caveats from the run's storage block: records skipped or shards read anyway with data.skip_corrupt
+    (storage.records_skipped, storage.corrupt_shards).  The training then saw fewer examples than the data
+    holds, and the damaged shards went through the record-checking reader (storage/integrity.py: Python, one
+    record at a time, no batched reads), which is slower than TF's: the input ceiling measured on those shards
+    is lower than the sound data's would be."""
+    shards = list((storage or {}).get("corrupt_shards") or [])
+    if not shards:
+        return []
+    n = int(storage.get("records_skipped") or 0)
+    names = ", ".join(shards[:3]) + (f" and {len(shards) - 3} more" if len(shards) > 3 else "")
+    what = (f"{n} damaged record(s) skipped in {len(shards)} shard(s) ({names})" if n else
+            f"{len(shards)} shard(s) whose sha256 does not match the manifest read anyway ({names})")
+    return [f"data.skip_corrupt: {what}; the record-checking reader those shards go through (Python, record by "
+            f"record) is slower than TF's, so the input ceiling is lower than the sound data's would be"]
+
