@@ -5,6 +5,7 @@ line, exit 2."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,25 @@ def test_an_emulated_run_counts_its_model_like_the_real_run_and_analyze_repeats_
     bd = r["attribution"]["breakdown_ms"]
     assert bd["device_compute"] >= 0.9 * r["emulation"]["step_ms"] and bd["host_compute"] < bd["device_compute"]
     assert doc["attribution"]["breakdown_ms"] == bd
+    # the window 4:10 is the 6 steps xprof finds (a capture of exactly 4–9 gave 4: xprof drops its first and last)
+    assert r["attribution"]["steps_profiled"] == 6
+    # report.md (item 12): the verdict said once, each plot's own alt text, a rounded loss
+    md = (run_dir / "report.md").read_text()
+    b = r["verdict"]["bottleneck"]
+    assert f"**Verdict:** {b}-bound" in md and f"{b}-bound.** {b}-bound" not in md
+    assert md.count("![step-time breakdown") == 1 and "![host utilization over the run" in md
+    assert re.search(r"final loss \d+\.\d{4}\b", md)
+
+
+def test_a_cycle_length_above_the_shards_is_what_is_in_force_with_a_caveat():
+    """Item 12: cycle_length 16 over 8 shards reads 8 at once; report.json's pipeline says 8 and a caveat why."""
+    from tfbertperf.data.pipeline import effective_pipeline
+    from tfbertperf.report.build import set_pipeline
+
+    report = {"caveats": []}
+    set_pipeline(report, effective_pipeline(load_config(sets=["pipeline.cycle_length=16"]), 8))
+    assert report["pipeline"]["cycle_length"] == 8
+    assert report["caveats"] == ["pipeline.cycle_length 16 over 8 shard files: 8 files are read at once (one per shard)"]
+    report = {"caveats": []}
+    set_pipeline(report, effective_pipeline(load_config(sets=["pipeline.cycle_length=4"]), 8))
+    assert report["pipeline"]["cycle_length"] == 4 and report["caveats"] == []

@@ -96,7 +96,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.capture import Capture
     from tfbertperf.profile.xprof_tools import find_xplanes
-    from tfbertperf.report.build import bar_entry, build_report, profile_window_note, steady_step_ms, tokenizer_block
+    from tfbertperf.report.build import (bar_entry, build_report, profile_window_note, set_pipeline, steady_step_ms,
+                                         tokenizer_block)
     from tfbertperf.storage import open_shards
     from tfbertperf.storage.integrity import storage_errors
     from tfbertperf.train.emulate import from_config as emulation_from_config
@@ -162,8 +163,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         attribution_doc["attribution"].update(steady_step_time_ms=round(step_ms, 4), window_note=window_note,
             compute_only_step_ms=None if compute_only_ms is None else round(compute_only_ms, 4),
             threadpool_events=result.extra.get("threadpool_events"))
-    attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
-                                                       result.warmup_steps)
+    attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms, result.warmup_steps)
     plots: list[str] = []
     if attribution_doc.get("attribution"):
         from tfbertperf.report.plots import write_step_breakdown
@@ -175,7 +175,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
-    report["pipeline"] = effective_pipeline(cfg, len(inputs.shard_uris))  # the knobs in force (preset resolved)
+    set_pipeline(report, effective_pipeline(cfg, len(inputs.shard_uris)))  # the knobs in force (preset resolved)
     report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:

@@ -180,6 +180,14 @@ def mark_interrupted(run_dir: Path, interrupted: bool, at_step: int | None = Non
         marker.unlink()
 
 
+def set_pipeline(report: dict, pipeline: dict) -> None:
+    """report.json's `pipeline` (the knobs in force, data/pipeline.py effective_pipeline); a setting that cannot
+    take effect as written (cycle_length above the number of shards) is also a caveat, said on the console."""
+    report["pipeline"] = pipeline
+    if pipeline.get("cycle_length_note"):
+        report.setdefault("caveats", []).append(pipeline["cycle_length_note"])
+
+
 def tokenizer_block(manifest: dict) -> dict:
     """report.json's `tokenizer`: {"name", "library", "version", "vocab_sha256", "lower_case", "vocab_size"} of
     the tokenizer the run's data were made with (env --diff ranks a difference as a numerics cause)."""

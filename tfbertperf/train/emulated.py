@@ -27,6 +27,7 @@ import time
 from typing import Callable
 
 from tfbertperf.train.emulate import Emulation, au, au_from_steps, emulated_step
+from tfbertperf.train.probe import traced_steps
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute
 
@@ -101,7 +102,8 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
         over_ms: list[float] = []  # how late each emulated step ended (a loaded machine wakes sleepers late)
         scalars: list[tuple[int, dict]] = []
         clock = time.perf_counter
-        edges = {window[0]: "start", window[1]: "stop"} if window else {}
+        traced = traced_steps(window)  # one step more on each side: xprof drops a capture's first and last
+        edges = {traced[0]: "start", traced[1]: "stop"} if window else {}
         for i in range(steps):
             step_hook and step_hook("train")
             if i in edges:  # the profiled window opens / closes before this step
