@@ -173,10 +173,17 @@ def test_index_html_renders_table_and_both_charts_offline(compared, tmp_path, wi
         x0, y0, x1, y1 = box
         region = img[y0:y1 + 1, x0:x1 + 1]
         assert (region != 255).any(axis=2).mean() > 0.05  # a non-blank image region
-    # the charts come after the tables, the breakdown before the throughput chart (stacked on a phone)
-    assert pink[1] < green[1]
+    # the charts come after the tables, the breakdown before the throughput chart (stacked)
+    assert pink[1] < green[1] and green[3] < blue[1]
+    # issue 23 item 9: the verdict and headroom columns (highlighted) are on the page, not cut off or behind a
+    # scroll bar, at both widths; on a phone each row is a card whose cells span the width
+    key = _mask(img, "#fff3c4", 3)
+    kbox = _box(key)
+    assert kbox is not None and kbox[2] < width - 4, kbox
     if width < 500:
-        assert green[3] < blue[1]
+        assert kbox[2] - kbox[0] > 0.8 * (width - 40)  # a card's full-width line, readable without zooming
+    else:
+        assert green[2] - green[0] > 0.5 * width  # the breakdown chart is big enough to read (was ~40 %)
 
 
 # --- bad input ----------------------------------------------------------------------------------------------------
@@ -327,3 +334,10 @@ def test_the_answer_names_the_cause_and_slower_is_said_only_of_a_real_difference
     doc = build_comparison(tmp_path, one, repeat=1)
     assert "slower" not in doc["explanation"]["headline"] and "1 run each" in doc["explanation"]["headline"]
     assert "(noise)" not in comparison_markdown(doc)
+
+
+def test_no_negative_zero_is_printed():
+    from tfbertperf.report.stats import fmt, number
+
+    assert number(-0.04) == "0.0" and number(-0.04, 2) == "-0.04" and number(-1.26) == "-1.3"
+    assert fmt({"median": -0.0001, "min": -0.02, "max": 0.01, "n": 3}) == "0.0 (0.0–0.0)"

@@ -155,7 +155,8 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
         sampler.stop()
         summary, start, end = _host_summary(sampler)
         summary["whole_run"] = {k: v for k, v in sampler.summary().items()
-                                if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds")}
+                                if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds",
+                                         "disk_read_mb", "net_rx_mb")}
         summary["thread_cpu"] = sampler.thread_cpu(start, end)
         report["host_utilization"] = summary
         from tfbertperf.profile.utilization import write_scalars

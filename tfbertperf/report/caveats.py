@@ -23,6 +23,7 @@ from __future__ import annotations
 MIN_STEADY_STEPS = 10
 MIN_PROBE_STEPS = 5
 WINDOW_DRIFT = 0.25
+PROBE_SLOWER = 0.05
 
 
 def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[int] | None = None) -> list[str]:
@@ -40,9 +41,29 @@ def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[in
     if cfg.profile.probe_steps > 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:
         out.append(f"the what-if input cost rests on {result.probe_steps} compute-only probe step(s) (fewer than "
                    f"{MIN_PROBE_STEPS}); raise train.steps (the probe times at most half as many steps as the run)")
+    out.extend(probe_caveats(result, steady))
     out.extend(window_caveats(result, steady))
     out.extend(precision_caveats(cfg, environment))
     return out
+
+
+def probe_caveats(result, steady: list[int] | None = None) -> list[str]:
+    """The compute-only probe's step T_c slower than the pipeline-fed step T by PROBE_SLOWER (5 %) or more: the
+    what-if input cost (T − T_c) / T is then clamped to 0 and the run called compute-bound, though the figure
+    only says that the machine ran slower while the probe ran (drift, other processes) — the input's cost is
+    not measured by it (a real gs:// native run: T 314.8 ms, T_c 341.6 ms)."""
+    tc = getattr(result, "compute_only_step_ms", None)
+    times = result.step_times_ms
+    idx = list(steady) if steady is not None else list(range(int(result.warmup_steps), len(times)))
+    if not tc or not idx or getattr(result, "extra", {}).get("emulation"):
+        return []
+    t = sum(times[i] for i in idx) / len(idx)
+    if tc < (1 + PROBE_SLOWER) * t:
+        return []
+    return [f"the compute-only probe's step ({tc:.1f} ms) was slower than the training's ({t:.1f} ms): the what-if "
+            f"input cost reads 0 % because the machine ran slower during the probe, not because input is free; "
+            f"the step timer's blocked wait and xprof's input share are the figures to read here "
+            f"(more probe blocks, profile.probe_blocks, average the drift out)"]
 
 
 def window_caveats(result, steady: list[int] | None = None) -> list[str]:

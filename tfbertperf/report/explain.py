@@ -5,7 +5,7 @@ the comparison itself measured it (a cell that differs from the slowest exactly 
 
 from __future__ import annotations
 
-from tfbertperf.report.stats import fmt, fmt_ratio, ratio, real_difference
+from tfbertperf.report.stats import fmt, fmt_ratio, number, ratio, real_difference
 
 STORAGE_FIGURES = [  # (row key, words, unit, digits)
     ("storage_read_ms_per_step", "storage read", " ms/step", 2),
@@ -65,7 +65,7 @@ def _growth(slow: dict, fast: dict) -> list[dict]:
     st, ft = slow.get("profiled_step_time_ms") or 0.0, fast.get("profiled_step_time_ms") or 0.0
     for cat, ms in (slow.get("breakdown_ms") or {}).items():
         f = (fast.get("breakdown_ms") or {}).get(cat, 0.0)
-        if ms - f > 0.005:
+        if ms - f >= 0.05:  # shown with one decimal: a smaller growth would read "grew by 0.0 ms"
             out.append({"category": cat, "slow_ms": round(ms, 3), "fast_ms": round(f, 3), "grew_ms": round(ms - f, 3),
                         "slow_share": round(ms / st, 4) if st else None,
                         "fast_share": round(f / ft, 4) if ft else None})
@@ -111,8 +111,11 @@ def explain(doc: dict, machines: bool = False) -> dict:
     grew = (slow.get("step_time_ms") or 0.0) - (fast.get("step_time_ms") or 0.0)
     if grew > 0:
         cost = [fmt(x["stats"].get("input_cost_fraction"), 0, pct=True) for x in (fast, slow)]
-        lines.append(f"step time over the whole run grew by {grew:.1f} ms ({whole[0]} → {whole[1]} ms); the profiled "
-                     f"window's step by {prof[1] - prof[0]:.1f} ms ({prof[0]:.1f} → {prof[1]:.1f} ms); input cost "
+        d = prof[1] - prof[0]
+        window = (f"grew by {number(d)} ms" if round(d, 1) > 0 else
+                  f"shrank by {number(-d)} ms" if round(d, 1) < 0 else "did not change")
+        lines.append(f"step time over the whole run grew by {number(grew)} ms ({whole[0]} → {whole[1]} ms); the profiled "
+                     f"window's step {window} ({number(prof[0])} → {number(prof[1])} ms); input cost "
                      f"(what-if) {cost[0]} → {cost[1]}"
                      + ("; most of the growth lies outside the profiled window (stalls the window did not catch)"
                         if grew > 2 * max(prof[1] - prof[0], 0.0) + 1.0 else ""))
