@@ -157,8 +157,13 @@ INTERRUPTED = "INTERRUPTED"  # marker file in a run directory whose run was stop
 
 
 def write_config(run_dir: Path, cfg) -> None:
-    """config.yaml (atomically, secrets redacted): written first, so that a killed run can be resumed."""
+    """config.yaml (atomically, secrets redacted): written first, so that a killed run can be resumed.  From here
+    on the libraries' log records go to the run's library.log (errors.py library_log), not to the console."""
     import yaml
+
+    from tfbertperf.errors import library_log
+
+    library_log.to_file(Path(run_dir) / "library.log")
 
     from tfbertperf.report.io import atomic_write_text
 
