@@ -286,7 +286,7 @@ def test_notebook_vs_cloud_vm_emulates_a_step_short_enough_for_the_input_to_show
     hid the naive pipeline's 20 ms reads behind it and the scenario answered 1.00× (issue 23, item 3)."""
     from tfbertperf.compare import load_scenario
     from tfbertperf.config import load_config
-    from tfbertperf.train.emulate import from_config
+    from tfbertperf.train.emulated_devices import from_config
 
     nb = load_scenario("notebook-vs-cloud-vm")
     steps = {from_config(load_config(overrides=dict(kv.split("=", 1) for kv in nb["set"] + c["set"]))).step_ms

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
-    from tfbertperf.job import validate
+    from tfbertperf.advice_validation import validate
     from tfbertperf.report.console import print_analysis
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

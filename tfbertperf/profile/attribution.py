@@ -15,7 +15,7 @@ from tfbertperf.profile import devices, xprof_tools
 from tfbertperf.profile.figures import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
                                        attribute_host, joined_input_split, step_timer_summary)
 from tfbertperf.profile.hardware import cross_check
-from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, verdict
+from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
 __all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",
            "STEPS_NOT_MARKED"]
@@ -53,7 +53,7 @@ def _emulated_wait_is_device_compute(att: dict, step_ms: float) -> dict:
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
-              env_devices=None, cpu_flags=None, emulated_au: float | None = None,
+              env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
               emulated_step_ms: float | None = None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
@@ -70,6 +70,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       env_devices: the run environment's devices section (report.json environment.devices): names the chip
         for the advice and is cross-checked with xprof's hardware_type (attribution.hardware_warning).
       cpu_flags: the run environment's CPU flags (environment.cpu.flags): CPU precision advice (advice.py).
+      refine_with: the run's input ceiling and host figures (verdict.refine's keyword arguments; job.py measures
+        them first): the verdict reads them as it is made, once.  None (a foreign profile): not read.
       emulated_au: an emulated run's AU as its devices measured it (report.json emulation.au, DLIO's
         definition); it is the run's AU, so `run` and `analyze` of its directory give one figure.
       emulated_step_ms: an emulated run's device step (report.json emulation.step_ms).  xprof sees the emulated
@@ -117,9 +119,12 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)
+    decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
+    if refine_with is not None:
+        decided = refine(decided, **refine_with)
     return {
         "attribution": att,
-        "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags),
+        "verdict": decided,
         "accelerator_utilization": round(au, 6),
         "hosts": per_host,
         "devices": devs,
