@@ -220,7 +220,7 @@ def test_an_emulated_run_counts_its_model_like_the_real_run_and_analyze_repeats_
     same data; `analyze` of its directory gives the run's AU and the same input-op lines; the emulated device's
     wait is device compute, not host compute (item 9)."""
     from tfbertperf.analyze import analyze
-    from tfbertperf.model.bert import build_model
+    from tfbertperf.model.build import build_model
     from tfbertperf.report.console import input_ops_lines
 
     run_dir, r = emulated
