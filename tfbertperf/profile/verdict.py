@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.profile.advice import actions
-from tfbertperf.profile.figures import input_share
+from tfbertperf.profile.advice import LAUNCH_BOUND_SHARE, actions
+from tfbertperf.profile.xprof_attribution import input_share
 
 INPUT_BOUND_THRESHOLD = 0.20
 """Bottleneck "input" when the input share of the step is ≥ 0.20 — the step would be ≥ 20 % shorter with free
@@ -26,9 +26,68 @@ AU_THRESHOLD_DEFAULT = 0.90
 """MLPerf Storage's accelerator-utilization pass mark (compute time / total time)."""
 
 
+def idle_bottleneck(att: dict) -> str:
+    """The bottleneck of a device_idle attribution (profile/device_attribution.py): the largest charged idle
+    share — input, host→device (transfer), kernel launch or the rest (other) — when it reaches its threshold
+    (INPUT_BOUND_THRESHOLD, TRANSFER_BOUND_THRESHOLD, advice.LAUNCH_BOUND_SHARE, OTHER_BOUND_THRESHOLD);
+    compute otherwise.  Launch-bound steps are "other" (host-bound: the host issuing work), named in the summary."""
+    fr = att["fractions"]
+    shares = {"input": (fr["input"], INPUT_BOUND_THRESHOLD),
+              "transfer": (fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
+              "launch": (fr["kernel_launch"], LAUNCH_BOUND_SHARE),
+              "other": (fr["other"] + fr["compile"] + fr["output"], OTHER_BOUND_THRESHOLD)}
+    name, (share, threshold) = max(shares.items(), key=lambda kv: kv[1][0])
+    if share < threshold:
+        return "compute"
+    return "other" if name == "launch" else name
+
+
+def _profiler_words(att: dict) -> str:
+    pc = att.get("profiler_cost") or {}
+    if pc.get("added_ms_per_step") is not None:
+        return (f"the capture added {pc['added_ms_per_step']:.1f} ms a step ({pc.get('added_fraction') or 0:.0%} of "
+                f"the captured step) over the unprofiled step timer's {pc['unprofiled_step_ms']:.1f} ms")
+    if pc.get("host_events_per_step") is not None:
+        tracer = "Python tracer on" if pc.get("python_tracer") else "no Python tracer"
+        return (f"the profiler slows the host: {pc['host_events_per_step']} host events recorded a step ({tracer}), "
+                f"at least ~{pc['added_ms_per_step_estimate']:.1f} ms a step estimated, more where CUPTI wraps each "
+                "launch — compare with the program's unprofiled step time before acting on host-bound time")
+    return ""
+
+
+def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float) -> str:
+    fr, tr = att["fractions"], att.get("transfer") or {}
+    launch_bound = bottleneck == "other" and fr["kernel_launch"] >= fr["other"] + fr["compile"] + fr["output"]
+    what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound (host→device)",
+            "other": "launch-bound (the host issuing work)" if launch_bound else
+                     "bound by other host time"}[bottleneck]
+    copies = ""
+    if tr.get("memory") and fr["host_to_device"] >= 0.005:  # memory set: enough bytes to read a rate from
+        copies = (f" at {tr['effective_gb_per_s']:.1f} GB/s, {tr['memory']} memory (pinned "
+                  f"{tr['pinned_gb_per_s']:.1f} GB/s, {tr['pinned_basis']})")
+    named = ", ".join(f"{k} {v:.1f} ms" for k, v in (att.get("other_named_ms") or {}).items() if v >= 0.05)
+    text = (f"{what}: of the {att['step_time_ms']:.1f} ms wall-time step ({att['step_source']}), the device "
+            f"computes {fr['device_compute']:.0%} and waits on input {fr['input']:.0%}, host→device "
+            f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
+            f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
+            f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    if bottleneck in ("other", "input"):
+        words = _profiler_words(att)
+        text += f"; {words}" if words else ""
+    for m in att.get("missing") or ():
+        text += f"; {m}"
+    return text
+
+
 def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict | None = None,
             au_threshold: float = AU_THRESHOLD_DEFAULT, cpu_flags=None) -> dict:
-    """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants)."""
+    """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants);
+    a device_idle attribution (accelerator captures read from device idle time) by idle_bottleneck."""
+    if att.get("source") == "device_idle":
+        bottleneck = idle_bottleneck(att)
+        acts = actions(bottleneck, att, config, storage, cpu_flags=cpu_flags)
+        return {"bottleneck": bottleneck, "summary": _idle_summary(att, au, bottleneck, au_threshold),
+                "recommendations": [a["advice"] for a in acts], "actions": acts}
     fr = att["fractions"]
     share, source = input_share(att)
     other = fr["other"] + fr["compile"] + fr["output"]
