@@ -60,7 +60,9 @@ def input_ops_lines(att: dict, indent: str = "") -> list[str]:
     """The input-op lines `run` and `analyze` both print (the same figures, the same labels): xprof's own split
     per profiled step, then, for our runs, the split with our storage layer's read time (input_split_us)."""
     out = []
-    for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
+    # xprof sums the ops' time over the pipeline's threads: parallel reads and maps overlap, so the figure can
+    # exceed the step (concurrent ops each count their own time); the label says so
+    for key, label in (("input_ops_us", "input ops, µs/step, all threads (xprof)"),
                        ("input_split_us", "input ops, µs/step, with our storage read time")):
         ops = att.get(key) or {}
         if ops and (key == "input_split_us" or any(ops.values())):
