@@ -9,9 +9,9 @@ Definitions:
     of the dot/convolution instructions in the HLO modules that ran (the capture's `/host:metadata` plane
     carries them); without HLO, from the gemm kernels' names ("bf16" / "f16", "hgemm", "h884"…; "sgemm"/
     "tf32" → "f32"); None when neither says.
-  - profiler cost (foreign captures): the host events the profiler recorded per step on the training thread;
-    with the Python tracer on every Python call is one.  Estimate = events × PY_TRACER_US_PER_EVENT; it does
-    not include what CUPTI adds to each launch, so it is a lower bound.
+  - profiler cost (foreign captures): the host events the profiler recorded per step (every host thread); with
+    the Python tracer on every Python call is one.  Estimate = events × HOST_EVENT_COST_US; it does not include
+    what CUPTI adds to each kernel launch, so it is a lower bound.
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from collections import Counter
 from tfbertperf.profile.trace import Trace
 from tfbertperf.profile.xspace import hlo_pb2
 
-PY_TRACER_US_PER_EVENT = 1.0
-"""Assumed host cost of one recorded host event (a traced Python call or a TraceMe) in microseconds: the
-order of magnitude of a C-level profile callback plus the event's recording.  An assumption, labelled as
-such wherever the estimate is printed; not measured on an accelerator host here."""
+HOST_EVENT_COST_US = 1.7
+"""Measured cost of one host event that TensorFlow's profiler records, in microseconds: the median over 61
+traced rounds of tools/bench/bench_python_tracer_cost.py (TF 2.21 eager ops; events counted from the xplane;
+the workload thread's CPU time, which leaves out the waits for a core on the shared 2-core host; quartiles
+0.6–3.0, another run of 21 rounds 1.1 — BENCHMARKS.md "issue 22: the profiler's cost per recorded event").
+Measured on this project's CPU host (AMD EPYC) for TraceMe events: TF 2.21 ignores python_tracer_level, so the
+cost of a Python tracer frame could not be measured here and is taken to be the same (its callback also builds
+the frame's name: likely no cheaper, so the estimate stays a lower bound)."""
 
 _MATMUL_OPS = ("dot", "convolution")
 _KERNEL_PRECISION = (("bf16", re.compile(r"bf16|bfloat16", re.I)),
@@ -106,8 +110,9 @@ def profiler_cost(trace: Trace, steps, measured_step_ms: float | None) -> dict:
                 "basis": "measured: the captured step against the run's always-on step timer"}
     lo, hi = (steps[0].start, steps[-1].end) if steps else (0, 0)
     events = sum(1 for t in trace.threads for e in t.events if lo <= e.start < hi)
-    est_ms = events / max(1, n) * PY_TRACER_US_PER_EVENT / 1e3
+    est_ms = events / max(1, n) * HOST_EVENT_COST_US / 1e3
     return {"captured_step_ms": round(captured, 3), "host_events_per_step": round(events / max(1, n)),
             "python_tracer": trace.python_tracer, "added_ms_per_step_estimate": round(est_ms, 3),
-            "basis": f"estimate: host events recorded per step x {PY_TRACER_US_PER_EVENT:g} us (assumed cost of "
-                     "one traced call); a lower bound — CUPTI's cost per launch is not included"}
+            "basis": f"estimate: host events recorded per step x {HOST_EVENT_COST_US:g} us (the cost of one "
+                     "recorded event, measured: tools/bench/bench_python_tracer_cost.py); a lower bound — CUPTI's "
+                     "cost per kernel launch is not included"}

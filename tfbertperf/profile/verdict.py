@@ -26,20 +26,66 @@ AU_THRESHOLD_DEFAULT = 0.90
 """MLPerf Storage's accelerator-utilization pass mark (compute time / total time)."""
 
 
-def idle_bottleneck(att: dict) -> str:
-    """The bottleneck of a device_idle attribution (profile/device_attribution.py): the largest charged idle
-    share — input, host→device (transfer), kernel launch or the rest (other) — when it reaches its threshold
-    (INPUT_BOUND_THRESHOLD, TRANSFER_BOUND_THRESHOLD, advice.LAUNCH_BOUND_SHARE, OTHER_BOUND_THRESHOLD);
-    compute otherwise.  Launch-bound steps are "other" (host-bound: the host issuing work), named in the summary."""
+HOST_BOUND = ("launch", "other")
+"""Idle shares charged to the host's own work: the profiler's cost lands there (it slows the host, not the
+device), so these are the findings judged without it too (idle_decision)."""
+
+
+def profiler_ms(att: dict) -> tuple[float, str] | None:
+    """(the profiler's cost per step in ms, "measured" | "estimated") from att["profiler_cost"]: measured
+    against our step timer (a negative difference is noise: 0), else the foreign capture's estimate; None when
+    neither is known."""
+    pc = att.get("profiler_cost") or {}
+    if pc.get("added_ms_per_step") is not None:
+        return max(0.0, float(pc["added_ms_per_step"])), "measured"
+    if pc.get("added_ms_per_step_estimate") is not None:
+        return float(pc["added_ms_per_step_estimate"]), "estimated"
+    return None
+
+
+def idle_decision(att: dict) -> tuple[str, dict | None]:
+    """(bottleneck, discounted) of a device_idle attribution (profile/device_attribution.py).  The charged
+    idle shares — input, host→device (transfer), kernel launch or the rest (other) — are taken largest first;
+    the first that reaches its threshold (INPUT_BOUND_THRESHOLD, TRANSFER_BOUND_THRESHOLD,
+    advice.LAUNCH_BOUND_SHARE, OTHER_BOUND_THRESHOLD) is the bottleneck, compute when none does.  Launch-bound
+    steps are "other" (host-bound: the host issuing work), named in the summary.
+    The profiler slows the host, and a host-bound share (HOST_BOUND) contains that time: such a share decides
+    only when it still reaches its threshold with the profiler's cost per step P (profiler_ms) taken out of it
+    and out of the step: (share × step − P) ÷ (step − P).  When it does not, the next finding decides, and
+    `discounted` says so: {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}."""
     fr = att["fractions"]
     shares = {"input": (fr["input"], INPUT_BOUND_THRESHOLD),
               "transfer": (fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
               "launch": (fr["kernel_launch"], LAUNCH_BOUND_SHARE),
               "other": (fr["other"] + fr["compile"] + fr["output"], OTHER_BOUND_THRESHOLD)}
-    name, (share, threshold) = max(shares.items(), key=lambda kv: kv[1][0])
-    if share < threshold:
-        return "compute"
-    return "other" if name == "launch" else name
+    cost = profiler_ms(att)
+    step = float(att.get("step_time_ms") or 0.0)
+    discounted = None
+    for name, (share, threshold) in sorted(shares.items(), key=lambda kv: -kv[1][0]):
+        if share < threshold:
+            break
+        if name in HOST_BOUND and cost and cost[0] > 0 and step > cost[0]:
+            without = max(0.0, share * step - cost[0]) / (step - cost[0])
+            if without < threshold:
+                discounted = discounted or {"finding": name, "share": share, "share_without_profiler": without,
+                                            "profiler_ms": cost[0], "basis": cost[1], "threshold": threshold}
+                continue
+        return ("other" if name == "launch" else name), discounted
+    return "compute", discounted
+
+
+def idle_bottleneck(att: dict) -> str:
+    """The bottleneck of a device_idle attribution (idle_decision)."""
+    return idle_decision(att)[0]
+
+
+def _discount_words(d: dict) -> str:
+    what = "while the host dispatched (kernel launch)" if d["finding"] == "launch" else "on other host time"
+    how = ("estimated — re-capture without the Python tracer to confirm" if d["basis"] == "estimated" else
+           "measured against the unprofiled step timer")
+    return (f"not host-bound: device idle {d['share']:.0%} {what}, of which ~{d['profiler_ms']:.1f} ms a step is "
+            f"the profiler's own cost ({how}); without it ~{d['share_without_profiler']:.0%} < "
+            f"{d['threshold']:.0%}")
 
 
 def _profiler_words(att: dict) -> str:
@@ -55,7 +101,7 @@ def _profiler_words(att: dict) -> str:
     return ""
 
 
-def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float) -> str:
+def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, discounted: dict | None) -> str:
     fr, tr = att["fractions"], att.get("transfer") or {}
     launch_bound = bottleneck == "other" and fr["kernel_launch"] >= fr["other"] + fr["compile"] + fr["output"]
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound (host→device)",
@@ -71,9 +117,16 @@ def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float) ->
             f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
             f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
             f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
-    if bottleneck in ("other", "input"):
+    if discounted:
+        text += f"; {_discount_words(discounted)}"
+    elif bottleneck in ("other", "input"):
         words = _profiler_words(att)
         text += f"; {words}" if words else ""
+        cost, step = profiler_ms(att), att["step_time_ms"]
+        if bottleneck == "other" and cost and 0 < cost[0] < step:
+            share = fr["kernel_launch"] if launch_bound else fr["other"] + fr["compile"] + fr["output"]
+            text += (f"; without the profiler's {cost[0]:.1f} ms ({cost[1]}) still "
+                     f"~{max(0.0, share * step - cost[0]) / (step - cost[0]):.0%} host-bound")
     for m in att.get("missing") or ():
         text += f"; {m}"
     return text
@@ -84,9 +137,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants);
     a device_idle attribution (accelerator captures read from device idle time) by idle_bottleneck."""
     if att.get("source") == "device_idle":
-        bottleneck = idle_bottleneck(att)
+        bottleneck, discounted = idle_decision(att)
         acts = actions(bottleneck, att, config, storage, cpu_flags=cpu_flags)
-        return {"bottleneck": bottleneck, "summary": _idle_summary(att, au, bottleneck, au_threshold),
+        return {"bottleneck": bottleneck, "summary": _idle_summary(att, au, bottleneck, au_threshold, discounted),
                 "recommendations": [a["advice"] for a in acts], "actions": acts}
     fr = att["fractions"]
     share, source = input_share(att)
