@@ -23,7 +23,7 @@ RUN = SMALL_DATA + ["train.deterministic=true", f"train.steps={STEPS}", "profile
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     d = tmp_path_factory.mktemp("data") / "shards"
     prepare_data(load_config(sets=SMALL_DATA), str(d), progress=False)

@@ -1,4 +1,4 @@
-"""prepare --corpus (data/scaleprep.py, data/corpusprep.py): corpus-scale pretraining data in worker processes.
+"""prepare --corpus (data/prep/: source.py, chunked.py, instances.py): corpus-scale pretraining data in worker processes.
 The records are google-research/bert's feature spec byte for byte, the instances are those of the reference
 algorithm (pretrain.create_training_instances) per chunk, the masking statistics are unchanged, and the corpus
 may be a file, a directory, or an az:// prefix (Azurite)."""
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tf_serialize import tf_serialize as serialize
 
 from tfbertperf.config import load_config
 
@@ -38,8 +40,7 @@ def corpus(tmp_path_factory):
 
 
 def test_records_are_byte_identical_to_tf_serialization():
-    from tfbertperf.data.features import serialize
-    from tfbertperf.data.scaleprep import encode_example
+    from tfbertperf.data.prep.encode import encode_example
 
     values = {"text_a": "Grüße, 中文 😀".encode(), "text_b": b"", "a_range": [0, 70000], "b_range": [3, 127],
               "masked_lm_weights": [1.0, 0.5, 0.0], "masked_lm_ids": [5, 40000, 2**40], "label_ids": [],
@@ -48,12 +49,13 @@ def test_records_are_byte_identical_to_tf_serialization():
 
 
 def test_text_records_in_numpy_equal_record_by_record_encoding():
-    """scaleprep.text_records (a chunk at once, numpy) = encode_example per record, byte for byte, also with
+    """instances.text_records (a chunk at once, numpy) = encode_example per record, byte for byte, also with
     multi-byte UTF-8, empty text_b, 2- and 3-byte varints, and a text of 2**21 bytes (its record-by-record
     fallback)."""
     from types import SimpleNamespace
 
-    from tfbertperf.data.scaleprep import encode_example, text_records
+    from tfbertperf.data.prep.encode import encode_example
+    from tfbertperf.data.prep.instances import text_records
 
     rng = np.random.default_rng(3)
     n, P = 300, 7
@@ -83,17 +85,19 @@ def test_chunk_job_writes_the_reference_instances_in_the_feature_spec(corpus, tm
     """A worker's shard holds the instances pretrain.create_training_instances makes of the chunk with the same
     seed (packing, pairing, truncation), masked by the reference's rule (mask_batch: the count per example is
     exactly the reference's, positions uniform over the non-special ones, 80/10/10), serialized byte for byte as
-    features.serialize does; the text shard carries the same masking."""
+    TensorFlow serializes it; the text shard carries the same masking."""
     import tensorflow as tf
 
     from tfbertperf.data import pretrain as pre
-    from tfbertperf.data.features import feature_spec, serialize, text_feature_spec
-    from tfbertperf.data.scaleprep import chunk_job, chunks
+    from tfbertperf.data.features import feature_spec, text_feature_spec
+    from tfbertperf.data.prep.instances import chunk_job
+    from tfbertperf.data.prep.source import CorpusFiles, chunks
     from tfbertperf.data.vocab import load_vocab_file, make_tokenizer, special_ids
 
     vocab = load_vocab_file(str(corpus / "vocab.txt"))
     tok, ids = make_tokenizer(vocab), special_ids(vocab)
-    docs, read = next(chunks([str(corpus / "texts" / "part0.txt")], 60_000))
+    part0 = str(corpus / "texts" / "part0.txt")
+    docs, read = next(chunks(CorpusFiles([part0], [part0], "part0.txt", os.path.getsize(part0), False), 60_000))
     assert 60_000 <= read < os.path.getsize(corpus / "texts" / "part0.txt") and all(docs)
     texts = [s for d in docs for s in d]
     rt = tok.tokenize(tf.constant(texts))
@@ -161,7 +165,7 @@ def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
     assert m["vocab_sha256"] == vocab_sha256((corpus / "vocab.txt").read_text().splitlines())
     assert m["num_documents"] == len(load_default_corpus().documents[:300]) and m["corpus_bytes"] == sum(
         os.path.getsize(corpus / "texts" / f"part{n}.txt") for n in (0, 1))
-    assert not list(out.glob("*.part"))
+    assert not list(out.glob("*chunk*")) and not list(out.glob(".*"))  # chunk files renamed, no temporaries
     from tfbertperf.data.manifest import file_sha256
 
     for sh in m["shards"] + m["text_shards"]:  # each shard's sha256, taken after its final rename
@@ -184,7 +188,7 @@ def test_prepare_corpus_directory_in_worker_processes(corpus, tmp_path):
 
 
 def test_prepare_corpus_from_az_prefix(corpus, tmp_path, azure_env):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
     from tfbertperf.storage.upload import upload_dir
 
     upload_dir(str(corpus / "texts"), "az://tfbertperf-test/corpus", progress=False)

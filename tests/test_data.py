@@ -33,7 +33,7 @@ GOOGLE_SPEC = {
 
 
 def _prepare(out, sets, progress=False):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     return prepare_data(load_config(sets=sets), str(out), progress=progress)
 
@@ -63,7 +63,7 @@ def test_directory_has_vocab_shards_and_manifest_with_agreed_keys(pretrain_dir):
     for k in ("schema", "task", "seq_len", "max_predictions", "vocab_size", "vocab_sha256", "vocab_file", "seed",
               "dupe_factor", "num_examples", "record_bytes_mean", "shards"):
         assert k in m, k
-    assert m["schema"] == "tfbertperf.manifest/1" and m["task"] == "pretrain" and m["vocab_file"] == "vocab.txt"
+    assert m["schema"] == "tfbertperf.manifest/2" and m["task"] == "pretrain" and m["vocab_file"] == "vocab.txt"
     assert [s["name"] for s in m["shards"]] == [f"pretrain-{i:05d}-of-00004.tfrecord" for i in range(4)]
     for s in m["shards"] + m["text_shards"]:
         assert (pretrain_dir / s["name"]).stat().st_size == s["bytes"]

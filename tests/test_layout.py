@@ -73,7 +73,7 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
 
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, imported tfbertperf module) for every import in the file, lazy ones inside functions included;
-    `from tfbertperf.data import prepare` is the module tfbertperf.data.prepare, not the package."""
+    `from tfbertperf.data import pretrain` is the module tfbertperf.data.pretrain, not the package."""
     tree = ast.parse(path.read_text(), str(path))
     me = _module_name(path)
     skip = _type_checking_only(tree)
@@ -175,15 +175,9 @@ def _import_graph() -> dict[str, set[str]]:
     return graph
 
 
-# Issue 25: helper i25b rebuilds data preparation and removes this circle; until then it is named, not hidden.
-KNOWN_PREP_CIRCLE = ["tfbertperf.data.corpusprep", "tfbertperf.data.prepare"]
-
-
 def test_no_import_circles_lazy_imports_included():
     circles = _cycles(_import_graph())
-    named = ["data/prepare <-> data/corpusprep (issue 25, helper i25b's data-preparation rebuild removes it): "
-             if c == KNOWN_PREP_CIRCLE else "" for c in circles]
-    assert not circles, "import circles:\n" + "\n".join(n + " <-> ".join(c) for n, c in zip(named, circles))
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
 
 
 def test_the_circle_finder_finds_a_circle_and_reads_from_pkg_import_module():

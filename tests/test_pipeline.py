@@ -13,7 +13,7 @@ SMALL = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
 
 @pytest.fixture(scope="module")
 def data_dirs(tmp_path_factory):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     root = tmp_path_factory.mktemp("pipeline")
     prepare_data(load_config(sets=SMALL), str(root / "pretrain"), progress=False)

@@ -24,7 +24,7 @@ BUCKET = "tfbertperf-test"
 def prepared(tmp_path_factory, fake_gcs, azurite):
     """The same small data set: prepared locally, prepared straight to gs:// (prepare uploads it), and
     uploaded to az:// with upload_dir.  Returns {"local": dir, "gs": uri, "az": uri, "runs": runs root}."""
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
     from tfbertperf.storage.upload import upload_dir
 
     mp = pytest.MonkeyPatch()

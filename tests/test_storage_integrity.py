@@ -207,7 +207,7 @@ def prepared_damaged(tmp_path_factory):
     """A prepared data dir whose first shard has a flipped payload byte in its 4th record; (dir, shard path,
     expected error line)."""
     from tfbertperf.config import load_config
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     d = str(tmp_path_factory.mktemp("prepared") / "data")
     prepare_data(load_config(sets=SMALL_DATA), d, progress=False)

@@ -1,6 +1,6 @@
 """Synthetic pretraining shards: read back by the project's own manifest + pipeline and by tf.io.parse_example
 with the project's feature spec; values consistent (vocab range, masks, masked positions and weights); record
-sizes realistic; byte-identical to features.serialize; deterministic across worker counts; parse_size."""
+sizes realistic; byte-identical to TensorFlow's serialization; deterministic across worker counts; parse_size."""
 
 import hashlib
 import os
@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfbertperf.data.features import PRETRAIN_KEYS, feature_spec, feature_spec_summary, serialize
-from tfbertperf.data.synthetic_shards import encode_records, generate, parse_size, write_synthetic
+from tf_serialize import tf_serialize as serialize
+
+from tfbertperf.data.features import PRETRAIN_KEYS, feature_spec, feature_spec_summary
+from tfbertperf.data.prep.encode import encode_records
+from tfbertperf.data.prep.synthetic_shards import generate, parse_size, write_synthetic
 from tfbertperf.errors import UsageError
 
 VOCAB = 30522
@@ -116,7 +119,7 @@ def test_size_bytes_workers_progress_and_layout(tmp_path):
     assert calls and calls[-1]["bytes"] == total and calls[-1]["eta_s"] == 0 and calls[-1]["mb_per_s"] > 0
     one = write_synthetic(str(tmp_path / "one"), size_bytes=3_000_000, workers=1, shards=2)
     assert [s["bytes"] for s in one["shards"]] == [s["bytes"] for s in m["shards"]], "independent of workers"
-    assert not [f for f in os.listdir(tmp_path / "sz") if f.endswith(".part")]
+    assert not [f for f in os.listdir(tmp_path / "sz") if f.startswith(".")]  # no temporaries left
 
 
 @pytest.mark.parametrize("text,n", [("2GiB", 2 * 2**30), ("500MB", 500_000_000), ("1.5g", 1_500_000_000),

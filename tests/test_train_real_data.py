@@ -7,7 +7,7 @@ import pytest
 from tfbertperf.config import load_config
 from tfbertperf.data.manifest import load_manifest, shard_uris
 from tfbertperf.data.pipeline import build_dataset
-from tfbertperf.data.prepare import prepare_data
+from tfbertperf.data import prepare_data
 from tfbertperf.storage import open_backend, open_shards
 from tfbertperf.train.loop import train
 

@@ -30,19 +30,16 @@ def quiet_tf() -> None:
 
 def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, dict]:
     """Return (data URI, manifest).  A data set made from the config (no data.uri) is prepared on first use and
-    again when its sources changed (corpus or vocab files edited: manifest source_sha256); an explicit URI must
-    exist."""
-    from tfbertperf.data.manifest import check_compatible, load_manifest
+    again when its sources changed (manifest source_sha256, data/prep/source.py); an explicit URI must exist."""
+    from tfbertperf.data.manifest import check_compatible, load_manifest, stale_reason
 
     uri = cfg.resolved_data_uri()
     why = None
     if cfg.uses_default_data():
-        from tfbertperf.data.manifest import stale_reason
-
         why = ("first use only" if not backend.exists(backend.join(uri, "manifest.json"))
                else stale_reason(cfg, load_manifest(uri, backend)))
     if why:
-        from tfbertperf.data.prepare import prepare_data
+        from tfbertperf.data.prep import prepare_data
 
         log(f"preparing the data set in {uri} ({why})")
         t0 = time.perf_counter()
@@ -90,6 +87,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first).
     `checkpoints`: save/resume checkpoints under out_dir (train/checkpoint.py)."""
     quiet_tf()
+    from tfbertperf.data.manifest import with_data_labels
     from tfbertperf.data.pipeline import build_dataset, effective_pipeline, runs_ahead
     from tfbertperf.envinfo import fingerprint
     from tfbertperf.profile.attribution import attribute, step_timer_summary
@@ -109,6 +107,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     emulation = emulation_from_config(cfg)  # None: the real model runs
     inputs = inputs or Inputs(cfg, progress)
     backend, manifest = inputs.backend, inputs.manifest
+    cfg = with_data_labels(cfg, manifest)  # classify: the data's label count (model.num_labels 0 = unset)
     tb_dir.mkdir(parents=True, exist_ok=True)
     environment = fingerprint(data_uri=inputs.uri, probe=True)
 

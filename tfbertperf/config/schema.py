@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Union
@@ -29,13 +30,21 @@ def data_home() -> str:
     )
 
 
+def corpus_stem(spec: str) -> str:
+    """A folder-name-safe short name of a corpus spec: its first item's base name without extension
+    ("~/texts/rev.csv,b.csv" → "rev"; "gs://bucket/corpus/" → "corpus")."""
+    first = (spec.split(",")[0].strip().rstrip("/") or "corpus").replace("\\", "/").rsplit("/", 1)[-1]
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.splitext(first)[0] or first).strip("._")
+    return stem[:40] or "corpus"
+
+
 def default_data_dir(cfg: "RunConfig | None" = None) -> str:
     """Where the embedded default data set for `cfg` lives (prepared on first use).  The directory name carries
     every preparation knob, so changing one prepares a new set instead of silently reusing a mismatched one."""
     if cfg is None:
         cfg = RunConfig()
     d = cfg.data
-    corpus = "topics" if not d.corpus else "c" + hashlib.sha256(d.corpus.encode()).hexdigest()[:10]
+    corpus = "topics" if not d.corpus else f"{corpus_stem(d.corpus)}-c{hashlib.sha256(d.corpus.encode()).hexdigest()[:10]}"
     vocab = "" if not d.vocab else "-uv" + hashlib.sha256(d.vocab.encode()).hexdigest()[:10]
     key = (f"{cfg.model.task}-{corpus}{vocab}-s{d.seq_len}-p{d.max_predictions}-v{d.vocab_size}"
            f"-d{d.dupe_factor}-n{d.num_shards}-seed{d.seed}")
@@ -47,8 +56,11 @@ class ModelConfig:
     size: str = "tiny"  # tiny|mini|small|medium|base|large (BERT family; see model/bert.py)
     task: str = "pretrain"  # pretrain (MLM+NSP) | classify (sequence classification)
     dropout: float = 0.1  # hidden and attention dropout
-    num_labels: int = 2  # classify only
+    num_labels: int = 0  # classify only: 0 = as many as the prepared data has (manifest); synthetic batches: 2
     init: str = ""  # a local Hugging Face BERT directory (config.json + model.safetensors): architecture + weights
+
+
+DEFAULT_NUM_LABELS = 2  # classify labels where no prepared data says how many (synthetic batches)
 
 
 @dataclass(frozen=True)
@@ -218,7 +230,7 @@ MINIMUM = {
     ("profile", "probe_blocks"): 1,
     ("profile", "ceiling_seconds"): 0.0,
     ("profile", "utilization_hz"): 0.0,
-    ("model", "num_labels"): 2,
+    ("model", "num_labels"): 0,
     ("emulate", "step_ms"): 0.0,
     ("emulate", "accelerators"): 1,
 }

@@ -1,13 +1,11 @@
-"""Corpus → documents of sentences, the input of every data-preparation path.
+"""The bundled corpus (Python's `pydoc_data.topics`, ~465 KB of real English about the language) as documents of
+sentences, and the reading of users' small text files (classification TSV/CSV).
 
 A *document* is a list of sentence strings plus a *group* name (the topic it came from); sentence order matters
-(next-sentence prediction pairs consecutive sentences).  Two sources:
-
-- the default: Python's bundled `pydoc_data.topics` (~465 KB of real English about the language).  Each topic is
-  split into documents at its section headings; prose paragraphs are unwrapped and split into sentences; indented
-  blocks (grammar, code, tables) contribute one "sentence" per line.
-- user text files (`data.corpus`, comma-separated): the google-research/bert format — one sentence per line,
-  a blank line between documents.  The group of a document is its file name and document index.
+(next-sentence prediction pairs consecutive sentences).  Each topic is split into documents at its section
+headings; prose paragraphs are unwrapped and split into sentences; indented blocks (grammar, code, tables)
+contribute one "sentence" per line.  Pretraining corpora (this text, or users' files in google-research/bert's
+format) are read by the one streamed reader, data/prep/source.py.
 """
 
 from __future__ import annotations
@@ -103,32 +101,17 @@ def load_default_corpus() -> Corpus:
             docs.append(Document(name, tuple(sentences)))
     if not docs:  # a stripped-down Python; say so rather than train on nothing
         raise UsageError(f"{DEFAULT_CORPUS}: bundled corpus is empty; pass --set data.corpus=FILE")
-    return Corpus(tuple(docs), DEFAULT_CORPUS, _default_corpus_sha256())
+    return Corpus(tuple(docs), DEFAULT_CORPUS, default_corpus_sha256())
 
 
-def _default_corpus_sha256() -> str:
+def default_corpus_sha256() -> str:
+    """sha256 of the bundled topics (names and texts in key order): the bundled corpus's identity."""
     from pydoc_data import topics
 
     h = hashlib.sha256()
     for name in sorted(topics.topics):
         h.update(name.encode() + b"\0" + topics.topics[name].encode() + b"\0")
     return h.hexdigest()
-
-
-def source_sha256(corpus_spec: str, vocab_path: str = "") -> str:
-    """What a prepared data set was made from, as one sha256: the bundled topics (then equal to the manifest's
-    corpus_sha256) or the corpus files' names and bytes, plus a user vocab file's bytes.  Cheap (no parsing),
-    so a cached data set can be checked against its sources on every run (job.py ensure_data)."""
-    if not corpus_spec.strip():
-        digest = _default_corpus_sha256()
-    else:
-        h = hashlib.sha256()
-        for path in corpus_files(corpus_spec):
-            h.update(os.path.basename(path).encode() + b"\0" + _read_bytes(path, "corpus file") + b"\0")
-        digest = h.hexdigest()
-    if not vocab_path:
-        return digest
-    return hashlib.sha256(digest.encode() + b"\0" + _read_bytes(vocab_path, "vocab file")).hexdigest()
 
 
 def _read_bytes(path: str, what: str) -> bytes:
@@ -156,31 +139,3 @@ def read_text_file(path: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"corpus file {path}: not UTF-8 text (byte {e.start})") from None
-
-
-def load_text_files(spec: str) -> Corpus:
-    """User corpus: one sentence per line, blank line between documents (google-research/bert format)."""
-    docs = []
-    h = hashlib.sha256()
-    for path in corpus_files(spec):
-        text = read_text_file(path)
-        h.update(os.path.basename(path).encode() + b"\0" + text.encode() + b"\0")
-        n_before = len(docs)
-        current: list[str] = []
-        for line in text.splitlines() + [""]:
-            line = line.strip()
-            if line:
-                current.append(line)
-            elif current:
-                docs.append(Document(f"{os.path.basename(path)}#{len(docs) - n_before}", tuple(current)))
-                current = []
-        if len(docs) == n_before:
-            raise UsageError(f"corpus file {path}: empty (expected one sentence per line, blank line between documents)")
-    return Corpus(tuple(docs), ",".join(os.path.basename(p) for p in corpus_files(spec)), h.hexdigest())
-
-
-def load_corpus(corpus_spec: str) -> Corpus:
-    """`data.corpus` → Corpus ("" = the bundled pydoc topics)."""
-    if not corpus_spec.strip():
-        return load_default_corpus()
-    return load_text_files(corpus_spec)

@@ -1,4 +1,4 @@
-"""TFRecord feature specs (the on-disk contract) and tf.train.Example serialization.
+"""TFRecord feature specs (the on-disk contract); records are written by data/prep/encode.py.
 
 Pre-tokenized records follow google-research/bert exactly:
   pretrain: input_ids, input_mask, segment_ids [seq_len] int64; masked_lm_positions, masked_lm_ids
@@ -28,27 +28,25 @@ PRETRAIN_KEYS = (
 CLASSIFY_KEYS = ("input_ids", "input_mask", "segment_ids", "label_ids")
 
 
+def feature_shapes(task: str, seq_len: int, max_predictions: int) -> dict:
+    """{name: (dtype name, shape)} of the pre-tokenized records of `task` (pretrain | classify); no TensorFlow."""
+    shapes = {"input_ids": ("int64", [seq_len]), "input_mask": ("int64", [seq_len]), "segment_ids": ("int64", [seq_len])}
+    if task == "pretrain":
+        shapes.update(masked_lm_positions=("int64", [max_predictions]), masked_lm_ids=("int64", [max_predictions]),
+                      masked_lm_weights=("float32", [max_predictions]), next_sentence_labels=("int64", [1]))
+    elif task == "classify":
+        shapes["label_ids"] = ("int64", [])
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    return shapes
+
+
 def feature_spec(task: str, seq_len: int, max_predictions: int) -> dict:
     """`tf.io.parse_example` spec of the pre-tokenized records of `task` (pretrain | classify)."""
     import tensorflow as tf
 
-    spec = {
-        "input_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([seq_len], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([seq_len], tf.int64),
-    }
-    if task == "pretrain":
-        spec.update(
-            masked_lm_positions=tf.io.FixedLenFeature([max_predictions], tf.int64),
-            masked_lm_ids=tf.io.FixedLenFeature([max_predictions], tf.int64),
-            masked_lm_weights=tf.io.FixedLenFeature([max_predictions], tf.float32),
-            next_sentence_labels=tf.io.FixedLenFeature([1], tf.int64),
-        )
-    elif task == "classify":
-        spec["label_ids"] = tf.io.FixedLenFeature([], tf.int64)
-    else:
-        raise ValueError(f"unknown task {task!r}")
-    return spec
+    return {k: tf.io.FixedLenFeature(shape, getattr(tf, dtype))
+            for k, (dtype, shape) in feature_shapes(task, seq_len, max_predictions).items()}
 
 
 def text_feature_spec(task: str, max_predictions: int) -> dict:
@@ -76,23 +74,4 @@ def text_feature_spec(task: str, max_predictions: int) -> dict:
 
 def feature_spec_summary(task: str, seq_len: int, max_predictions: int) -> dict:
     """{name: [dtype, shape]} of the pre-tokenized records, for the manifest."""
-    return {
-        k: [v.dtype.name, list(v.shape)] for k, v in feature_spec(task, seq_len, max_predictions).items()
-    }
-
-
-def serialize(values: dict) -> bytes:
-    """{name: list of int | list of float | bytes} → serialized tf.train.Example, byte-identical for equal input
-    (deterministic map ordering)."""
-    from tensorflow.core.example import example_pb2, feature_pb2
-
-    feats = {}
-    for k, v in values.items():
-        if isinstance(v, bytes):
-            feats[k] = feature_pb2.Feature(bytes_list=feature_pb2.BytesList(value=[v]))
-        elif v and isinstance(v[0], float):
-            feats[k] = feature_pb2.Feature(float_list=feature_pb2.FloatList(value=v))
-        else:
-            feats[k] = feature_pb2.Feature(int64_list=feature_pb2.Int64List(value=v))
-    ex = example_pb2.Example(features=feature_pb2.Features(feature=feats))
-    return ex.SerializeToString(deterministic=True)
+    return {k: [dtype, list(shape)] for k, (dtype, shape) in feature_shapes(task, seq_len, max_predictions).items()}

@@ -1,15 +1,20 @@
 """manifest.json: what a prepared data directory holds, read back through any storage backend.
 
-Keys (written by prepare.py; a reader may rely on these):
-  schema "tfbertperf.manifest/1", task (pretrain|classify), seq_len, max_predictions, vocab_size (real size),
+Keys (written by data/prep/output.py; a reader may rely on these):
+  schema "tfbertperf.manifest/2" (/1 sets still load: same keys, made by the writers before data/prep), task (pretrain|classify), seq_len, max_predictions, vocab_size (real size),
   vocab_size_target, vocab_sha256, vocab_file ("vocab.txt"), special_ids {token: id}, tokenizer, seed,
   dupe_factor, masked_lm_prob, short_seq_prob, num_examples, record_bytes_mean (bytes per serialized
   pre-tokenized record), text_record_bytes_mean, features {name: [dtype, shape]},
   shards / text_shards [{"name", "examples", "bytes", "sha256"}] (sha256: hex of the shard's bytes, written by
   every writer since issue 15; older manifests lack it and still load), corpus, corpus_sha256, vocab_source,
   stats {…},
-  source_sha256 (corpus files' names + bytes and a user vocab's bytes: data/corpus.py source_sha256);
-  pretrain: num_documents, num_sentences, num_corpus_tokens; classify: num_labels, labels, pair, classify_source.
+  source_sha256 (corpus files' names + bytes and a user vocab's bytes: data/prep/source.py; in every manifest
+  since /2), prepared_by;
+  pretrain: num_documents, num_sentences, num_corpus_tokens, corpus_bytes; classify: num_labels, labels, pair,
+  classify_source.
+Schema /2 (issue 25): one writer for every source, so the bytes of a set made from the bundled text or
+`data.corpus` changed (chunked instances as `prepare --corpus` makes them); text_record_bytes_mean is null
+without raw-text shards; synthetic sets name their generator settings' hash as corpus_sha256.
 `load_manifest` adds "uri": the data directory it was read from (not stored in the file).
 """
 
@@ -21,7 +26,8 @@ import json
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 
-MANIFEST_SCHEMA = "tfbertperf.manifest/1"
+MANIFEST_SCHEMA = "tfbertperf.manifest/2"
+READABLE_SCHEMAS = ("tfbertperf.manifest/1", MANIFEST_SCHEMA)  # the keys a reader uses are the same in both
 MANIFEST_FILE = "manifest.json"
 VOCAB_FILE = "vocab.txt"
 REQUIRED_KEYS = (
@@ -69,7 +75,7 @@ def load_manifest(uri: str, backend) -> dict:
         raise UsageError(f"{redact_text(mpath)}: not valid JSON (line {e.lineno}: {e.msg}) {hint}") from None
     if not isinstance(manifest, dict):
         raise UsageError(f"{redact_text(mpath)}: expected a JSON object {hint}")
-    if manifest.get("schema") != MANIFEST_SCHEMA:
+    if manifest.get("schema") not in READABLE_SCHEMAS:
         raise UsageError(f"{redact_text(mpath)}: schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA!r} {hint}")
     missing = [k for k in REQUIRED_KEYS if k not in manifest]
     if missing:
@@ -114,8 +120,30 @@ def shard_hashes(cfg, manifest: dict, backend) -> dict[str, str]:
     return {backend.join(manifest["uri"], s["name"]): s["sha256"] for s in manifest.get(key) or [] if s.get("sha256")}
 
 
+def with_data_labels(cfg, manifest: dict):
+    """`cfg` with model.num_labels = the prepared classification data's label count (the manifest's num_labels);
+    unchanged for pretraining.  A model.num_labels set to another count is a UsageError (check_compatible)."""
+    import dataclasses
+
+    n = manifest.get("num_labels")
+    if cfg.model.task != "classify" or not n or cfg.model.num_labels == n:
+        return cfg
+    _check_labels(cfg, manifest)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_labels=int(n)))
+
+
+def _check_labels(cfg, manifest: dict) -> None:
+    n = manifest.get("num_labels")
+    if cfg.model.task == "classify" and n and cfg.model.num_labels not in (0, n):
+        shown = ", ".join(str(x) for x in manifest.get("labels") or []) or "?"
+        raise UsageError(f"--set model.num_labels={cfg.model.num_labels}: the data set "
+                         f"{redact_text(manifest.get('uri', '?'))} has {n} labels ({shown}); leave model.num_labels "
+                         "unset to take them from the data")
+
+
 def check_compatible(cfg, manifest: dict) -> None:
-    """UsageError if the prepared data does not fit the run (task, seq_len, max_predictions)."""
+    """UsageError if the prepared data does not fit the run (task, seq_len, max_predictions, num_labels)."""
+    _check_labels(cfg, manifest)
     where = f"data dir {redact_text(manifest.get('uri', '?'))}"
     hint = "re-run `tfbertperf prepare` with the same --set values"
     if manifest["task"] != cfg.model.task:
@@ -159,14 +187,16 @@ def load_vocab(manifest: dict, backend) -> list[str]:
 
 def stale_reason(cfg, manifest: dict) -> str | None:
     """Why a data set prepared from `cfg`'s own sources (the default data dir) must be prepared again: its
-    corpus or vocab files changed since (sha256 of their bytes, data/corpus.py source_sha256), or it predates
-    the hash.  None = up to date.  Data sets named by data.uri are the user's and never re-prepared."""
-    from tfbertperf.data.corpus import source_sha256
+    corpus or vocab files changed since (sha256 of their bytes, data/prep/source.py source_sha256), it predates
+    the hash, or an older writer made it (schema).  None = up to date.  Data sets named by data.uri are the
+    user's and never re-prepared."""
+    from tfbertperf.data.prep.source import source_sha256
 
     d = cfg.data
-    now = source_sha256(d.corpus, d.vocab)
-    # Sets prepared before source_sha256 existed: the bundled corpus's hash was already corpus_sha256.
-    then = manifest.get("source_sha256") or (manifest.get("corpus_sha256") if not (d.corpus or d.vocab) else None)
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        return f"made by an older version ({manifest.get('schema')}; now {MANIFEST_SCHEMA})"
+    now = source_sha256(d.corpus, d.vocab, d)
+    then = manifest.get("source_sha256")
     if then == now:
         return None
     what = " + ".join(f"{k} {v}" for k, v in (("data.corpus", d.corpus), ("data.vocab", d.vocab)) if v) \

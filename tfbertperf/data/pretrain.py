@@ -63,7 +63,7 @@ def create_training_instances(
 ) -> list[PretrainInstance]:
     """All instances for `documents` (lists of tokenized sentences; empty documents are dropped), shuffled.
     `progress(done_passes, dupe_factor)` is called after each dupe pass.  mask=False: no masking here (empty
-    masked_lm_* lists, no random draws for it; scaleprep.mask_batch masks whole chunks with numpy instead)."""
+    masked_lm_* lists, no random draws for it; prep/instances.py mask_batch masks whole chunks with numpy instead)."""
     rng = random.Random(seed)
     all_documents = [d for d in documents if d]
     rng.shuffle(all_documents)

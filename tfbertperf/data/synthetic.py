@@ -7,6 +7,8 @@ no storage or parsing is involved.  Keys, shapes and dtypes are those of a pipel
 
 from __future__ import annotations
 
+from tfbertperf.config.schema import DEFAULT_NUM_LABELS
+
 
 def synthetic_batches(task: str, batch_size: int, seq_len: int, max_predictions: int, vocab_size: int,
                       seed: int = 0, pool: int = 4, num_labels: int = 2) -> dict:
@@ -52,7 +54,8 @@ def synthetic_dataset_fn(cfg, vocab_size: int, seed: int = 0, pool: int = 4):
         import tensorflow as tf
 
         arrays = synthetic_batches(cfg.model.task, cfg.train.batch_size, cfg.data.seq_len,
-                                   cfg.data.max_predictions, vocab_size, seed, pool, cfg.model.num_labels)
+                                   cfg.data.max_predictions, vocab_size, seed, pool,
+                                   cfg.model.num_labels or DEFAULT_NUM_LABELS)
         return tf.data.Dataset.from_tensor_slices(arrays).repeat()
 
     return dataset_fn

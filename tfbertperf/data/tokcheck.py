@@ -237,9 +237,9 @@ def texts_from_corpus(path: str | None = None, limit: int | None = None) -> list
     """Sentences to check: `path` "" / None = the default corpus (pydoc topics, split as prepare splits it);
     else text files in the google-research/bert format (one sentence per line; comma-separated paths).
     `limit` keeps that many, evenly spaced over the corpus (deterministic), so every topic is represented."""
-    from tfbertperf.data.corpus import load_corpus
+    from tfbertperf.data.prep.source import read_sentences
 
-    sentences = load_corpus(path or "").all_sentences()
+    sentences = read_sentences(path or "")
     if limit is not None and 0 < limit < len(sentences):
         step = len(sentences) / limit
         sentences = [sentences[int(j * step)] for j in range(limit)]

@@ -8,6 +8,7 @@ The same `make_tokenizer(vocab)` serves data preparation (pre-tokenized shards) 
 from __future__ import annotations
 
 import hashlib
+import os
 
 from tfbertperf.errors import UsageError
 
@@ -99,12 +100,37 @@ def learn_vocab(sentences: list[str], vocab_size: int) -> list[str]:
     return list(lib.learn_binary_search(filtered, lower, upper, params))
 
 
+def _fast_bert_tokenizer_class():
+    """tensorflow_text.FastBertTokenizer, without importing the rest of tensorflow-text when nothing has yet: its
+    package loads ~20 op libraries (~100 MB resident) that preparation never uses, which is what kept a preparing
+    process above google-research's script in memory.  The package's __init__ files are bypassed only while the
+    tokenizer's three modules load; a later `import tensorflow_text` runs them and reuses those modules."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    if "tensorflow_text" in sys.modules:
+        return sys.modules["tensorflow_text"].FastBertTokenizer
+    root = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+    stubs = {}
+    for name, sub in (("tensorflow_text", ""), ("tensorflow_text.python", "python"),
+                      ("tensorflow_text.python.ops", "python/ops")):
+        stubs[name] = sys.modules[name] = types.ModuleType(name)
+        stubs[name].__path__ = [os.path.join(root, sub)]
+    try:
+        return importlib.import_module("tensorflow_text.python.ops.fast_bert_tokenizer").FastBertTokenizer
+    finally:
+        for name, module in stubs.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
 def make_tokenizer(tokens: list[str]):
     """The FastBertTokenizer used everywhere: lower-case + NFD + strip accents, '##' continuation, int64 ids."""
     import tensorflow as tf
-    import tensorflow_text as tft
 
-    return tft.FastBertTokenizer(
+    return _fast_bert_tokenizer_class()(
         vocab=list(tokens),
         suffix_indicator="##",
         token_out_type=tf.int64,
@@ -122,3 +148,18 @@ def tokenize_sentences(tokenizer, sentences: list[str], batch: int = 4096) -> li
         ids = tokenizer.tokenize(tf.constant(sentences[i : i + batch], dtype=tf.string))  # [B, (tokens)]
         out.extend(ids.to_list())
     return out
+
+
+def choose_vocab(cfg, sentences, say) -> tuple[list[str], str]:
+    """data.vocab, or a vocab learned from `sentences` (a list, or a function returning one); (tokens, source)."""
+    import time
+
+    if cfg.data.vocab:
+        tokens = load_vocab_file(cfg.data.vocab)
+        say(f"vocab: {len(tokens)} tokens from {cfg.data.vocab}")
+        return tokens, os.path.basename(cfg.data.vocab)
+    t = time.perf_counter()
+    sentences = sentences() if callable(sentences) else sentences
+    tokens = learn_vocab(sentences, cfg.data.vocab_size)
+    say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) in {time.perf_counter() - t:.1f}s")
+    return tokens, "learned"

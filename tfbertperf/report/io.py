@@ -4,29 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from tfbertperf.redact import redact_obj, redact_text
+from tfbertperf.storage.atomic import write_atomic
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    """Write bytes atomically and durably (storage/atomic.py: temporary name, fsync, rename)."""
+    return write_atomic(path, data, durable=True)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -73,9 +73,10 @@ class LocalBackend(Backend):
         dst = local_path(uri)
         os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         if os.path.abspath(local_file) != os.path.abspath(dst):
-            tmp = f"{dst}.{os.getpid()}.part"  # per process: two uploads of one file never share a temporary
-            shutil.copyfile(local_file, tmp)
-            os.replace(tmp, dst)
+            from tfbertperf.storage.atomic import atomic_file
+
+            with open(local_file, "rb") as src, atomic_file(dst) as f:  # temporary per process, then renamed
+                shutil.copyfileobj(src, f, 4 << 20)
 
     def checksum(self, uri: str) -> str | None:
         p = local_path(uri)

@@ -29,9 +29,31 @@ def masked_crc32c(data: bytes) -> int:
 
 
 def frame(record: bytes) -> bytes:
-    """One record with its TFRecord framing (used by tests to write shards byte-for-byte like TF does)."""
-    length = struct.pack("<Q", len(record))
-    return length + _U32.pack(masked_crc32c(length)) + record + _U32.pack(masked_crc32c(record))
+    """One record with its TFRecord framing, byte-for-byte as TF writes it."""
+    return frame_records(record, [0], [len(record)], [0])
+
+
+_HEADERS: dict[int, bytes] = {}  # TFRecord header by record length
+
+
+def _frame_header(n: int) -> bytes:  # uint64 length, masked CRC32C of those 8 bytes
+    return struct.pack("<Q", n) + struct.pack("<I", masked_crc32c(struct.pack("<Q", n)))
+
+
+def frame_records(pool: bytes, starts: list, lens: list, which, p1: list | None = None, ids=None) -> bytes:
+    """The one TFRecord framing of every writer: records `which` of `pool` (record j = pool[starts[j]:
+    starts[j] + lens[j]]), framed back to back; with `ids` (numpy, < 2**14), record i gets the 2-byte varint of
+    ids[i] at offset p1[j] (synthetic shards reuse records with a fresh id; data/prep/synthetic_shards.py)."""
+    import numpy as np
+
+    patch = None if ids is None else np.stack([(ids & 0x7F) | 0x80, ids >> 7], 1).astype(np.uint8).tobytes()
+    out, crc, pack = [], google_crc32c.value, struct.Struct("<I").pack
+    for i, j in enumerate(which):
+        s, e = starts[j], starts[j] + lens[j]
+        rec = pool[s:e] if patch is None else pool[s:p1[j]] + patch[2 * i:2 * i + 2] + pool[p1[j] + 2:e]
+        c, h = crc(rec), _HEADERS.get(len(rec)) or _HEADERS.setdefault(len(rec), _frame_header(len(rec)))
+        out += (h, rec, pack((((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+    return b"".join(out)
 
 
 def _masked(crc: int) -> int:

@@ -67,12 +67,13 @@ def upload_dir(local_dir: str, out_uri: str, data_cfg=None, progress: bool = Tru
     Raises:
       UsageError naming the directory, file or URI.
     """
+    from tfbertperf.storage.atomic import is_temporary
     from tfbertperf.storage.factory import open_backend
 
     if not os.path.isdir(local_dir):
         raise UsageError(f"{local_dir}: no such directory to upload")
     files = sorted(os.path.relpath(os.path.join(dp, f), local_dir)
-                   for dp, _, fs in os.walk(local_dir) for f in fs if not f.endswith(".part"))
+                   for dp, _, fs in os.walk(local_dir) for f in fs if not is_temporary(f))
     if not files:
         raise UsageError(f"{local_dir}: nothing to upload (empty directory)")
     backend = backend or open_backend(out_uri, data_cfg)

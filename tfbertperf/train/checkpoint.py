@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.storage.atomic import fsync_dir, write_atomic
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.json"
@@ -43,27 +44,8 @@ class Restored:
     skip_batches: int = 0  # batches to draw from a fresh iterator (the iterator was not in the checkpoint)
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _replace_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    write_atomic(path, json.dumps(doc).encode("utf-8"), durable=True)
 
 
 def latest_step(run_dir: str | os.PathLike) -> int:
@@ -127,12 +109,12 @@ class Checkpointer:
             for f in tmp.iterdir():
                 with open(f, "rb") as fh:
                     os.fsync(fh.fileno())
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             final = self.dir / f"step-{steps_done:08d}"
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -222,9 +222,9 @@ def main(argv=None) -> int:
     strategy = make_strategy(cfg.train)  # first TF work in this process (MultiWorkerMirroredStrategy needs it)
     result = _load_entry(a.entry)(cfg, a.index, a.worker_dir, strategy)
     target = Path(a.worker_dir) / "result.json"
-    tmp = target.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, target)
+    from tfbertperf.storage.atomic import write_atomic
+
+    write_atomic(target, json.dumps(result, indent=1).encode("utf-8"), durable=False)  # read by the live parent
     return 0
 
 

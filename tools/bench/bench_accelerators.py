@@ -272,7 +272,7 @@ def main(argv=None) -> int:
     global PROXY_PROCESS
     PROXY_PROCESS = not a.proxy_in_process
 
-    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.data.prep.synthetic_shards import parse_size, write_synthetic
     from tfbertperf.storage.upload import upload_dir
     from tfbertperf.config import load_config
     from tfbertperf.testing.emulators import Azurite, FakeGcs

@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     import bench_accelerators as b
-    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.data.prep.synthetic_shards import parse_size, write_synthetic
 
     local = os.path.join(tempfile.mkdtemp(prefix="bench-ceil-"), "syn")
     write_synthetic(local, size_bytes=parse_size(a.size), seq_len=128, shards=16)

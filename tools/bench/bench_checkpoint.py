@@ -64,7 +64,7 @@ def main() -> None:
     a = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfbertperf.config import load_config
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     with tempfile.TemporaryDirectory() as d:
         prepare_data(load_config(sets=["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]), d,

@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     from tfbertperf import job
     from tfbertperf.config import load_config
     from tfbertperf.data.pipeline import build_dataset
-    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.data.prep.synthetic_shards import parse_size, write_synthetic
     from tfbertperf.storage import open_shards
 
     tmp = tempfile.mkdtemp(prefix="bench-pipe-")

@@ -1,12 +1,17 @@
-"""Corpus-scale data preparation, side by side: `tfbertperf prepare --corpus` vs google-research/bert's
-create_pretraining_data.py (the unmodified script in ../shared/anchors/google-research-bert/, run under TF 2 by
-its run_tf2.py), on the same corpus, vocab, seq_len, max_predictions, masked_lm_prob, short_seq_prob and
-dupe_factor.  Reported: examples written, wall seconds (process start to exit, TF import included on both
-sides), examples/s, peak RSS (largest single process, and the whole process tree summed, sampled every 0.1 s),
-and the ratio of examples/s.
+"""Corpus-scale data preparation, side by side in one run: our two routes to a data set — `tfbertperf prepare
+--corpus FILE` and `--set data.corpus=FILE` (what a run does: job.ensure_data preparing the run's data
+directory) — vs google-research/bert's create_pretraining_data.py (the unmodified script in
+../shared/anchors/google-research-bert/, run under TF 2 by its run_tf2.py), on the same corpus, vocab, seq_len,
+max_predictions, masked_lm_prob, short_seq_prob and dupe_factor.  Reported: examples written, wall seconds
+(process start to exit, TF import included on every side), examples/s, peak RSS (largest single process, and
+the whole process tree summed, sampled every 0.1 s), the ratio of examples/s to the reference's, and whether
+our two routes wrote the same manifest fields and the same bytes.
 
-    python tools/bench/bench_prep.py --mb 50                       # both on 50 MB
+    python tools/bench/bench_prep.py --mb 5 --text-shards          # all three on 5 MB, our default output
     python tools/bench/bench_prep.py --mb 50 --anchor-mb 10        # the reference on the first 10 MB only
+
+The data.corpus route always writes raw-text shards (a run's data set serves pipeline.tokenize=inline too), so
+it is measured only with --text-shards (without it, the table has the --corpus row alone).
 
 The corpus: Python's pydoc topics split into documents as `prepare` splits them, the documents shuffled and
 repeated until the size is reached (one sentence per line, a blank line between documents).  The vocab: the
@@ -60,11 +65,11 @@ def count_records(path: Path) -> int:
     return n
 
 
-def timed(cmd: list[str], log: Path) -> dict:
+def timed(cmd: list[str], log: Path, **env_extra) -> dict:
     """Run `cmd`; wall seconds and peak RSS (largest process, and the process tree summed) in MB."""
     import psutil
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT), **env_extra)
     t0 = time.perf_counter()
     with open(log, "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -82,7 +87,30 @@ def timed(cmd: list[str], log: Path) -> dict:
     return {"seconds": secs, "rss_mb": peak_one / 2**20, "rss_tree_mb": peak_tree / 2**20}
 
 
+def ensure_data_main(sets: list[str]) -> None:
+    """The data.corpus route in its own process: job.ensure_data for the config `sets`, as `run` calls it
+    (the data directory under $TFBERTPERF_DATA_HOME)."""
+    from tfbertperf.config import load_config
+    from tfbertperf.job import ensure_data
+    from tfbertperf.storage import open_backend
+
+    cfg = load_config(sets=sets)
+    uri, _ = ensure_data(cfg, open_backend(cfg.resolved_data_uri(), cfg.data))
+    print(uri)
+
+
+def same_output(a: Path, b: Path) -> tuple[bool, bool]:
+    """(same manifest fields, every file byte-identical) of two prepared directories."""
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    files = sorted(p.name for p in a.iterdir())
+    same_bytes = files == sorted(p.name for p in b.iterdir()) and all(
+        (a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    return sorted(ma) == sorted(mb), same_bytes
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--ensure-data"]:
+        return ensure_data_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=50.0, help="corpus size for tfbertperf prepare (MB)")
     ap.add_argument("--anchor-mb", type=float, help="corpus size for the reference (default: --mb)")
@@ -121,29 +149,41 @@ def main() -> None:
                f"--vocab_file={vocab}", "--do_lower_case=True", f"--max_seq_length={a.seq}",
                f"--max_predictions_per_seq={a.max_pred}", "--masked_lm_prob=0.15", "--short_seq_prob=0.1",
                "--random_seed=12345", f"--dupe_factor={a.dupe}"]
-    ours = timed(ours_cmd, work / "ours.log")
+    home = work / "data-home"
+    config_cmd = [sys.executable, str(Path(__file__).resolve()), "--ensure-data", f"data.corpus={corpus}",
+                  *[x for x in ours_cmd if x.startswith("data.")]]
+    rows = {}
+    ours = rows["prepare --corpus"] = timed(ours_cmd, work / "ours.log")
     ours["examples"] = json.loads((work / "ours" / "manifest.json").read_text())["num_examples"]
     ours["corpus_mb"] = size / 1e6
-    ref = timed(ref_cmd, work / "ref.log")
+    if a.text_shards:  # the data.corpus route writes raw-text shards: comparable with --text-shards only
+        cfg_row = rows["--set data.corpus (run)"] = timed(config_cmd, work / "config.log", TFBERTPERF_DATA_HOME=str(home))
+        cfg_dir = Path((work / "config.log").read_text().strip().splitlines()[-1])
+        cfg_row["examples"] = json.loads((cfg_dir / "manifest.json").read_text())["num_examples"]
+        cfg_row["corpus_mb"] = size / 1e6
+        cfg_row["same_manifest_fields"], cfg_row["same_bytes"] = same_output(work / "ours", cfg_dir)
+    ref = rows["create_pretraining_data.py"] = timed(ref_cmd, work / "ref.log")
     ref["examples"] = count_records(work / "ref.tfrecord")
     ref["corpus_mb"] = anchor_size / 1e6
-    for r in (ours, ref):
+    for r in rows.values():
         r["examples_per_sec"] = r["examples"] / r["seconds"]
-    ratio = ours["examples_per_sec"] / ref["examples_per_sec"]
-    doc = {"settings": common, "workers": a.workers or len(os.sched_getaffinity(0)), "ours": ours,
-           "reference": ref, "ratio_examples_per_sec": ratio, "ours_cmd": " ".join(ours_cmd),
-           "reference_cmd": " ".join(ref_cmd)}
+    for r in rows.values():
+        r["ratio_examples_per_sec"] = r["examples_per_sec"] / ref["examples_per_sec"]
+    doc = {"settings": common, "workers": a.workers or "default", "rows": rows, "ours_cmd": " ".join(ours_cmd),
+           "config_cmd": " ".join(config_cmd) if a.text_shards else None, "reference_cmd": " ".join(ref_cmd)}
     if a.json:
         print(json.dumps(doc, indent=2))
         return
     print(f"settings: seq_len {a.seq}, max_predictions {a.max_pred}, masked_lm_prob 0.15, short_seq_prob 0.1, "
           f"dupe_factor {a.dupe}, vocab {vocab}, ours {'with' if a.text_shards else 'without'} raw-text shards")
     print(f"{'':28}{'corpus MB':>10}{'examples':>10}{'wall s':>9}{'examples/s':>12}{'peak RSS MB':>13}"
-          f"{'tree RSS MB':>13}")
-    for name, r in (("tfbertperf prepare --corpus", ours), ("create_pretraining_data.py", ref)):
+          f"{'tree RSS MB':>13}{'ratio':>8}")
+    for name, r in rows.items():
         print(f"{name:28}{r['corpus_mb']:10.1f}{r['examples']:10d}{r['seconds']:9.1f}{r['examples_per_sec']:12.0f}"
-              f"{r['rss_mb']:13.0f}{r['rss_tree_mb']:13.0f}")
-    print(f"ratio (examples/s, ours / reference): {ratio:.2f}x")
+              f"{r['rss_mb']:13.0f}{r['rss_tree_mb']:13.0f}{r['ratio_examples_per_sec']:7.2f}x")
+    if a.text_shards:
+        print(f"--corpus vs data.corpus: same manifest fields {cfg_row['same_manifest_fields']}, "
+              f"same bytes {cfg_row['same_bytes']}")
 
 
 if __name__ == "__main__":

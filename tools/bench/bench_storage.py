@@ -153,7 +153,7 @@ def examples_per_s(cfg, manifest, source, batches: int) -> float:
 def part2(args, tmp: str, gcs) -> list[str]:
     from tfbertperf.config import load_config
     from tfbertperf.data.manifest import load_manifest
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
     from tfbertperf.storage import open_backend, open_shards
     from tfbertperf.testing.proxy import FaultProxy
     from tfbertperf.storage.upload import upload_dir

@@ -2,7 +2,7 @@
 
     python tools/bench/bench_synthetic_prep.py [--size 500MB] [--out DIR] [--workers N] [--keep] [--sync]
 
-For each seq_len it writes `--size` of shards with tfbertperf.data.synthetic_shards.write_synthetic into a
+For each seq_len it writes `--size` of shards with tfbertperf.data.prep.synthetic_shards.write_synthetic into a
 fresh directory (default: a temporary directory, removed afterwards unless --keep), then prints:
   seq_len, examples, shards, workers, MB written (10^6 bytes, TFRecord framing included), seconds (wall, from
   the call to the manifest on disk; into the page cache unless --sync), MB/s, mean serialized record bytes
@@ -41,7 +41,7 @@ def _parse_check(out: str, manifest: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from tfbertperf.data.synthetic_shards import parse_size, write_synthetic
+    from tfbertperf.data.prep.synthetic_shards import parse_size, write_synthetic
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", default="500MB", help="bytes per seq_len (500MB, 2GiB, …)")

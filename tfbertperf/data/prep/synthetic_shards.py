@@ -1,7 +1,7 @@
 """GB-scale synthetic BERT pretraining shards, fast: the input side of the accelerator regime without a corpus.
 
-Records have the exact google-research/bert pretraining spec (features.feature_spec("pretrain", …)), are
-byte-identical to features.serialize of their values and TFRecord-framed (storage/tfrecord.py); with vocab.txt
+Records have the exact google-research/bert pretraining spec (features.feature_spec("pretrain", …)), are encoded
+and TFRecord-framed by the one record encoder (encode.py); with vocab.txt
 and manifest.json the directory reads like `tfbertperf prepare` output (pre-tokenized shards only).  A record:
   length   p=0.1 uniform in [5, seq_len]; else full (p=0.75, a truncated chunk) or uniform in [seq_len/2,
            seq_len] (a document's end).  [CLS] A [SEP] B [SEP] [PAD]=0 …; A has 1 … len−4 tokens; segment 1 on B.
@@ -13,31 +13,31 @@ Mean record sizes (serialized; +16 framing bytes on disk), 30,522-token vocab: s
 seq 512 / 76 2,738 B (MLPerf's BERT records: 2,500 B).  Speed: vectorized numpy (≈ 70 MB/s per core); beyond
 POOL records a shard draws records from those at random, replacing the id after [CLS] with a fresh 2-byte id
 (same size, new CRC): all records differ, sizes and parse cost are unchanged, later records share structure.
-One process per core, a shard per task, written as `<name>.<pid>.part` then renamed; the same seed gives the
+One process per core, a shard per task, each written atomically (storage/atomic.py); the same seed gives the
 same bytes for any number of workers.  Local directories only: for gs:// or az://, write locally, then
 `tfbertperf.storage.upload.upload_dir(local_dir, uri)` (it uploads manifest.json last).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
 import re
-import struct
 import time
 from functools import lru_cache
 
-import google_crc32c
 import numpy as np
 
+from tfbertperf.data.prep.encode import encode_records
 from tfbertperf.errors import UsageError
-from tfbertperf.storage.tfrecord import masked_crc32c
+from tfbertperf.storage.atomic import atomic_file
+from tfbertperf.storage.tfrecord import frame_records
 
-KEYS = ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions", "masked_lm_weights",
-        "next_sentence_labels", "segment_ids")  # sorted, as deterministic serialization writes them
 CLS, SEP, MASK_ID, LOW_ID = 2, 3, 4, 999
 CHUNK, POOL = 2048, 8192  # records generated at once; distinct records per shard
-_HEADERS: dict[int, bytes] = {}  # TFRecord header by record length
+GENERATOR = "tfbertperf.data.prep.synthetic_shards/1"  # names the generator in the manifest's source identity
 _UNITS = {u + b: f for u, f in (("", 1), ("k", 10**3), ("m", 10**6), ("g", 10**9), ("t", 10**12), ("ki", 2**10),
                                  ("mi", 2**20), ("gi", 2**30), ("ti", 2**40)) for b in ("", "b")}
 
@@ -95,123 +95,30 @@ def generate(rng: np.random.Generator, n: int, seq_len: int, max_pred: int, voca
             "masked_lm_weights": chosen.astype(np.float32), "next_sentence_labels": rng.integers(0, 2, (n, 1))}
 
 
-@lru_cache(maxsize=8)
-def _varint_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """For v < size: v's varint as a little-endian uint32 (≤ 3 bytes used), and a uint32 whose bytes are 1 where
-    the varint has a byte (viewed as 4 bools: the compress mask)."""
-    v = np.arange(size, dtype=np.uint32)
-    b1, b2 = (v >= 0x80).astype(np.uint32), (v >= 0x4000).astype(np.uint32)
-    word = (v & 0x7F) | (b1 << 7) | ((((v >> 7) & 0x7F) | (b2 << 7)) << 8) | ((v >> 14) << 16)
-    return word.astype("<u4"), (np.uint32(1) | (b1 << 8) | (b2 << 16)).astype("<u4")
-
-
-def _vbytes(x) -> tuple[np.ndarray, np.ndarray]:
-    """Varints (values in [0, 2**21)) of each row of `x` [n, m], concatenated: (flat uint8, bytes per row)."""
-    x = np.asarray(x).reshape(len(x), -1)
-    hi = int(x.max()) if x.size else 0
-    if hi < 0x80:  # one byte each: 0/1 features, short positions, most lengths
-        return x.astype(np.uint8).ravel(), np.full(len(x), x.shape[1], np.int64)
-    if hi >= 1 << 21 or int(x.min()) < 0:
-        raise ValueError("varint value out of [0, 2**21)")
-    word, mask = _varint_tables(max(1 << 15, 1 << hi.bit_length()))
-    m = mask[x]
-    nb = m.view(np.uint8).reshape(x.shape + (4,)).sum(axis=(1, 2), dtype=np.int64)
-    return np.compress(m.view(np.bool_).ravel(), word[x].view(np.uint8).ravel()), nb
-
-
-def encode_records(ex: dict, keys=KEYS) -> tuple[bytes, np.ndarray, np.ndarray | None]:
-    """Examples (as from `generate`; `keys`: the features, sorted) → (the serialized tf.train.Examples back to
-    back, the size of each, the offset of each record's input_ids payload in those bytes, None without
-    input_ids).  A feature is an int array [n, m] (values in [0, 2**21)), a float32 array [n, m], or a tuple
-    (flat uint8, bytes per record) for one bytes value per record.  Records are byte-identical to
-    features.serialize.  A map entry: 0x0a len(entry) | 0x0a len(key) key | 0x12 len(Feature) | tag len(List) |
-    0x0a len(payload) payload, with tag 0x1a (Int64List, packed varints), 0x12 (FloatList, float32) or 0x0a
-    (BytesList).  ValueError when a value or a length is 2**21 or more."""
-    first, vlen = ex[keys[0]], lambda x: 1 + (x >= 0x80) + (x >= 0x4000)  # bytes of each varint
-    n = len(first[1] if isinstance(first, tuple) else first)
-    pieces: list[tuple] = []  # ("c", constant bytes) or ("v", flat uint8, bytes per record)
-    body, ids_flat, ids_at = np.zeros(n, np.int64), None, None
-    for key in keys:
-        a, kb = ex[key], key.encode()
-        if isinstance(a, tuple):
-            (flat, plen), tag = a, b"\x0a"
-        elif a.dtype == np.float32:
-            flat, plen, tag = np.frombuffer(a.astype("<f4").tobytes(), np.uint8), np.full(n, 4 * a.shape[1]), b"\x12"
-        else:
-            (flat, plen), tag = _vbytes(a), b"\x1a"
-        ids_flat = flat if key == "input_ids" else ids_flat
-        lm = 1 + vlen(plen) + plen
-        fl = 1 + vlen(lm) + lm
-        el = 2 + len(kb) + 1 + vlen(fl) + fl  # len(key) < 128: one byte
-        body += 1 + vlen(el) + el
-        for p in (b"\x0a", el, b"\x0a" + bytes([len(kb)]) + kb + b"\x12", fl, tag, lm, b"\x0a", plen, (flat, plen)):
-            if isinstance(p, np.ndarray):  # a length: one constant for fixed-size features, else varints
-                p = _vbytes(p[:1, None])[0].tobytes() if p.min() == p.max() else _vbytes(p[:, None])
-            if isinstance(p, bytes):
-                pieces.append(("c", pieces.pop()[1] + p) if pieces and pieces[-1][0] == "c" else ("c", p))
-            else:
-                pieces.append(("v", *p))
-    pieces[:0] = [("c", b"\x0a"), ("v", *_vbytes(body[:, None]))]
-    rec_len = sum(p[2] if p[0] == "v" else len(p[1]) for p in pieces)
-    out = np.empty(int(rec_len.sum()), np.uint8)
-    idx = np.int32 if len(out) < 2**31 else np.int64
-    at = (np.cumsum(rec_len) - rec_len).astype(idx)
-    for p in pieces:
-        if p[0] == "c":
-            out[at[:, None] + np.arange(len(p[1]), dtype=idx)] = np.frombuffer(p[1], np.uint8)
-            at = at + len(p[1])
-        else:
-            ids_at = at if p[1] is ids_flat else ids_at
-            out[np.repeat((at - np.cumsum(p[2]) + p[2]).astype(idx), p[2]) + np.arange(len(p[1]), dtype=idx)] = p[1]
-            at = at + p[2].astype(idx)
-    return out.tobytes(), rec_len, None if ids_at is None else ids_at.astype(np.int64)
-
-
-def _frame_header(n: int) -> bytes:  # uint64 length, masked CRC32C of those 8 bytes
-    return struct.pack("<Q", n) + struct.pack("<I", masked_crc32c(struct.pack("<Q", n)))
-
-
-def _frames(pool: bytes, starts: list, lens: list, which, p1: list | None = None, ids=None) -> bytes:
-    """TFRecord-framed records `which` of `pool`; with `ids`, record i gets the 2-byte varint of ids[i] at p1."""
-    patch = None if ids is None else np.stack([(ids & 0x7F) | 0x80, ids >> 7], 1).astype(np.uint8).tobytes()
-    out, crc, pack = [], google_crc32c.value, struct.Struct("<I").pack
-    for i, j in enumerate(which):
-        s, e = starts[j], starts[j] + lens[j]
-        rec = pool[s:e] if patch is None else pool[s:p1[j]] + patch[2 * i:2 * i + 2] + pool[p1[j] + 2:e]
-        c, h = crc(rec), _HEADERS.get(len(rec)) or _HEADERS.setdefault(len(rec), _frame_header(len(rec)))
-        out += (h, rec, pack((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
-    return b"".join(out)
-
-
 def _write_shard(t: dict) -> dict:
-    """Write shard `t` (path, index, examples, seq_len, max_pred, vocab_size, seed) to a .part file, rename it.
-    Returns {name, examples, bytes}."""
+    """Write shard `t` (path, index, examples, seq_len, max_pred, vocab_size, seed) atomically (storage/atomic.py).
+    Returns {name, examples, bytes, sha256}."""
     rng = np.random.default_rng([t["seed"], t["index"]])
-    reuse, left, tmp = t["vocab_size"] > 2 * LOW_ID, t["examples"], f"{t['path']}.{os.getpid()}.part"
+    reuse, left = t["vocab_size"] > 2 * LOW_ID, t["examples"]
     pool, starts, lens, p1 = [], [], [], []  # distinct records (serialized), where each starts, its size, id at
-    try:
-        with open(tmp, "wb") as f:
-            while left:
-                n = min(CHUNK, left)
-                if not reuse or len(starts) < POOL:
-                    buf, rec_len, ids_at = encode_records(generate(rng, n, t["seq_len"], t["max_pred"],
-                                                                   t["vocab_size"]))
-                    first = (np.cumsum(rec_len) - rec_len).tolist()
-                    f.write(_frames(buf, first, rec_len.tolist(), range(n)))
-                    if reuse:
-                        base = sum(map(len, pool))
-                        starts, lens = starts + [base + s for s in first], lens + rec_len.tolist()
-                        pool, p1 = pool + [buf], p1 + (base + ids_at + 1).tolist()  # + 1: after [CLS]
-                else:
-                    pool = b"".join(pool) if isinstance(pool, list) else pool
-                    ids = rng.integers(LOW_ID, min(t["vocab_size"], 0x4000), n)
-                    f.write(_frames(pool, starts, lens, rng.integers(0, len(starts), n).tolist(), p1, ids))
-                left -= n
-            size = f.tell()
-        os.replace(tmp, t["path"])
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_file(t["path"]) as f:
+        while left:
+            n = min(CHUNK, left)
+            if not reuse or len(starts) < POOL:
+                buf, rec_len, ids_at = encode_records(generate(rng, n, t["seq_len"], t["max_pred"],
+                                                               t["vocab_size"]))
+                first = (np.cumsum(rec_len) - rec_len).tolist()
+                f.write(frame_records(buf, first, rec_len.tolist(), range(n)))
+                if reuse:
+                    base = sum(map(len, pool))
+                    starts, lens = starts + [base + s for s in first], lens + rec_len.tolist()
+                    pool, p1 = pool + [buf], p1 + (base + ids_at + 1).tolist()  # + 1: after [CLS]
+            else:
+                pool = b"".join(pool) if isinstance(pool, list) else pool
+                ids = rng.integers(LOW_ID, min(t["vocab_size"], 0x4000), n)
+                f.write(frame_records(pool, starts, lens, rng.integers(0, len(starts), n).tolist(), p1, ids))
+            left -= n
+        size = f.tell()
     from tfbertperf.data.manifest import file_sha256
 
     return {"name": os.path.basename(t["path"]), "examples": t["examples"], "bytes": size,
@@ -252,8 +159,10 @@ def write_synthetic(out_dir: str, examples: int | None = None, size_bytes: int |
     default_max_predictions, shards ~128 MiB each and at least one per worker, workers os.cpu_count() (≤ one per
     shard).  progress: callable(dict) after each shard (see _write_all).  Same seed → same bytes.  Raises
     UsageError naming the bad argument, or the file that could not be written."""
-    from tfbertperf.data.manifest import MANIFEST_FILE, MANIFEST_SCHEMA, VOCAB_FILE, shard_name
-    from tfbertperf.data.vocab import RESERVED_TOKENS, special_ids, vocab_sha256, vocab_text
+    from tfbertperf.config import RunConfig
+    from tfbertperf.data.manifest import shard_name
+    from tfbertperf.data.prep.output import manifest_common, start_dir, write_dataset_files
+    from tfbertperf.data.vocab import RESERVED_TOKENS
     from tfbertperf.redact import redact_text
     from tfbertperf.storage.base import split_uri
 
@@ -275,34 +184,22 @@ def write_synthetic(out_dir: str, examples: int | None = None, size_bytes: int |
     shards = shards or min(examples, max(min(cpus, workers or cpus), math.ceil(examples * per_record / 2**27)))
     if shards > examples:
         raise UsageError(f"synthetic shards: shards={shards} but only {examples} examples")
-    os.makedirs(local, exist_ok=True)
-    if os.path.exists(manifest_path := os.path.join(local, MANIFEST_FILE)):
-        os.remove(manifest_path)  # incomplete until the new manifest lands
+    start_dir(local)
     lo = LOW_ID if vocab_size > 2 * LOW_ID else 5
     vocab = list(RESERVED_TOKENS) + [f"[unused{i}]" for i in range(5, lo)] + [f"tok{i}" for i in range(lo, vocab_size)]
-    _atomic(os.path.join(local, VOCAB_FILE), vocab_text(vocab).encode("utf-8"))
     tasks = [{"path": os.path.join(local, shard_name("pretrain", i, shards)), "index": i, "seed": seed,
               "examples": examples * (i + 1) // shards - examples * i // shards, "seq_len": seq_len,
               "max_pred": max_pred, "vocab_size": vocab_size} for i in range(shards)]
     infos = _write_all(tasks, min(workers or cpus, shards), progress, int(examples * per_record))
-    total, ints = sum(s["bytes"] for s in infos), lambda n: ["int64", [n]]
-    manifest = {
-        "schema": MANIFEST_SCHEMA, "task": "pretrain", "seq_len": seq_len, "max_predictions": max_pred,
-        "vocab_size": vocab_size, "vocab_size_target": vocab_size, "vocab_sha256": vocab_sha256(vocab),
-        "vocab_file": VOCAB_FILE, "special_ids": special_ids(vocab), "tokenizer": "none (synthetic random ids)",
-        "seed": seed, "dupe_factor": 1, "masked_lm_prob": 0.15, "short_seq_prob": 0.1, "num_examples": examples,
-        "record_bytes_mean": round((total - 16 * examples) / examples, 1),
-        "features": {"input_ids": ints(seq_len), "input_mask": ints(seq_len), "segment_ids": ints(seq_len),
-                     "masked_lm_positions": ints(max_pred), "masked_lm_ids": ints(max_pred),
-                     "masked_lm_weights": ["float32", [max_pred]], "next_sentence_labels": ints(1)},
-        "shards": infos, "corpus": "synthetic (tfbertperf.data.synthetic_shards)", "corpus_sha256": "",
-        "vocab_source": "synthetic", "stats": {"distinct_records_per_shard": POOL if lo == LOW_ID else None},
-    }
-    _atomic(manifest_path, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
-    return manifest
-
-
-def _atomic(path: str, data: bytes) -> None:
-    with open(f"{path}.{os.getpid()}.part", "wb") as f:
-        f.write(data)
-    os.replace(f.name, path)
+    total = sum(s["bytes"] for s in infos)
+    knobs = dict(seq_len=seq_len, max_predictions=max_pred, vocab_size=vocab_size, seed=seed, dupe_factor=1,
+                 masked_lm_prob=0.15, short_seq_prob=0.1)
+    cfg = dataclasses.replace(RunConfig(), data=dataclasses.replace(RunConfig().data, **knobs))
+    identity = hashlib.sha256(json.dumps({"generator": GENERATOR, "examples": examples, "shards": shards, **knobs},
+                                         sort_keys=True).encode()).hexdigest()  # what these bytes are made from
+    manifest = manifest_common(cfg, vocab, examples, (total - 16 * examples) / examples, None, infos, [])
+    manifest.update({"tokenizer": "none (synthetic random ids)", "corpus": f"synthetic ({GENERATOR})",
+                     "corpus_sha256": identity, "source_sha256": identity, "vocab_source": "synthetic",
+                     "prepared_by": "data/prep (synthetic)",
+                     "stats": {"distinct_records_per_shard": POOL if lo == LOW_ID else None}})
+    return write_dataset_files(local, vocab, manifest)
