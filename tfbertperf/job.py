@@ -8,6 +8,7 @@ it; it is not a command itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -79,10 +80,8 @@ class Inputs:
 def _close(sources: list) -> None:
     """Close and forget the shard sources opened so far."""
     while sources:
-        try:
+        with contextlib.suppress(Exception):  # closing background workers must not mask the real error
             sources.pop().close()
-        except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
-            pass
 
 
 def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
@@ -109,24 +108,24 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     environment = fingerprint(data_uri=inputs.uri, probe=True)
 
     sources = []
-    data_cfg = regime.dataset_config(cfg, emulation)  # emulated: accelerators × batch_size per step
+    service = regime.data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here
+    data_cfg = service.config(regime.dataset_config(cfg, emulation))  # emulated: accelerators × batch_size a step
 
     def dataset_fn(input_context=None):
         source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes)
         sources.append(source)
         # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
-        # tf.distribute.InputContext (multi-worker: each worker reads only its shards).
-        return build_dataset(data_cfg, manifest, source, input_context)
+        # tf.distribute.InputContext (multi-worker: each worker reads only its shards, or shares a service job).
+        return build_dataset(data_cfg, manifest, source, input_context, service=service)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
     sampler = regime.start_sampler(cfg)
     try:
         with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
-            result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
-                                      say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
-                                      sampler=sampler, run_dir=str(out_dir) if checkpoints else None)
-        mode = sources[0].mode if sources else cfg.data.mode
-        storage = {"backend": backend.name, "mode": mode,
+            result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), say=say,
+                                      strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg), sampler=sampler,
+                                      run_dir=str(out_dir) if checkpoints else None, service=service)
+        storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
                    "uri": redact_text(inputs.uri)}
         # the training's reads only (the ceiling runs after this); read_wait_fraction over the measured steps
         storage.update(backend.metrics.summary(span=result.extra.get("measured_span")))
@@ -139,6 +138,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         if sampler is not None:
             sampler.stop()
         _close(sources)
+        service.stop()  # workers, then the dispatcher; a server failing at exit is recorded, not raised
 
     step_ms = steady_step_ms(result)
     compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
@@ -184,7 +184,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     if result.extra.get("resumed_from_step"):
         report["resumed_from_step"] = result.extra["resumed_from_step"]
     return regime.finish(report, cfg, result, emulation, ceiling, sampler, out_dir, tb_dir,
-                         title=f"Host utilization — {out_dir.name}")
+                         title=f"Host utilization — {out_dir.name}", service=service)
 
 
 def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tuple[Path, dict]:

@@ -18,6 +18,13 @@ def dataset_config(cfg, emulation):
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=emulation.global_batch_size))
 
 
+def data_service(cfg, manifest: dict):
+    """The run's started data/service_session.ServiceSession (pipeline.data_service; off: one that does nothing)."""
+    from tfbertperf.data.service_session import ServiceSession
+
+    return ServiceSession(cfg, manifest.get("num_examples")).start(cfg)
+
+
 class MarkingCapture:
     """The loop's capture, marking the sampler's timeline where the profiled window opens and closes."""
 
@@ -49,11 +56,12 @@ def start_sampler(cfg):
 
 
 def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, strategy, capture, runs_ahead: bool,
-              sampler, run_dir: str | None = None):
+              sampler, run_dir: str | None = None, service=None):
     """Train (the real model, or the emulated devices); the sampler marks train_start / train_end, and
     measured_start / measured_end around the steps after warm-up (the span the verdict reads the host over).
     result.extra["measured_span"]: those two perf_counter times (the storage reads' share is taken over it).
-    `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none."""
+    `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none.
+    `service`: the run's data/service_session.ServiceSession, told when the training starts and ends."""
     import time
 
     span: dict[str, float] = {}
@@ -66,6 +74,8 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
     if sampler is not None:
         sampler.mark("train_start")
         capture = MarkingCapture(capture, sampler) if capture is not None else None
+    if service is not None:
+        service.training_started()
     try:
         if emulation is not None:
             from tfbertperf.train.emulated import train_emulated
@@ -82,6 +92,8 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
             sampler.mark("train_end")
     if "measured_start" in span and "measured_end" in span:
         result.extra["measured_span"] = (span["measured_start"], span["measured_end"])
+    if service is not None:
+        service.training_ended(result)
     return result
 
 
@@ -132,9 +144,15 @@ def _host_summary(sampler) -> tuple[dict, str, str]:
 
 
 def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, out_dir: Path, tb_dir: Path,
-           title: str) -> dict:
-    """Add the regime's keys to report (module docstring) and refine its verdict; returns report."""
+           title: str, service=None) -> dict:
+    """Add the regime's keys to report (module docstring) and refine its verdict; returns report.  `service`
+    (a stopped ServiceSession): report.json `data_service` when the tf.data service was on."""
     from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine
+
+    if service is not None and service.on:
+        report["data_service"] = service.block()
+        if report.get("storage") is not None:  # its figures are the trainer's own reads (vocab, manifest) only
+            report["storage"]["shard_reads_in"] = "tf.data service workers (data_service.workers)"
 
     threshold = float(cfg.profile.au_threshold or AU_THRESHOLD_DEFAULT)
     if emulation is not None:
