@@ -230,3 +230,33 @@ def test_a_run_with_a_worker_killed_mid_run_completes_and_says_so(data_dir, tmp_
     (dead,) = [w for w in block["workers"] if not w["alive"]]
     assert dead["pid"] == killed[0] and dead["killed_by_signal"] == signal.SIGKILL
     assert all(_gone(p) for p in killed), "a service worker outlived the run"
+
+
+def test_scale_out_advice_only_for_a_cpu_bound_input():
+    from tfbertperf.regime import scale_out_advice
+
+    verdict = {"bottleneck": "input", "input_cause": "preprocessing", "actions": [{"advice": "x", "set": []}]}
+    out = scale_out_advice(verdict, 0.3, load_config())
+    assert out["actions"][-1]["set"] == ["pipeline.data_service=local:4"] and "4 tf.data service" in out["actions"][-1]["advice"]
+    assert out["recommendations"][-1] == out["actions"][-1]["advice"]
+    assert scale_out_advice({**verdict, "input_cause": "storage"}, 0.3, load_config()) == {**verdict, "input_cause": "storage"}
+    assert scale_out_advice(verdict, 0.3, load_config(sets=["pipeline.data_service=local:2"])) == verdict
+
+
+def test_two_trainers_read_from_one_service(data_dir, tmp_path):
+    """`run --workers 2` (MultiWorkerMirrored on loopback) with local:1: the launcher starts one service, both
+    trainers share one job of it, and the report has the service's view and each trainer's."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    r = subprocess.run([sys.executable, "-m", "tfbertperf", "run", "--workers", "2", "--data", str(data_dir),
+                        "--set", "train.steps=12", "--set", "profile.steps=none", "--set", "profile.probe_steps=0",
+                        "--set", "profile.ceiling_seconds=0", "--set", "profile.utilization_hz=0",
+                        "--set", "pipeline.data_service=local:1", "--set", f"run.out={tmp_path}"],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (report,) = tmp_path.glob("*/report.json")
+    block = json.loads(report.read_text())["data_service"]
+    assert block["setting"] == "local:1" and block["workers_lost"] == 0 and block["shutdown"]["clean"]
+    assert block["workers"][0]["read_bytes"] > 0
+    trainers = block["trainers"]
+    assert len(trainers) == 2 and all(t["elements"] >= 12 for t in trainers)
+    assert trainers[0]["address"] == trainers[1]["address"] and "/" in trainers[0]["address"]  # one shared job

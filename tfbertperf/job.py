@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -227,8 +228,6 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
         from tfbertperf.train.checkpoint import latest_step
 
         if resume is None and not latest_step(run_dir):
-            import shutil
-
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     mark_interrupted(run_dir, bool(report.get("incomplete")), report.get("interrupted_at_step"))
@@ -271,7 +270,7 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     Raises WorkerError (train/multiworker.py) when the group fails."""
     from tfbertperf.report.build import bar_entry, check_runs_root, make_run_dir, write_run_files
     from tfbertperf.report.plots import write_step_breakdown
-    from tfbertperf.train.multiworker import launch_workers
+    from tfbertperf.train.multiworker import group_data_service, launch_workers
 
     quiet_tf()
     check_runs_root(cfg)
@@ -296,6 +295,7 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     combined["artifacts"] = {"tensorboard": "tensorboard", "plots": ["plots/step_breakdown.png"],
                              "workers": [f"worker-{i}" for i in range(workers)]}
     combined["retries"] = parts[0].get("retries") or []  # group re-runs after a worker crashed, and why
+    combined.update(group_data_service(parts[0], reports))  # the group's one tf.data service, if any
     write_run_files(run_dir, cfg, combined)
     return run_dir, combined
 

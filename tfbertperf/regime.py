@@ -189,7 +189,27 @@ def finish(report: dict, cfg, result, emulation, ceiling: dict | None, sampler, 
                                    host=report.get("host_utilization"), ceiling=ceiling, demand=demand,
                                    emulation=report.get("emulation"), read_share=_read_share(report),
                                    model_on_host=on_host)
+        report["verdict"] = scale_out_advice(report["verdict"], report.get("headroom"), cfg)
     return report
+
+
+def scale_out_advice(verdict: dict, headroom: float | None, cfg) -> dict:
+    """A CPU-bound input (input_cause "preprocessing") with the service off: advise moving preprocessing onto N
+    tf.data service workers, N = ⌈1 / headroom⌉ (at least 2) — the workers that would lift the ceiling to the
+    demand if each brought this host's pipeline rate.  The --set is local:N so that `analyze --validate` and
+    `compare` can measure the split on this box (where it adds no cores); on real hosts: grpc://DISPATCHER:PORT."""
+    import math
+
+    if verdict.get("input_cause") != "preprocessing" or cfg.pipeline.data_service not in ("off", ""):
+        return verdict
+    n = max(2, math.ceil(1.0 / headroom)) if headroom else 2
+    act = {"advice": f"scale out preprocessing to {n} tf.data service workers (--set pipeline.data_service="
+                     f"local:{n} splits it here but adds no cores; on {n} hosts: grpc://DISPATCHER:PORT)",
+           "set": [f"pipeline.data_service=local:{n}"]}
+    out = dict(verdict)
+    out["actions"] = list(out.get("actions") or []) + [act]
+    out["recommendations"] = [a["advice"] for a in out["actions"]]
+    return out
 
 
 def max_accelerators(cfg, progress: bool = True, n_max: int = 4096) -> tuple[Path, dict]:

@@ -229,7 +229,7 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     num_files = len(shards)
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(batch)
-        if input_context.num_input_pipelines > 1:
+        if input_context.num_input_pipelines > 1 and not on_service:  # on the service, trainers share a job
             filenames = filenames.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
             num_files = -(-num_files // input_context.num_input_pipelines)
     if training:

@@ -17,6 +17,7 @@ they are not visible from the trainer.
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 
 from tfbertperf.config.schema import parse_data_service
@@ -69,6 +70,14 @@ class ServiceSession:
         return dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline,
                                                                      data_service=f"grpc://{self.address}"))
 
+    def group_config(self, cfg, job: str):
+        """cfg for the trainers of a multi-worker group: one shared job `job` on this service (a job the setting
+        already names wins)."""
+        if not self.on:
+            return cfg
+        address = self.address if "/" in self.address else f"{self.address}/{re.sub('[^A-Za-z0-9-]', '-', job)}"
+        return dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, data_service=f"grpc://{address}"))
+
     def next_job_suffix(self) -> str:
         self._jobs += 1
         return f"-{self._jobs}"
@@ -82,13 +91,13 @@ class ServiceSession:
         if not self.on:
             return
         workers = self.cluster.status() if self.cluster is not None else []
-        lost = sum(1 for w in workers if not w["alive"])
+        lost = sum(1 for w in workers if not w["alive"]) if self.cluster is not None else None
+        self._training = {"workers_lost": lost, "workers": [_delta(w, self._start) for w in workers]}
+        if result is None:  # a multi-worker launcher: its trainers count what they received
+            return
         steady = result.input_wait_ms[result.warmup_steps:] or result.input_wait_ms
-        self._training = {
-            **self.tally.summary(self.dataset_examples, self.mode, lost if self.cluster is not None else None),
-            "wait_ms_per_step": round(statistics.fmean(steady), 3) if steady else None,
-            "workers": [_delta(w, self._start) for w in workers],
-        }
+        self._training.update(self.tally.summary(self.dataset_examples, self.mode, lost))
+        self._training["wait_ms_per_step"] = round(statistics.fmean(steady), 3) if steady else None
 
     def stop(self) -> None:
         if self.cluster is not None and self._shutdown is None:
