@@ -13,7 +13,7 @@ import pytest
 
 from tfbertperf.config import load_config
 from tfbertperf.profile import advice, attribution, steptable, xprof_tools
-from tfbertperf.profile.hardware import classify_device, classify_gpu
+from tfbertperf.profile.accelerator_facts import classify_device, classify_gpu
 
 from profile_fixtures import ATTENTION, FIXTURES, GEMM, MANGLED, V100
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"profile fixtures not found at {FIXTURES}")

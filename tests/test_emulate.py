@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tfbertperf.errors import UsageError
-from tfbertperf.train.emulate import au, au_from_steps, bert_parameters, emulated_step, load_profiles, resolve
+from tfbertperf.train.emulated_devices import au, au_from_steps, bert_parameters, emulated_step, load_profiles, resolve
 
 REQUIRED_PROFILES = ("a100-80gb-amp", "a100-80gb-tf32", "v100-32gb-amp", "v100-32gb-fp32", "dlio-bert-v100")
 
@@ -140,7 +140,7 @@ def test_unknown_profile_exits_through_the_cli_error_path(capsys):
 
 def test_from_config():
     from tfbertperf.config import load_config
-    from tfbertperf.train.emulate import from_config
+    from tfbertperf.train.emulated_devices import from_config
 
     assert from_config(load_config()) is None
     e = from_config(load_config(sets=["emulate.device=a100-80gb-amp", "emulate.accelerators=4", "model.size=large",

@@ -186,7 +186,7 @@ def test_forward_pass_matches_numpy_reference(small):
 def test_heads_prefix_and_legacy_names_into_build_model(tmp_path):
     import keras
 
-    from tfbertperf.model.bert import build_model
+    from tfbertperf.model.build import build_model
     from tfbertperf.model.hf_import import load_hf_weights
 
     w = hf_weights(TINY, seed=2, heads=True)

@@ -35,7 +35,8 @@ def hf_dir(path, arch=ARCH, seed=0, **weights_kw) -> tuple[str, dict]:
 
 
 def test_build_model_takes_the_architecture_and_the_weights_from_the_directory(tmp_path):
-    from tfbertperf.model.bert import build_model, describe, parameter_line
+    from tfbertperf.model.bert import describe, parameter_line
+    from tfbertperf.model.build import build_model
 
     d, w = hf_dir(tmp_path / "hf")
     model = build_model(SimpleNamespace(size="tiny", task="pretrain", dropout=0.1, num_labels=2, init=d),

@@ -14,10 +14,18 @@ PKG = ROOT / "tfbertperf"
 # Lower rank = lower stage.  A module may import its own rank or lower, never higher.
 BASE = 0  # config, errors, redact: used by every stage
 STAGES = {"storage": 1, "data": 2, "model": 3, "train": 4, "profile": 5, "envinfo": 6, "report": 7}
-COMPOSITION = 8  # job.py (and regime.py, its accelerator-regime part) composes the stages; cliargs.py and keras.py are shared by commands / users
+# Composition, in three ranks so that no circle among them hides under one rank: compose/ holds the parts a run is
+# made of (training, host sampling, input ceiling, the regime's report keys); job.py composes them into a run;
+# accelerator_search.py and advice_validation.py run job.py several times.  cliargs.py and keras.py: shared by
+# commands / users, importing only the stages.
+PARTS = 8
+PARTS_MODULES = {"compose", "cliargs", "keras"}
+JOB = 9
+JOB_USERS = 10
+JOB_USER_MODULES = {"accelerator_search", "advice_validation"}
 COMMANDS = {"run", "prepare", "compare", "analyze", "env", "tokenize", "cli", "__main__"}
-COMMAND = 9
-TESTING = 10  # test and demo gear: may use anything, nothing in the product uses it
+COMMAND = 11
+TESTING = 12  # test and demo gear: may use anything, nothing in the product uses it
 BASE_MODULES = {"config", "errors", "redact", "__init__"}
 
 
@@ -34,8 +42,12 @@ def _rank(module: str) -> int:
         return COMMAND
     if head in BASE_MODULES:
         return BASE
-    if head in ("job", "regime", "cliargs", "keras"):
-        return COMPOSITION
+    if head in PARTS_MODULES:
+        return PARTS
+    if head == "job":
+        return JOB
+    if head in JOB_USER_MODULES:
+        return JOB_USERS
     raise AssertionError(f"{module}: not placed in a stage; add it to tests/test_layout.py's table")
 
 
@@ -44,16 +56,31 @@ def _module_name(path: Path) -> str:
     return ".".join(rel.parts)
 
 
-def _is_module(name: str) -> bool:
-    return (PKG / f"{name}.py").is_file() or (PKG / name / "__init__.py").is_file()
+def _is_module(dotted: str) -> bool:
+    """Whether the dotted name (tfbertperf.x.y) is a module or package of this tree."""
+    rel = Path(*dotted.split(".")[1:]) if "." in dotted else Path()
+    return (PKG / rel).with_suffix(".py").is_file() or (PKG / rel / "__init__.py").is_file()
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (annotations only: never run, so no circle)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, imported tfbertperf module) for every import in the file, lazy ones inside functions included."""
+    """(line, imported tfbertperf module) for every import in the file, lazy ones inside functions included;
+    `from tfbertperf.data import prepare` is the module tfbertperf.data.prepare, not the package."""
     tree = ast.parse(path.read_text(), str(path))
     me = _module_name(path)
+    skip = _type_checking_only(tree)
     out = []
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "tfbertperf"]
         elif isinstance(node, ast.ImportFrom):
@@ -63,11 +90,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 mod = ".".join(base + ([mod] if mod else []))
             if mod.split(".")[0] != "tfbertperf":
                 continue
-            if mod == "tfbertperf":  # `from tfbertperf import job` imports tfbertperf.job; `__version__` is a name
-                out += [(node.lineno, f"tfbertperf.{a.name}" if _is_module(a.name) else "tfbertperf")
-                        for a in node.names]
-            else:
-                out.append((node.lineno, mod))
+            # `from pkg import name`: the submodule pkg.name where there is one (`__version__`, a function: pkg)
+            out += [(node.lineno, f"{mod}.{a.name}" if _is_module(f"{mod}.{a.name}") else mod) for a in node.names]
     return out
 
 
@@ -97,6 +121,77 @@ def test_the_import_check_sees_lazy_imports_and_would_flag_a_backwards_edge(tmp_
     assert "tfbertperf.model" in found  # imported inside train(), not at the top
     assert _rank("tfbertperf.train.loop") < _rank("tfbertperf.profile.capture")
     assert _rank("tfbertperf.storage.base") < _rank("tfbertperf.testing.proxy")
+    assert _rank("tfbertperf.compose.training") < _rank("tfbertperf.job") < _rank("tfbertperf.accelerator_search")
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import graph's circles: each strongly connected component of more than one module (or a module that
+    imports itself), as a sorted list of module names (Tarjan's algorithm, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1 or node in edges.get(node, ()):
+                    out.append(sorted(comp))
+    return sorted(out)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module → the tfbertperf modules it imports (a package's __init__ counts as the package's name)."""
+    graph: dict[str, set[str]] = {}
+    for _, _, src, dst in _edges():
+        src = src.removesuffix(".__init__")
+        if dst != src:
+            graph.setdefault(src, set()).add(dst)
+    return graph
+
+
+# Issue 25: helper i25b rebuilds data preparation and removes this circle; until then it is named, not hidden.
+KNOWN_PREP_CIRCLE = ["tfbertperf.data.corpusprep", "tfbertperf.data.prepare"]
+
+
+def test_no_import_circles_lazy_imports_included():
+    circles = _cycles(_import_graph())
+    named = ["data/prepare <-> data/corpusprep (issue 25, helper i25b's data-preparation rebuild removes it): "
+             if c == KNOWN_PREP_CIRCLE else "" for c in circles]
+    assert not circles, "import circles:\n" + "\n".join(n + " <-> ".join(c) for n, c in zip(named, circles))
+
+
+def test_the_circle_finder_finds_a_circle_and_reads_from_pkg_import_module():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    # profile/utilization.py: `from tfbertperf.profile import threadcpu` is an edge to the module, not the package
+    found = {dst for _, dst in _imports(PKG / "profile" / "utilization.py")}
+    assert "tfbertperf.profile.threadcpu" in found and "tfbertperf.profile" not in found
 
 
 def test_cli_dispatches_only_to_known_commands():

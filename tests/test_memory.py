@@ -22,7 +22,7 @@ def _step(remat=False, gelu=None):
     import keras
     import tensorflow as tf
 
-    from tfbertperf.model import bert
+    from tfbertperf.model import bert, build
     from tfbertperf.train.optimizer import make_optimizer
     from tfbertperf.train.step import make_train_step
 
@@ -31,7 +31,7 @@ def _step(remat=False, gelu=None):
     if gelu is not None:
         old, bert.gelu = bert.gelu, gelu
     try:
-        model = bert.build_model(cfg.model, V, T, P, remat=remat)
+        model = build.build_model(cfg.model, V, T, P, remat=remat)
     finally:
         if gelu is not None:
             bert.gelu = old

@@ -134,7 +134,7 @@ def test_attribution_block_has_the_report_schema(profiles):
     assert att["fractions"]["host_compute"] > 0.2  # CPU-only: training compute shows as host compute
     assert isinstance(att["au_pass"], bool) and att["au_threshold"] == 0.9
     # without a probe the verdict rests on the best figure there is, quotes it and follows from it
-    from tfbertperf.profile.figures import input_share
+    from tfbertperf.profile.xprof_attribution import input_share
 
     share, source = input_share(att)
     assert source != "input_cost_fraction" and f"input costs {share:.0%}" in doc["verdict"]["summary"]
@@ -202,7 +202,7 @@ def test_step_timer_summary_skips_warmup_and_sums_waits():
 
 
 def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_read():
-    from tfbertperf.profile.figures import joined_input_split
+    from tfbertperf.profile.xprof_attribution import joined_input_split
 
     ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 50.0, "unclassified": 200.0}
     split = joined_input_split(ops, {"read_ms_per_step": 3.0})  # 3,000 µs of reads, 100 already seen by xprof

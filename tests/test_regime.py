@@ -154,12 +154,12 @@ def test_max_accelerators_search_finds_the_edge_with_few_runs():
 
 
 def test_run_max_accelerators_reports_n_and_the_au_on_both_sides(tmp_path):
-    from tfbertperf import regime
+    from tfbertperf.accelerator_search import max_accelerators
 
     cfg = load_config(sets=[*FAST, f"run.out={tmp_path}", "emulate.step_ms=20", "train.batch_size=16",
                             "pipeline.preset=naive", "data.read_latency_ms=20", "train.steps=8",
                             "profile.steps=3:6", "profile.ceiling_seconds=0.5"])
-    run_dir, r = regime.max_accelerators(cfg, progress=False, n_max=8)
+    run_dir, r = max_accelerators(cfg, progress=False, n_max=8)
     m = r["max_accelerators"]
     assert m["trials"] and all(t["pass"] == (t["au"] >= 0.9) for t in m["trials"])
     if m["n"]:

@@ -77,7 +77,7 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
     except attribution.NoStepsError:
         if not any(d["events"] for d in devs):
             raise
-        doc = attribution.device_summary(devs)
+        doc = attribution.device_summary(devs, xplanes)
     doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
                       "run_report": bool(report)}
     marker = interrupted_marker(xplanes[0])
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
-    from tfbertperf.job import validate
+    from tfbertperf.advice_validation import validate
     from tfbertperf.report.console import print_analysis
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -129,6 +129,8 @@ def main(argv=None) -> int:
               "its window may hold fewer steps than the run planned", file=sys.stderr)
     if doc.get("steps_marked") is False:
         print(f"tfbertperf: note: {doc['note']}", file=sys.stderr)
+        for missing in doc.get("missing") or ():
+            print(f"tfbertperf: note: {missing}", file=sys.stderr)
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0

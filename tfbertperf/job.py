@@ -8,14 +8,11 @@ it; it is not a command itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
-from tfbertperf import regime
 from tfbertperf.config import RunConfig
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
@@ -81,8 +78,10 @@ class Inputs:
 def _close(sources: list) -> None:
     """Close and forget the shard sources opened so far."""
     while sources:
-        with contextlib.suppress(Exception):  # closing background workers must not mask the real error
+        try:
             sources.pop().close()
+        except Exception:  # noqa: BLE001 — closing background workers must not mask the real error
+            pass
 
 
 def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | None = None, strategy=None,
@@ -98,8 +97,13 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.xprof_tools import find_xplanes
     from tfbertperf.report.build import bar_entry, build_report, steady_step_ms, tokenizer_block
     from tfbertperf.storage import open_shards
+    from tfbertperf.compose import regime_report
+    from tfbertperf.compose.hostsampling import start_sampler
+    from tfbertperf.compose.inputceiling import input_ceiling
+    from tfbertperf.compose.dataservice import add_data_service, data_service
+    from tfbertperf.compose.training import dataset_config, train_any
     from tfbertperf.storage.integrity import storage_errors
-    from tfbertperf.train.emulate import from_config as emulation_from_config
+    from tfbertperf.train.emulated_devices import from_config as emulation_from_config
 
     say = log if progress else (lambda m: None)
     emulation = emulation_from_config(cfg)  # None: the real model runs
@@ -109,8 +113,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     environment = fingerprint(data_uri=inputs.uri, probe=True)
 
     sources = []
-    service = regime.data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here
-    data_cfg = service.config(regime.dataset_config(cfg, emulation))  # emulated: accelerators × batch_size a step
+    service = data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here
+    data_cfg = service.config(dataset_config(cfg, emulation))  # emulated: accelerators × batch_size per step
 
     def dataset_fn(input_context=None):
         source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes)
@@ -120,13 +124,14 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         return build_dataset(data_cfg, manifest, source, input_context, service=service)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
-    sampler = regime.start_sampler(cfg)
+    sampler = start_sampler(cfg)
     try:
         with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
-            result = regime.train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir), say=say,
-                                      strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg), sampler=sampler,
-                                      run_dir=str(out_dir) if checkpoints else None, service=service)
-        storage = {"backend": backend.name, "mode": sources[0].mode if sources else cfg.data.mode,
+            result = train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
+                               say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
+                               sampler=sampler, run_dir=str(out_dir) if checkpoints else None, service=service)
+        mode = sources[0].mode if sources else cfg.data.mode
+        storage = {"backend": backend.name, "mode": mode,
                    "uri": redact_text(inputs.uri)}
         # the training's reads only (the ceiling runs after this); read_wait_fraction over the measured steps
         storage.update(backend.metrics.summary(span=result.extra.get("measured_span")))
@@ -134,7 +139,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         ceiling = None
         if result.extra.get("interrupted_at_step") is None:  # Ctrl-C: no further measuring
             with storage_errors(backend, inputs.shard_uris, inputs.uri):
-                ceiling = regime.input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
+                ceiling = input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -150,13 +155,16 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         # (per step xprof found, like its input-op figures: set by attribute() as joined_read_ms_per_step)
         window = (capture.started_at, capture.stopped_at)
         storage["joined_read_ms"] = round(backend.metrics.untraced_blocking_ms(*window), 3)
+    # headroom, host figures, reads' share: known before the verdict, which reads them as it is made (once)
+    figures = regime_report.measure(cfg, result, emulation, ceiling, sampler, storage, step_ms)
 
     attribution_doc: dict = {}
     if result.profile_window is not None:
         attribution_doc = attribute(find_xplanes(str(tb_dir)), step_time_ms=step_ms,
                                     compute_only_step_ms=compute_only_ms, storage=storage, config=cfg.to_dict(),
                                     env_devices=environment.get("devices"),
-                                    cpu_flags=(environment.get("cpu") or {}).get("flags"))
+                                    cpu_flags=(environment.get("cpu") or {}).get("flags"),
+                                    refine_with=figures.refine_inputs())
         # T and T_c of the what-if figure, so that a reader can recompute it (unclamped)
         attribution_doc["attribution"]["steady_step_time_ms"] = round(step_ms, 4)
         attribution_doc["attribution"]["compute_only_step_ms"] = (None if compute_only_ms is None
@@ -184,8 +192,9 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         report["interrupted_at_step"] = result.extra["interrupted_at_step"]
     if result.extra.get("resumed_from_step"):
         report["resumed_from_step"] = result.extra["resumed_from_step"]
-    return regime.finish(report, cfg, result, emulation, ceiling, sampler, out_dir, tb_dir,
-                         title=f"Host utilization — {out_dir.name}", service=service)
+    report = regime_report.add_to_report(report, figures, sampler, out_dir, tb_dir,
+                                         title=f"Host utilization — {out_dir.name}")
+    return add_data_service(report, service, cfg)  # report.json data_service; scale-out advice
 
 
 def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tuple[Path, dict]:
@@ -203,7 +212,7 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
 
     quiet_tf()
     check_runs_root(cfg)
-    from tfbertperf.train.emulate import from_config as emulation_from_config
+    from tfbertperf.train.emulated_devices import from_config as emulation_from_config
     from tfbertperf.train.strategy import check_placement
 
     emulation_from_config(cfg)  # a bad emulate.* setting is refused before any data is prepared
@@ -228,6 +237,8 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
         from tfbertperf.train.checkpoint import latest_step
 
         if resume is None and not latest_step(run_dir):
+            import shutil
+
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     mark_interrupted(run_dir, bool(report.get("incomplete")), report.get("interrupted_at_step"))
@@ -298,52 +309,3 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     combined.update(group_data_service(parts[0], reports))  # the group's one tf.data service, if any
     write_run_files(run_dir, cfg, combined)
     return run_dir, combined
-
-
-def validate(report: dict, doc: dict, progress: bool = True, repeat: int = 3, advice_sets=None) -> dict:
-    """Measure the run's advice: re-run its config with each recommendation that maps to --set overrides (or, with
-    `advice_sets`, those override lists instead) next to re-runs of the baseline, interleaved round-robin `repeat`
-    times (baseline, advice 1, advice 2, baseline, …) so that the machine's drift hits all alike.  Each advice is
-    judged by report/validation.py (speed-up in examples/s with its spread; confirmed only when faster and the
-    ranges do not overlap) and doc["verdict"] is re-ranked: confirmed advice first, advice not confirmed last."""
-    from tfbertperf.config import load_config
-    from tfbertperf.redact import REDACTED
-    from tfbertperf.report.stats import summary
-    from tfbertperf.report.validation import judge, rank_verdict
-
-    if advice_sets:
-        known = {tuple(sorted(a.get("set") or [])): a for a in doc["verdict"].get("actions") or [] if a.get("set")}
-        acts = [known.get(tuple(sorted(s))) or {"advice": f"given: --set {' --set '.join(s)}", "set": list(s)}
-                for s in advice_sets]
-    else:
-        acts = [a for a in (doc["verdict"].get("actions") or []) if a.get("set")][:3]
-    if not acts:
-        raise UsageError("--validate: the verdict has no recommendation that maps to --set overrides")
-    # Values redacted in the report (secrets, or keys whose names look like one) fall back to their defaults.
-    flat = {f"{s}.{k}": v for s, body in report["config"].items() if isinstance(body, dict)
-            for k, v in body.items() if v != REDACTED}
-    cfgs = [load_config(overrides=flat)]
-    cfgs += [load_config(overrides={**flat, **dict(x.split("=", 1) for x in a["set"])}) for a in acts]
-    names = ["baseline"] + [f"advice {i}" for i in range(1, len(acts) + 1)]
-    got: list[dict] = [{"eps": [], "step": [], "runs": []} for _ in cfgs]
-    for rnd in range(1, max(1, repeat) + 1):
-        for name, cfg, g in zip(names, cfgs, got):
-            if progress:
-                print(f"tfbertperf analyze --validate: round {rnd}/{repeat}, {name} run …", file=sys.stderr, flush=True)
-            run_dir, rep = run(cfg, progress=False)
-            g["eps"].append(rep["throughput"]["examples_per_sec"])
-            g["step"].append(rep["throughput"]["step_time_ms"]["p50"])
-            g["runs"].append(str(run_dir))
-    base = got[0]
-    results = [judge(a, base["eps"], g["eps"], g["step"], g["runs"]) for a, g in zip(acts, got[1:])]
-    rank_verdict(doc["verdict"], results)
-    top = results[0]
-    return {"repeat": repeat, "order": "round-robin: " + ", ".join(names),
-            "baseline": {"examples_per_sec": summary(base["eps"]), "step_ms": summary(base["step"]),
-                         "runs": base["runs"]},
-            "results": results, "validated": [r["advice"] for r in results if r["confirmed"]],
-            "not_confirmed": [r["advice"] for r in results if not r["confirmed"]],
-            # the first advice in the single-run validation's fields (speedup: examples/s ratio of the medians)
-            "advice": top["advice"], "set": top["set"], "baseline_step_ms": summary(base["step"])["median"],
-            "recommended_step_ms": top["step_ms"]["median"], "speedup": top["speedup"]["median"],
-            "baseline_run": base["runs"][0], "recommended_run": top["runs"][0]}

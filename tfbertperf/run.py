@@ -48,9 +48,9 @@ def main(argv=None) -> int:
     resume, cfg = resume_config(args.resume, sets) if args.resume else (None, None)
     cfg = cfg or load_config(args.workload, args.data, sets)
     if args.max_accelerators:
-        from tfbertperf import regime
+        from tfbertperf.accelerator_search import max_accelerators
 
-        run_dir, report = regime.max_accelerators(cfg)
+        run_dir, report = max_accelerators(cfg)
         print_run_summary(run_dir, report)
         return 0
     if args.workers:

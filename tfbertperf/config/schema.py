@@ -91,6 +91,7 @@ class PipelineConfig:
     tokenize: str = "pretokenized"  # pretokenized|inline (FastBertTokenizer inside tf.data)
     deterministic: bool = False  # interleave/map order determinism
     parse_after_batch: bool = True  # vectorized parse_example after batch (naive: per-example before batch)
+    device_prefetch: int = 0  # batches staged on the first GPU ahead of the step (prefetch_to_device); 0 = off
     # off | local:N (a dispatcher and N workers started on 127.0.0.1 for the run) | grpc://HOST:PORT[/JOB] (a
     # running dispatcher): the pipeline up to its parsed batches runs on the tf.data service (data/service.py)
     data_service: str = "off"
@@ -211,6 +212,7 @@ MINIMUM = {
     ("pipeline", "num_parallel_calls"): 1,
     ("pipeline", "prefetch"): 0,
     ("pipeline", "shuffle_buffer"): 0,
+    ("pipeline", "device_prefetch"): 0,
     ("train", "batch_size"): 1,
     ("train", "steps"): 1,
     ("train", "warmup_steps"): 0,

@@ -53,7 +53,7 @@ def load_manifest(uri: str, backend) -> dict:
     if backend.name == "local":
         import os
 
-        from tfbertperf.storage.local import local_path
+        from tfbertperf.storage.base import local_path
 
         if not os.path.isdir(local_path(uri)):
             raise UsageError(f"data dir {shown}: no such directory {hint}")

@@ -3,7 +3,8 @@
     filenames ─(shuffle shard order, seeded)→ interleave(source.read, cycle_length, num_parallel_calls,
     deterministic) → shuffle(shuffle_buffer, seed=train.seed) → repeat → batch(global batch, drop_remainder)
     → parse_example (vectorized, after batch) [→ FastBertTokenizer for tokenize=inline] → cast int64→int32
-    → prefetch
+    → prefetch [→ prefetch_to_device(first GPU, device_prefetch) when pipeline.device_prefetch > 0 and a GPU is
+    visible; a no-op on a CPU-only host]
 With `pipeline.data_service` on, every stage before the prefetch runs on the tf.data service (data/service.py).
 
 With `pipeline.cache=memory|disk` the parsed batches of the first pass are cached (cache after parse, before
@@ -302,7 +303,12 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
         ds = distribute(ds.with_options(opts), cfg, session=service)
     if eff["prefetch"] != 0:
         ds = ds.prefetch(_tf_knob(eff["prefetch"]))
-    return ds.with_options(opts)
+    ds = ds.with_options(opts)
+    gpus = tf.config.list_logical_devices("GPU") if eff["device_prefetch"] > 0 and input_context is None else []
+    if gpus:  # host→device copies overlap the step (must be the last transformation; strategies' distributed
+        # datasets already fetch to the device: InputOptions.experimental_fetch_to_device defaults to True)
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=eff["device_prefetch"]))
+    return ds
 
 
 def element_spec(task: str, batch_size: int | None, seq_len: int, max_predictions: int) -> dict:

@@ -1,7 +1,8 @@
 """BERT in Keras 3, readable top to bottom (after google-research/bert and Devlin et al. 2018).
 
 Reading order: the config and named sizes (data, not code) → embeddings → self-attention → feed-forward →
-transformer block (post-LN, as in the paper) → encoder + pooler → the two task heads → `build_model`.
+transformer block (post-LN, as in the paper) → encoder + pooler → the two task heads; model/build.py puts them together
+(`build_model`).
 
 Shapes are commented where they change: B = batch, T = seq_len, H = hidden, nh = heads, hs = H / nh,
 P = max_predictions (masked positions per example), V = vocab size.
@@ -12,7 +13,6 @@ With a 30,522-token vocabulary the encoder + pooler has exactly 109,482,240 para
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import keras
@@ -59,7 +59,7 @@ def config_for(size: str, vocab_size: int, dropout: float = 0.1) -> BertConfig:
     )
 
 
-def _init(cfg: BertConfig):
+def initializer(cfg: BertConfig):
     return keras.initializers.TruncatedNormal(stddev=cfg.initializer_range)
 
 
@@ -77,9 +77,9 @@ class Embeddings(layers.Layer):
     def __init__(self, cfg: BertConfig, **kw):
         super().__init__(**kw)
         self.cfg = cfg
-        self.word = layers.Embedding(cfg.vocab_size, cfg.hidden, embeddings_initializer=_init(cfg), name="word")
+        self.word = layers.Embedding(cfg.vocab_size, cfg.hidden, embeddings_initializer=initializer(cfg), name="word")
         self.token_type = layers.Embedding(
-            cfg.type_vocab_size, cfg.hidden, embeddings_initializer=_init(cfg), name="token_type"
+            cfg.type_vocab_size, cfg.hidden, embeddings_initializer=initializer(cfg), name="token_type"
         )
         self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="norm")
         self.drop = layers.Dropout(cfg.dropout)
@@ -87,7 +87,7 @@ class Embeddings(layers.Layer):
     def build(self, input_shape):
         # Positions are a plain weight (not an Embedding lookup): the first T rows are sliced, no gather needed.
         self.position = self.add_weight(
-            shape=(self.cfg.max_positions, self.cfg.hidden), initializer=_init(self.cfg), name="position"
+            shape=(self.cfg.max_positions, self.cfg.hidden), initializer=initializer(self.cfg), name="position"
         )
 
     def call(self, input_ids, segment_ids, training=None):
@@ -109,8 +109,8 @@ class SelfAttention(layers.Layer):
         assert cfg.hidden % cfg.num_heads == 0, "hidden must divide by num_heads"
         self.nh, self.hs = cfg.num_heads, cfg.hidden // cfg.num_heads
         # One (H, 3H) matmul instead of three (H, H): same parameters as BERT's separate q/k/v, fewer kernels.
-        self.qkv = layers.Dense(3 * cfg.hidden, kernel_initializer=_init(cfg), name="qkv")
-        self.out = layers.Dense(cfg.hidden, kernel_initializer=_init(cfg), name="out")
+        self.qkv = layers.Dense(3 * cfg.hidden, kernel_initializer=initializer(cfg), name="qkv")
+        self.out = layers.Dense(cfg.hidden, kernel_initializer=initializer(cfg), name="out")
         self.attn_drop = SeededDropout(cfg.dropout)
 
     def call(self, x, mask_bias, training=None, seed=None):
@@ -136,8 +136,8 @@ class FeedForward(layers.Layer):
 
     def __init__(self, cfg: BertConfig, **kw):
         super().__init__(**kw)
-        self.up = layers.Dense(cfg.intermediate, activation=gelu, kernel_initializer=_init(cfg), name="up")
-        self.down = layers.Dense(cfg.hidden, kernel_initializer=_init(cfg), name="down")
+        self.up = layers.Dense(cfg.intermediate, activation=gelu, kernel_initializer=initializer(cfg), name="up")
+        self.down = layers.Dense(cfg.hidden, kernel_initializer=initializer(cfg), name="down")
 
     def call(self, x):
         return self.down(self.up(x))  # (B, T, 4H) → (B, T, H)
@@ -178,7 +178,7 @@ class BertEncoder(layers.Layer):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg, name="embeddings")
         self.blocks = [Block(cfg, remat=remat, name=f"block_{i}") for i in range(cfg.num_layers)]
-        self.pooler = layers.Dense(cfg.hidden, activation="tanh", kernel_initializer=_init(cfg), name="pooler")
+        self.pooler = layers.Dense(cfg.hidden, activation="tanh", kernel_initializer=initializer(cfg), name="pooler")
 
     def call(self, input_ids, input_mask, segment_ids, training=None):
         x = self.embeddings(input_ids, segment_ids, training=training)  # (B, T, H)
@@ -199,7 +199,7 @@ class MaskedLMHead(layers.Layer):
     def __init__(self, cfg: BertConfig, word_embeddings: layers.Embedding, **kw):
         super().__init__(**kw)
         self.word_embeddings = word_embeddings  # tied: the decoder matrix is the input embedding matrix
-        self.transform = layers.Dense(cfg.hidden, activation=gelu, kernel_initializer=_init(cfg), name="transform")
+        self.transform = layers.Dense(cfg.hidden, activation=gelu, kernel_initializer=initializer(cfg), name="transform")
         self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps, name="norm")
         self.vocab_size = cfg.vocab_size
 
@@ -213,71 +213,6 @@ class MaskedLMHead(layers.Layer):
         table = ops.cast(self.word_embeddings.embeddings, h.dtype)  # (V, H)
         logits = ops.einsum("bph,vh->bpv", h, table) + ops.cast(self.output_bias, h.dtype)  # (B, P, V)
         return ops.cast(logits, "float32")  # losses in float32 under mixed precision
-
-
-FEATURES = {
-    # name: (dtype, length key) — the google-research/bert TFRecord feature spec, as model inputs
-    "pretrain": {
-        "input_ids": "seq_len", "input_mask": "seq_len", "segment_ids": "seq_len",
-        "masked_lm_positions": "max_predictions",
-    },
-    "classify": {"input_ids": "seq_len", "input_mask": "seq_len", "segment_ids": "seq_len"},
-}
-
-
-def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int = 20,
-                remat: bool = False) -> keras.Model:
-    """Build BERT with the task head named by `model_cfg.task` (a tfbertperf.config.ModelConfig).
-
-    Returns a functional keras.Model taking a dict of int features (extra keys in a batch are ignored by the
-    train step, which passes only `model.input_names`-like keys):
-      pretrain → {"mlm_logits": (B, P, V) float32, "nsp_logits": (B, 2) float32}
-      classify → {"logits": (B, num_labels) float32}
-    `remat`: blocks recomputed in the backward pass (train.remat). Weights exist on return (built symbolically;
-    no batch is run); the global Keras dtype policy at call time decides the compute dtype (mixed precision).
-    """
-    from tfbertperf.errors import UsageError
-
-    init = getattr(model_cfg, "init", "")
-    if init:  # architecture from the HF directory's config.json; weights loaded below
-        from tfbertperf.model.hf_preflight import preflight
-
-        cfg = preflight(init, seq_len, vocab_size)
-    else:
-        cfg = config_for(model_cfg.size, vocab_size, getattr(model_cfg, "dropout", 0.1))
-    if seq_len > cfg.max_positions:
-        raise UsageError(f"--set data.seq_len={seq_len}: BERT has {cfg.max_positions} positions")
-    if model_cfg.task not in FEATURES:
-        raise UsageError(f"--set model.task={model_cfg.task!r}: expected one of {', '.join(FEATURES)}")
-    lengths = {"seq_len": seq_len, "max_predictions": max_predictions}
-    inputs = {
-        name: keras.Input(shape=(lengths[length],), dtype="int32", name=name)
-        for name, length in FEATURES[model_cfg.task].items()
-    }
-    encoder = BertEncoder(cfg, remat=remat, name="bert")
-    sequence, pooled = encoder(inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"])
-    if model_cfg.task == "pretrain":
-        mlm = MaskedLMHead(cfg, encoder.embeddings.word, name="mlm")(sequence, inputs["masked_lm_positions"])
-        nsp = layers.Dense(2, kernel_initializer=_init(cfg), dtype="float32", name="nsp")(pooled)  # (B, 2)
-        outputs = {"mlm_logits": mlm, "nsp_logits": nsp}
-    else:
-        x = layers.Dropout(cfg.dropout)(pooled)
-        logits = layers.Dense(model_cfg.num_labels, kernel_initializer=_init(cfg), dtype="float32", name="classifier")(x)
-        outputs = {"logits": logits}  # (B, num_labels)
-    model = keras.Model(inputs, outputs, name=f"bert_{model_cfg.size}_{model_cfg.task}")
-    # What describe() and the report need, kept on the model so a built model describes itself.
-    model.bert_config = cfg
-    model.bert_size = model_cfg.size
-    model.bert_task = model_cfg.task
-    model.encoder = encoder
-    model.feature_names = list(inputs)  # the batch keys the model reads (others are labels/weights)
-    model.init_report = None
-    if init:
-        from tfbertperf.model.hf_import import load_hf_weights
-
-        model.bert_size = "hf:" + os.path.basename(os.path.normpath(init))
-        model.init_report = load_hf_weights(model, init)
-    return model
 
 
 def build_encoder(size: str, vocab_size: int, seq_len: int = 128) -> BertEncoder:
@@ -309,7 +244,7 @@ def describe(model_or_cfg, vocab_size: int | None = None) -> dict:
     """What the report's `model` block holds: {"size","task","parameters","layers","hidden","heads"}.
 
     `parameters` = every trainable weight of the model incl. its task head (tied MLM decoder counted once).
-    Accepts a model from build_model, or a ModelConfig (+ `vocab_size`, default 30,522) for a closed-form count.
+    Accepts a model from model/build.py's build_model, or a ModelConfig (+ `vocab_size`, default 30,522) for a closed-form count.
     """
     if isinstance(model_or_cfg, keras.Model):
         cfg = model_or_cfg.bert_config
@@ -344,6 +279,6 @@ def parameter_line(info: dict) -> str:
 
 
 __all__ = [
-    "BertConfig", "SIZES", "config_for", "build_model", "build_encoder", "describe", "encoder_parameters",
+    "BertConfig", "SIZES", "config_for", "initializer", "build_encoder", "describe", "encoder_parameters",
     "head_parameters", "parameter_line",
 ]

@@ -47,7 +47,7 @@ _ARCH = {"vocab_size": ("vocab_size", 30522), "num_hidden_layers": ("num_layers"
 _ERF_GELU = ("gelu", "gelu_python")  # HF names of the exact erf GELU, the only activation our blocks have
 
 
-def _model_dir(path) -> str:
+def model_dir(path) -> str:
     d = os.fspath(path)
     if not os.path.exists(d):
         raise UsageError(f"Hugging Face model directory {d}: no such directory (--set model.init=…)")
@@ -60,7 +60,7 @@ def read_hf_config(path) -> BertConfig:
     """config.json of a HF BERT directory → our BertConfig (layers, hidden, heads, intermediate, vocab, max
     positions, type vocab, LayerNorm epsilon, dropout = hidden_dropout_prob, initializer_range).  Refuses, in one
     line, a non-BERT model_type, an activation other than the erf GELU, or non-absolute position embeddings."""
-    cfg_path = os.path.join(_model_dir(path), CONFIG_FILE)
+    cfg_path = os.path.join(model_dir(path), CONFIG_FILE)
     try:
         with open(cfg_path, encoding="utf-8") as f:
             raw = json.load(f)
@@ -134,7 +134,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_checkpoint(d: str) -> tuple[dict[str, np.ndarray], list[str]]:
+def read_checkpoint(d: str) -> tuple[dict[str, np.ndarray], list[str]]:
     # One file: the largest BERT (340M parameters, 1.3 GB in float32) is far below HF's default shard size.
     single = os.path.join(d, WEIGHTS_FILE)
     if os.path.isfile(single):
@@ -144,7 +144,7 @@ def _read_checkpoint(d: str) -> tuple[dict[str, np.ndarray], list[str]]:
     raise UsageError(f"{d}: no {WEIGHTS_FILE}{hint}")
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
     """HF name → the form the map uses: no 'bert.' prefix; LayerNorm gamma/beta → weight/bias."""
     name = name[5:] if name.startswith("bert.") else name
     return re.sub(r"(LayerNorm)\.gamma$", r"\1.weight", re.sub(r"(LayerNorm)\.beta$", r"\1.bias", name))
@@ -210,7 +210,7 @@ def load_hf_weights(model, path) -> dict:
     "tensors_in_checkpoint", "tensors_loaded", "variables_set", "parameters_loaded" (elements),
     "ignored" {HF name: why}, "not_in_checkpoint" [our variable paths kept at their initial values],
     "config" (our BertConfig fields)}."""
-    d = _model_dir(path)
+    d = model_dir(path)
     cfg_path = os.path.join(d, CONFIG_FILE)
     hf_cfg = read_hf_config(d)
     enc, heads = _parts(model)
@@ -218,12 +218,12 @@ def load_hf_weights(model, path) -> dict:
         if getattr(hf_cfg, field) != getattr(enc.cfg, field):
             raise UsageError(f"{cfg_path}: {key}={getattr(hf_cfg, field)} but the model has "
                              f"{field}={getattr(enc.cfg, field)}")
-    tensors, files = _read_checkpoint(d)
+    tensors, files = read_checkpoint(d)
     by_canon: dict[str, str] = {}
     for name in tensors:
-        if _canonical(name) in by_canon:
-            raise UsageError(f"{files[0]}: tensor {name} appears twice (as {by_canon[_canonical(name)]})")
-        by_canon[_canonical(name)] = name
+        if canonical_name(name) in by_canon:
+            raise UsageError(f"{files[0]}: tensor {name} appears twice (as {by_canon[canonical_name(name)]})")
+        by_canon[canonical_name(name)] = name
     prefix = "bert." if any(n.startswith("bert.") for n in tensors) else ""
 
     def shown(c: str) -> str:  # a missing tensor is named as the file would name it

@@ -14,7 +14,7 @@ import os
 
 from tfbertperf.errors import UsageError
 from tfbertperf.model.bert import BertConfig
-from tfbertperf.model.hf_import import CONFIG_FILE, _canonical, _model_dir, _read_checkpoint, read_hf_config
+from tfbertperf.model.hf_import import CONFIG_FILE, canonical_name, model_dir, read_checkpoint, read_hf_config
 
 
 def encoder_shapes(c: BertConfig) -> dict[str, tuple]:
@@ -56,11 +56,11 @@ def preflight(path, seq_len: int, vocab_size: int) -> BertConfig:
     model.safetensors is readable, every embedding/encoder tensor is there in its shape and dtype, nothing
     unexpected is, and the data fit (seq_len ≤ max positions, the data's vocab ≤ the checkpoint's).  Returns
     our BertConfig; any problem is one UsageError line naming the file and the tensor."""
-    d = _model_dir(path)
+    d = model_dir(path)
     cfg = read_hf_config(d)
     _check_casing(d)
-    tensors, files = _read_checkpoint(d)
-    have = {_canonical(n): n for n in tensors}
+    tensors, files = read_checkpoint(d)
+    have = {canonical_name(n): n for n in tensors}
     want = encoder_shapes(cfg)
     prefix = "bert." if any(n.startswith("bert.") for n in tensors) else ""
     for c, shape in want.items():

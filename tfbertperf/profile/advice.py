@@ -5,7 +5,7 @@ A row applies when its bottleneck matches the verdict's, its `hardware` includes
 ("cpu" for xprof's CPU_ONLY, "gpu", "tpu"; "any" for all), its `runs` fits ("ours": the run's config is known,
 "foreign": `analyze` on someone else's program, "any") and its `when` test holds.  Its text is a format string
 over the context: `pipe`, `data`, `train` (the run's config sections), `storage` (report.json's storage
-block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/hardware.py classify_device; {} on
+block), `ops` (the input-op split), `hw` (the accelerator's facts, profile/accelerator_facts.py classify_device; {} on
 the host), `precision` (the Keras policy the hardware runs fast: mixed_float16 below compute capability 8.0 and
 on T4/V100, mixed_bfloat16 from 8.0, on AMD matrix cores and TPU; "float32" otherwise), `launch` (the kernel
 launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size),
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from tfbertperf.profile.hardware import cpu_bf16_capable
+from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_facts
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,26 @@ bound): the host cannot issue kernels as fast as the device runs them — more w
 
 def _launch_bound(c: dict) -> bool:
     return c["launch"] >= LAUNCH_BOUND_SHARE
+
+
+def _not_compiled(c: dict) -> bool:
+    """XLA advice only where the capture shows no XLA programs on the device (None: unknown, e.g. xprof only)."""
+    return c["xla"] is not True
+
+
+def _jit_pays(c: dict) -> bool:
+    """Our run's step is not compiled yet (train.jit false, no XLA programs in the capture)."""
+    return _not_compiled(c) and not c["train"].get("jit")
+
+
+def _matmul_f32(c: dict) -> bool:
+    """Mixed-precision advice only where the matrix kernels run float32 (or the capture cannot say)."""
+    return c["matmul"] in (None, "f32")
+
+
+def _loader_not_tfdata(c: dict) -> bool:
+    """A device-idle reading whose input wait is the program's own loader: tf.data ran no input ops."""
+    return c["idle"] and not any(v > 0 for v in c["ops"].values())
 
 
 def _reduced_precision(c: dict) -> bool:
@@ -85,58 +105,79 @@ ADVICE: tuple[Advice, ...] = (
     # ---- input-bound, foreign programs: what to look at in their pipeline
     Advice("input", "reads dominate the input pipeline: interleave files in parallel (cycle_length → autotune), "
                     "prefetch → autotune, stage remote shards to local disk",
-           lambda c: c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0), runs="foreign"),
+           lambda c: not _loader_not_tfdata(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
+           runs="foreign"),
     Advice("input", "preprocessing dominates: map num_parallel_calls → autotune, vectorize (map after batch), "
                     "cache after parse, or preprocess offline",
-           lambda c: c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0), runs="foreign"),
-    Advice("input", "prefetch → autotune at the end of the pipeline", runs="foreign"),
+           lambda c: not _loader_not_tfdata(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
+           runs="foreign"),
+    Advice("input", "prefetch → autotune at the end of the pipeline", lambda c: not _loader_not_tfdata(c),
+           runs="foreign"),
+    Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
+                    "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
+                    "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
+           _loader_not_tfdata, runs="foreign"),
     Advice("input", "storage latency p50 {storage[request_latency_ms][p50]} ms per request: stage remote shards "
                     "(--set data.mode=stage) or raise data.concurrency",
            lambda c: (c["storage"].get("request_latency_ms") or {}).get("p50", 0) > 10),
-    # ---- transfer-bound (host→device copies measured on the device planes)
+    # ---- transfer-bound (host→device time: device copies, and host staging on device-idle readings)
+    Advice("transfer", "host→device copies take {h2d:.0%} of the step: stage batches on the device ahead of the "
+                       "step (--set pipeline.device_prefetch=2)",
+           lambda c: not c["pipe"].get("device_prefetch"), hardware=("gpu",), runs="ours"),
+    Advice("transfer", "host→device runs at {tr[effective_gb_per_s]:.1f} GB/s, pageable-memory speed (pinned "
+                       "{tr[pinned_gb_per_s]:.1f} GB/s here, {tr[pinned_basis]}): copy from pinned host memory — "
+                       "tf.data prefetch_to_device / a distributed dataset (experimental_fetch_to_device) stage "
+                       "through pinned buffers; JAX: device_put from a pinned_host array; PyTorch: pin_memory=True",
+           lambda c: c["tr"].get("memory") == "pageable"),
     Advice("transfer", "host→device copies take {h2d:.0%} of the step: overlap them with compute — prefetch to the "
-                       "device (tf.data.experimental.prefetch_to_device, or a distributed dataset), and send fewer "
-                       "bytes per step (int32 token ids, no padding beyond the longest sequence)"),
-    # ---- launch-bound (the host cannot issue kernels fast enough): more work per launch
+                       "device (tf.data.experimental.prefetch_to_device, or a distributed dataset with "
+                       "experimental_fetch_to_device), and send fewer bytes per step (int32 token ids instead of "
+                       "float32 embeddings, no padding beyond the longest sequence)", runs="foreign"),
+    # ---- launch-bound (the host cannot issue kernels fast enough): more work per launch.  XLA only where the
+    # device ran no XLA programs (program_facts.xla_compiled).
     Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
                       "(--set train.batch_size={bigger_batch}) and compile the step (--set train.jit=true)",
-           _launch_bound, hardware=("gpu", "tpu"), runs="ours"),
+           lambda c: _launch_bound(c) and _jit_pays(c), hardware=("gpu", "tpu"), runs="ours"),
+    Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
+                      "(--set train.batch_size={bigger_batch})",
+           lambda c: _launch_bound(c) and not _jit_pays(c), hardware=("gpu", "tpu"), runs="ours"),
     Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size, "
-                      "run several steps per call (Keras `steps_per_execution`, or a loop inside one tf.function) "
-                      "and compile with XLA (tf.function(jit_compile=True))",
-           _launch_bound, hardware=("gpu", "tpu"), runs="foreign"),
-    Advice("other", "kernel launches take {launch:.0%} of the step: run several steps per call (Keras "
-                    "`steps_per_execution`), raise the batch size, compile with XLA", _launch_bound,
-           hardware=("gpu", "tpu")),
+                      "run several steps per call (Keras `steps_per_execution`, or a loop inside one compiled "
+                      "function){xla_words}", _launch_bound, hardware=("gpu", "tpu"), runs="foreign"),
+    Advice("other", "kernel launches take {launch:.0%} of the step: the host issues work slower than the device "
+                    "runs it — more work per launch: raise the batch size{bigger_set}, run several steps per call "
+                    "(a loop inside one compiled function, Keras `steps_per_execution`){graph_words}{xla_words}", _launch_bound, hardware=("gpu", "tpu")),
     # ---- other (Python/eager overhead, idle)
     Advice("other", "time outside input and compute (Python/eager overhead): compile the step "
                     "(--set train.jit=true), raise the batch size, run several steps per tf.function call",
-           hardware=("gpu", "tpu", "unknown"), runs="ours"),
+           lambda c: not _launch_bound(c) and not c["train"].get("jit"), hardware=("gpu", "tpu", "unknown"),
+           runs="ours"),
     # On a CPU XLA measured 0.88× on the default run (issue 17): per-step overhead is amortized by more work per
     # step instead.
     Advice("other", "time outside input and compute (Python/eager overhead): more work per step amortizes it — "
                     "raise the batch size (--set train.batch_size={bigger_batch})",
            hardware=("cpu",), runs="ours"),
-    Advice("other", "time outside input and compute (Python/eager overhead, an idle device): compile the step "
-                    "(tf.function, jit_compile=True), raise the batch size, run several steps per call (Keras "
-                    "`steps_per_execution`)", runs="foreign"),
+    Advice("other", "time outside input and compute (Python/eager overhead, an idle device): raise the batch size, "
+                    "run several steps per call (Keras `steps_per_execution`){xla_words}",
+           lambda c: not _launch_bound(c), runs="foreign"),
     # ---- compute-bound
     # XLA on the CPU measured 0.88× on the default run (issue 17): advised only where it pays.
     Advice("compute", "compute-bound: XLA jit false → true (--set train.jit=true)",
-           lambda c: not c["train"].get("jit", False), hardware=("gpu", "tpu", "unknown"), runs="ours"),
+           lambda c: not c["train"].get("jit", False) and _not_compiled(c), hardware=("gpu", "tpu", "unknown"),
+           runs="ours"),
     # Reduced precision pays on accelerators with matrix units for it: float16 Tensor Cores from compute
-    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (hardware.py).  On a CPU float16 is never advised
+    # capability 7.0 (V100, T4), bfloat16 from 8.0 and on TPU (accelerator_facts.py).  On a CPU float16 is never advised
     # (slower everywhere), bfloat16 only with AVX512-BF16 or AMX in the run's CPU flags (measured on such a
     # 2-core VM: 1.06–1.21×; without them TF emulates bfloat16 and it is slower than float32).
     Advice("compute", "compute-bound on {hw[family]}: mixed precision float32 → {precision} "
-                      "(--set train.precision={precision})",
-           lambda c: _reduced_precision(c) and c["train"].get("precision") == "float32", hardware=("gpu", "tpu"),
-           runs="ours"),
+                      "(--set train.precision={precision}){speedup_words}",
+           lambda c: _reduced_precision(c) and _matmul_f32(c) and c["train"].get("precision") == "float32",
+           hardware=("gpu", "tpu"), runs="ours"),
     Advice("compute", "compute-bound on {hw[family]}: mixed precision — "
-                      "tf.keras.mixed_precision.set_global_policy(\"{precision}\")",
-           _reduced_precision, hardware=("gpu", "tpu"), runs="foreign"),
+                      "tf.keras.mixed_precision.set_global_policy(\"{precision}\"){speedup_words}",
+           lambda c: _reduced_precision(c) and _matmul_f32(c), hardware=("gpu", "tpu"), runs="foreign"),
     Advice("compute", "compute-bound: compile the step with XLA (tf.function(jit_compile=True))",
-           hardware=("gpu", "tpu"), runs="foreign"),
+           _not_compiled, hardware=("gpu", "tpu"), runs="foreign"),
     Advice("compute", "compute-bound on a CPU with AVX512-BF16/AMX: mixed precision float32 → mixed_bfloat16 "
                       "(--set train.precision=mixed_bfloat16; a modest gain, 1.06–1.21× measured on such a CPU)",
            lambda c: c["cpu_bf16"] is True and c["train"].get("precision") == "float32", hardware=("cpu",),
@@ -175,8 +216,18 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "ops": att.get("input_split_us") or att.get("input_ops_us") or {},
            "hw": hw, "precision": hw.get("recommended_precision") or "float32",
            "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
+           "input": float(fr.get("input") or 0.0), "xla": att.get("xla_compiled"),
+           "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
+           "idle": att.get("source") == "device_idle",
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
+    ctx["xla_words"] = ", compile with XLA (tf.function(jit_compile=True))" if _not_compiled(ctx) else ""
+    ctx["graph_words"] = "" if att.get("cuda_graphs") else ", replay launches as CUDA graphs"
+    ctx["bigger_set"] = f" (--set train.batch_size={ctx['bigger_batch']})" if config else ""
+    facts = measured_facts(hw.get("model"), hw.get("family")) if kind in ("gpu", "tpu") else None
+    ratio = (facts or {}).get("fp32_over_bf16_step")
+    ctx["speedup_words"] = (f"; measured on {hw['family']} ({facts['source']}): the float32 (TF32) step took "
+                            f"{ratio:g}× the bfloat16 step" if ratio else "")
     runs = "ours" if config else "foreign"
     texts: list[str] = []
     for row in ADVICE:

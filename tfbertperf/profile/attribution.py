@@ -1,7 +1,7 @@
 """Step-time attribution for a profile session: the facade the commands call (report.json's `attribution`,
 `verdict`, `accelerator_utilization`, `hosts`).
 
-The work is done in one module per job: steptable (xprof's tables → our categories), figures (breakdown,
+The work is done in one module per job: steptable (xprof's tables → our categories), xprof_attribution (breakdown,
 fractions, input shares, AU, step timer; definitions there), contention (CPU the input pipeline steals, from the
 trace), verdict (bottleneck + summary) and advice (the advice table, as data).
 """
@@ -12,10 +12,13 @@ import statistics
 from pathlib import Path
 
 from tfbertperf.profile import devices, xprof_tools
-from tfbertperf.profile.figures import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError, accelerator_utilization,
-                                       attribute_host, joined_input_split, step_timer_summary)
-from tfbertperf.profile.hardware import cross_check
-from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, verdict
+from tfbertperf.profile.device_attribution import missing_data
+from tfbertperf.profile.trace import load_trace
+from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
+                                                  accelerator_utilization, attribute_host, joined_input_split,
+                                                  step_timer_summary)
+from tfbertperf.profile.accelerator_facts import cross_check
+from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
 __all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",
            "STEPS_NOT_MARKED"]
@@ -27,21 +30,23 @@ def _cfg_get(config: dict | None, section: str, key: str, default=None):
     return (config.get(section) or {}).get(key, default)
 
 
-def device_summary(devs: list[dict]) -> dict:
+def device_summary(devs: list[dict], xplanes=None) -> dict:
     """`analyze`'s document for a profile with accelerator planes but no step markers (JAX captures, unmarked TF
     programs): the devices, their one-line summary, device_busy_fraction = Σ busy / Σ window over the devices
-    that ran kernels (busy over the capture, not over steps), and the note on marking steps."""
+    that ran kernels (busy over the capture, not over steps), the note on marking steps, and `missing`: what the
+    capture lacks for device-idle findings and how to re-capture (profile/device_attribution.py missing_data)."""
     compute = [d for d in devs if d["busy_ms"] > 0]
     window = sum(d["window_ms"] for d in compute)
+    missing = missing_data(load_trace(xplanes)) if xplanes else []
     return {"attribution": None, "verdict": None, "accelerator_utilization": None, "hosts": {}, "devices": devs,
             "device_summary": devices.active_summary(devs), "steps_marked": False,
             "device_busy_fraction": round(sum(d["busy_ms"] for d in compute) / window, 6) if window else None,
-            "note": STEPS_NOT_MARKED}
+            "note": STEPS_NOT_MARKED, "missing": missing}
 
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
-              env_devices=None, cpu_flags=None) -> dict:
+              env_devices=None, cpu_flags=None, refine_with: dict | None = None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -57,6 +62,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       env_devices: the run environment's devices section (report.json environment.devices): names the chip
         for the advice and is cross-checked with xprof's hardware_type (attribution.hardware_warning).
       cpu_flags: the run environment's CPU flags (environment.cpu.flags): CPU precision advice (advice.py).
+      refine_with: the run's input ceiling and host figures (verdict.refine's keyword arguments; job.py measures
+        them first): the verdict reads them as it is made, once.  None (a foreign profile): not read.
     Returns:
       {"attribution": {...}, "verdict": {...}, "accelerator_utilization": float,
        "hosts": {host: attribution block}, "devices": [device plane dicts, profile/devices.py]}; with several
@@ -95,9 +102,12 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)
+    decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
+    if refine_with is not None:
+        decided = refine(decided, **refine_with)
     return {
         "attribution": att,
-        "verdict": verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags),
+        "verdict": decided,
         "accelerator_utilization": round(au, 6),
         "hosts": per_host,
         "devices": devs,

@@ -2,7 +2,7 @@
 
 xprof's converters answer per-step questions, but its generic step table has no host→device column and says
 nothing about devices that did no work.  This module reads each `/device:<KIND>:<N>` plane itself, with the
-protobuf classes TensorFlow ships (`tensorflow/tsl/profiler/protobuf/xplane_pb2.py`).
+protobuf classes TensorFlow ships, parsed once by profile/xspace.py.
 
 Definitions (all per device plane; `/host:*` planes and `/device:CPU:*` are skipped):
   - counted lines: the `Stream #…` lines a GPU tracer writes (CUPTI / ROCm: "Stream #134(Compute)",
@@ -24,14 +24,15 @@ functions here take and return picoseconds; everything named `*_ms` is milliseco
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import os
 import re
-import sys
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.profile.intervals import clip as _clip
+from tfbertperf.profile.intervals import length as _length
+from tfbertperf.profile.intervals import union as _union
+from tfbertperf.profile.xspace import read_space
 
 PS_PER_MS = 1_000_000_000
 _DEVICE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
@@ -39,78 +40,14 @@ _STREAM_TAGS_RE = re.compile(r"\(([^)]*)\)\s*$")
 CONTRACT_KEYS = ("name", "kind", "busy_ms", "memcpy_ms", "h2d_ms", "d2h_ms", "window_ms", "busy_fraction")
 
 
-@functools.cache
-def _xplane_pb2():
-    """TensorFlow's generated xplane_pb2 module (xprof 2.24 ships no Python copy of its own).
-
-    `import tensorflow.tsl...` would import all of TensorFlow (~6 s, native libraries); the generated file only
-    needs google.protobuf, so when TF is not loaded yet we execute that one file.  Both orders were checked: the
-    default descriptor pool accepts the identical file twice and hands back the same message classes.
-    """
-    if "tensorflow" not in sys.modules:
-        tf_spec = importlib.util.find_spec("tensorflow")  # locates the package without importing it
-        for root in (tf_spec.submodule_search_locations or []) if tf_spec else []:
-            path = os.path.join(root, "tsl", "profiler", "protobuf", "xplane_pb2.py")
-            if os.path.exists(path):
-                spec = importlib.util.spec_from_file_location("_tfbertperf_xplane_pb2", path)
-                module = importlib.util.module_from_spec(spec)
-                try:
-                    spec.loader.exec_module(module)
-                    return module
-                except Exception:  # e.g. a protobuf runtime too old for this gencode: the import below says why
-                    break
-    for name in ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "tsl.profiler.protobuf.xplane_pb2"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise UsageError("cannot read .xplane.pb files: TensorFlow's xplane_pb2 protobuf module is not installed")
+def stream_tags(line_name: str) -> list[str]:
+    """The tags of a GPU stream line: "Stream #14(Compute,Memset)" → ["Compute", "Memset"]; [] without any."""
+    m = _STREAM_TAGS_RE.search(line_name)
+    return [t.strip() for t in m.group(1).split(",")] if m else []
 
 
-def _read_space(path: Path):
-    """Parse one file into an XSpace; a file that is not one raises UsageError (one line, names the file)."""
-    from google.protobuf.message import DecodeError
-
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read profile ({e.strerror or e})") from None
-    space = _xplane_pb2().XSpace()
-    try:
-        # proto3 string fields are UTF-8 checked while parsing, so text mangled in transit ("…" bytes
-        # replaced by EF BF BD) fails here too: either the lengths no longer add up or a string is invalid.
-        space.ParseFromString(data)
-    except (DecodeError, ValueError, RuntimeError) as e:
-        reason = " ".join(str(e).split()).split(": ")[-1] or type(e).__name__
-        raise UsageError(f"{path}: corrupt, not a readable XSpace profile ({reason}); the file is damaged or not "
-                         f"an .xplane.pb") from None
-    # Random bytes can parse as unknown fields; a real capture always has at least one plane, and U+FFFD in a
-    # plane name only appears after a text-mode UTF-8 round trip.
-    if not space.planes:
-        said = f"; the profiler reported: {' '.join(space.errors[0].split())}" if space.errors else ""
-        raise UsageError(f"{path}: no profiler planes in this file (empty, corrupt or not an .xplane.pb){said}")
-    if any("\ufffd" in p.name for p in space.planes):
-        raise UsageError(f"{path}: corrupt, not a readable XSpace profile (U+FFFD in plane names); the file is "
-                         f"damaged")
-    return space
-
-
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merge (start, end) intervals into disjoint sorted ones."""
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def _length(merged: list[tuple[int, int]]) -> int:
-    return sum(e - s for s, e in merged)
-
-
-def _direction(tag: str) -> str:
+def copy_direction(tag: str) -> str:
+    """"h2d", "d2h" or "other" from a copy event's name or its stream's tag ("MemcpyH2D" → "h2d")."""
     return "h2d" if "H2D" in tag.upper() else "d2h" if "D2H" in tag.upper() else "other"
 
 
@@ -123,8 +60,7 @@ def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
     first, last, events = None, None, 0
     for line in counted:
         base = line.timestamp_ns * 1000
-        m = _STREAM_TAGS_RE.search(line.name)
-        tags = [t.strip() for t in m.group(1).split(",")] if m else []
+        tags = stream_tags(line.name)
         copy_only = bool(tags) and all(t.startswith("Memcpy") for t in tags)
         for ev in line.events:
             if ev.WhichOneof("data") == "num_occurrences":  # aggregated event: no position in time
@@ -136,9 +72,9 @@ def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
             last = e if last is None else max(last, e)
             name = meta[ev.metadata_id].name if ev.metadata_id in meta else ""
             if name.startswith("Memcpy"):
-                copies[_direction(name)].append((s, e))
+                copies[copy_direction(name)].append((s, e))
             elif copy_only:
-                copies[_direction(tags[0] if len(tags) == 1 else "")].append((s, e))
+                copies[copy_direction(tags[0] if len(tags) == 1 else "")].append((s, e))
             else:
                 busy.append((s, e))
     steps = []
@@ -156,7 +92,8 @@ def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
         cc = f"{int(stats['compute_cap_major'])}.{int(stats.get('compute_cap_minor') or 0)}"
     return {"host": host, "name": plane.name, "kind": kind, "index": index, "events": events,
             "vendor": stats.get("device_vendor") or None, "compute_capability": cc,
-            "model": stats.get("device_name") or stats.get("device_type_string") or None,
+            "model": stats.get("device_name") or stats.get("gpu_device_name") or stats.get("device_type_string")
+            or None,
             "busy": _union(busy), "memcpy": _union([iv for v in copies.values() for iv in v]),
             "h2d": _union(copies["h2d"]), "d2h": _union(copies["d2h"]),
             "first": first, "last": last, "steps": steps}
@@ -166,7 +103,7 @@ def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
 def _file_planes(path: str, _mtime_ns: int, _size: int) -> tuple[dict, ...]:
     """Device-plane summaries of one file (cached on path + mtime + size, since several helpers read it)."""
     p = Path(path)
-    space = _read_space(p)
+    space = read_space(p)
     host = space.hostnames[0] if space.hostnames else p.name.removesuffix(".xplane.pb")
     out = []
     for plane in space.planes:
@@ -177,7 +114,8 @@ def _file_planes(path: str, _mtime_ns: int, _size: int) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def _planes(paths) -> list[dict]:
+def raw_planes(paths) -> list[dict]:
+    """Per device plane: its busy / copy intervals in picoseconds (merged), before rounding."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out = []
@@ -202,12 +140,12 @@ def device_planes(paths: list[str]) -> list[dict]:
     busy_fraction (see the module docstring), plus events (count), host (XSpace hostname, else file stem) and
     what the plane's stats say about the chip: vendor ("AMD"; None when absent — TF's CUPTI planes have none),
     compute_capability ("7.0", from compute_cap_major/minor; ROCm planes report the gfx version, 9.4 = gfx942)
-    and model (a device_name stat; None in every fixture).
+    and model (a device_name or gpu_device_name stat: "NVIDIA H100 80GB HBM3"; None in the V100 and MI300X files).
     Idle planes (no events) are included with zeros.  Sorted by file, then kind and device index.
     Milliseconds are rounded to 4 decimals.  Raises UsageError for an unreadable or damaged file.
     """
     out = []
-    for d in _planes(paths):
+    for d in raw_planes(paths):
         busy, window = _length(d["busy"]), (d["last"] - d["first"]) if d["events"] else 0
         out.append({"name": d["name"], "kind": d["kind"], "busy_ms": _ms(busy), "memcpy_ms": _ms(_length(d["memcpy"])),
                     "h2d_ms": _ms(_length(d["h2d"])), "d2h_ms": _ms(_length(d["d2h"])), "window_ms": _ms(window),
@@ -220,7 +158,7 @@ def device_planes(paths: list[str]) -> list[dict]:
 def _select(paths, device: str | None) -> list[dict]:
     """Planes named `device` ("GPU:4" or "/device:GPU:4"); all of them when device is None."""
     want = None if device is None else "/device:" + device.removeprefix("/device:")
-    return [d for d in _planes(paths) if want is None or d["name"] == want]
+    return [d for d in raw_planes(paths) if want is None or d["name"] == want]
 
 
 def h2d_intervals(paths: list[str], device: str | None = None) -> list[tuple[int, int]]:
@@ -247,17 +185,13 @@ def device_steps(paths: list[str]) -> list[dict]:
     "duration_ms"}; start/end in picoseconds on the profile clock.  Empty when no plane has a Steps line.
     """
     return [{"host": d["host"], "device": d["name"], "step": name, "start_ps": s, "end_ps": e,
-             "duration_ms": _ms(e - s)} for d in _planes(paths) for name, s, e in d["steps"]]
-
-
-def _clip(intervals, start: int, end: int) -> list[tuple[int, int]]:
-    return [(max(s, start), min(e, end)) for s, e in intervals if e > start and s < end]
+             "duration_ms": _ms(e - s)} for d in raw_planes(paths) for name, s, e in d["steps"]]
 
 
 def busy_ms_by_step(paths: list[str]) -> dict[str, dict[tuple[str, str], float]]:
     """Kernel (busy) milliseconds per step and device: step name → {(host, device name): busy ms inside that
     device's own Steps event}.  Empty when no plane has a Steps line."""
-    planes = {(d["host"], d["name"]): d for d in _planes(paths)}
+    planes = {(d["host"], d["name"]): d for d in raw_planes(paths)}
     out: dict[str, dict[str, float]] = {}
     for st in device_steps(paths):
         busy = _length(_clip(planes[(st["host"], st["device"])]["busy"], st["start_ps"], st["end_ps"]))
@@ -281,7 +215,7 @@ def h2d_ms_by_step(paths: list[str], exposed: bool = False) -> dict[str, float]:
     "other"/"All others" when it does not (xprof's generic table has no H2D column).  Without a Steps line,
     use h2d_ms_between with the caller's own step boundaries (picoseconds, same clock as the host plane).
     """
-    planes = {(d["host"], d["name"]): d for d in _planes(paths)}
+    planes = {(d["host"], d["name"]): d for d in raw_planes(paths)}
     out: dict[str, float] = {}
     for st in device_steps(paths):
         d = planes[(st["host"], st["device"])]

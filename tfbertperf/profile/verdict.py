@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.profile.advice import actions
-from tfbertperf.profile.figures import input_share
+from tfbertperf.profile.advice import LAUNCH_BOUND_SHARE, actions
+from tfbertperf.profile.xprof_attribution import input_share
 
 INPUT_BOUND_THRESHOLD = 0.20
 """Bottleneck "input" when the input share of the step is ≥ 0.20 — the step would be ≥ 20 % shorter with free
@@ -26,9 +26,121 @@ AU_THRESHOLD_DEFAULT = 0.90
 """MLPerf Storage's accelerator-utilization pass mark (compute time / total time)."""
 
 
+HOST_BOUND = ("launch", "other")
+"""Idle shares charged to the host's own work: the profiler's cost lands there (it slows the host, not the
+device), so these are the findings judged without it too (idle_decision)."""
+
+
+def profiler_ms(att: dict) -> tuple[float, str] | None:
+    """(the profiler's cost per step in ms, "measured" | "estimated") from att["profiler_cost"]: measured
+    against our step timer (a negative difference is noise: 0), else the foreign capture's estimate; None when
+    neither is known."""
+    pc = att.get("profiler_cost") or {}
+    if pc.get("added_ms_per_step") is not None:
+        return max(0.0, float(pc["added_ms_per_step"])), "measured"
+    if pc.get("added_ms_per_step_estimate") is not None:
+        return float(pc["added_ms_per_step_estimate"]), "estimated"
+    return None
+
+
+def idle_decision(att: dict) -> tuple[str, dict | None]:
+    """(bottleneck, discounted) of a device_idle attribution (profile/device_attribution.py).  The charged
+    idle shares — input, host→device (transfer), kernel launch or the rest (other) — are taken largest first;
+    the first that reaches its threshold (INPUT_BOUND_THRESHOLD, TRANSFER_BOUND_THRESHOLD,
+    advice.LAUNCH_BOUND_SHARE, OTHER_BOUND_THRESHOLD) is the bottleneck, compute when none does.  Launch-bound
+    steps are "other" (host-bound: the host issuing work), named in the summary.
+    The profiler slows the host, and a host-bound share (HOST_BOUND) contains that time: such a share decides
+    only when it still reaches its threshold with the profiler's cost per step P (profiler_ms) taken out of it
+    and out of the step: (share × step − P) ÷ (step − P).  When it does not, the next finding decides, and
+    `discounted` says so: {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}."""
+    fr = att["fractions"]
+    shares = {"input": (fr["input"], INPUT_BOUND_THRESHOLD),
+              "transfer": (fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
+              "launch": (fr["kernel_launch"], LAUNCH_BOUND_SHARE),
+              "other": (fr["other"] + fr["compile"] + fr["output"], OTHER_BOUND_THRESHOLD)}
+    cost = profiler_ms(att)
+    step = float(att.get("step_time_ms") or 0.0)
+    discounted = None
+    for name, (share, threshold) in sorted(shares.items(), key=lambda kv: -kv[1][0]):
+        if share < threshold:
+            break
+        if name in HOST_BOUND and cost and cost[0] > 0 and step > cost[0]:
+            without = max(0.0, share * step - cost[0]) / (step - cost[0])
+            if without < threshold:
+                discounted = discounted or {"finding": name, "share": share, "share_without_profiler": without,
+                                            "profiler_ms": cost[0], "basis": cost[1], "threshold": threshold}
+                continue
+        return ("other" if name == "launch" else name), discounted
+    return "compute", discounted
+
+
+def idle_bottleneck(att: dict) -> str:
+    """The bottleneck of a device_idle attribution (idle_decision)."""
+    return idle_decision(att)[0]
+
+
+def _discount_words(d: dict) -> str:
+    what = "while the host dispatched (kernel launch)" if d["finding"] == "launch" else "on other host time"
+    how = ("estimated — re-capture without the Python tracer to confirm" if d["basis"] == "estimated" else
+           "measured against the unprofiled step timer")
+    return (f"not host-bound: device idle {d['share']:.0%} {what}, of which ~{d['profiler_ms']:.1f} ms a step is "
+            f"the profiler's own cost ({how}); without it ~{d['share_without_profiler']:.0%} < "
+            f"{d['threshold']:.0%}")
+
+
+def _profiler_words(att: dict) -> str:
+    pc = att.get("profiler_cost") or {}
+    if pc.get("added_ms_per_step") is not None:
+        return (f"the capture added {pc['added_ms_per_step']:.1f} ms a step ({pc.get('added_fraction') or 0:.0%} of "
+                f"the captured step) over the unprofiled step timer's {pc['unprofiled_step_ms']:.1f} ms")
+    if pc.get("host_events_per_step") is not None:
+        tracer = "Python tracer on" if pc.get("python_tracer") else "no Python tracer"
+        return (f"the profiler slows the host: {pc['host_events_per_step']} host events recorded a step ({tracer}), "
+                f"at least ~{pc['added_ms_per_step_estimate']:.1f} ms a step estimated, more where CUPTI wraps each "
+                "launch — compare with the program's unprofiled step time before acting on host-bound time")
+    return ""
+
+
+def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, discounted: dict | None) -> str:
+    fr, tr = att["fractions"], att.get("transfer") or {}
+    launch_bound = bottleneck == "other" and fr["kernel_launch"] >= fr["other"] + fr["compile"] + fr["output"]
+    what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound (host→device)",
+            "other": "launch-bound (the host issuing work)" if launch_bound else
+                     "bound by other host time"}[bottleneck]
+    copies = ""
+    if tr.get("memory") and fr["host_to_device"] >= 0.005:  # memory set: enough bytes to read a rate from
+        copies = (f" at {tr['effective_gb_per_s']:.1f} GB/s, {tr['memory']} memory (pinned "
+                  f"{tr['pinned_gb_per_s']:.1f} GB/s, {tr['pinned_basis']})")
+    named = ", ".join(f"{k} {v:.1f} ms" for k, v in (att.get("other_named_ms") or {}).items() if v >= 0.05)
+    text = (f"{what}: of the {att['step_time_ms']:.1f} ms wall-time step ({att['step_source']}), the device "
+            f"computes {fr['device_compute']:.0%} and waits on input {fr['input']:.0%}, host→device "
+            f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
+            f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
+            f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    if discounted:
+        text += f"; {_discount_words(discounted)}"
+    elif bottleneck in ("other", "input"):
+        words = _profiler_words(att)
+        text += f"; {words}" if words else ""
+        cost, step = profiler_ms(att), att["step_time_ms"]
+        if bottleneck == "other" and cost and 0 < cost[0] < step:
+            share = fr["kernel_launch"] if launch_bound else fr["other"] + fr["compile"] + fr["output"]
+            text += (f"; without the profiler's {cost[0]:.1f} ms ({cost[1]}) still "
+                     f"~{max(0.0, share * step - cost[0]) / (step - cost[0]):.0%} host-bound")
+    for m in att.get("missing") or ():
+        text += f"; {m}"
+    return text
+
+
 def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict | None = None,
             au_threshold: float = AU_THRESHOLD_DEFAULT, cpu_flags=None) -> dict:
-    """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants)."""
+    """{"bottleneck", "summary", "recommendations"} from an attribution block (thresholds: module constants);
+    a device_idle attribution (accelerator captures read from device idle time) by idle_bottleneck."""
+    if att.get("source") == "device_idle":
+        bottleneck, discounted = idle_decision(att)
+        acts = actions(bottleneck, att, config, storage, cpu_flags=cpu_flags)
+        return {"bottleneck": bottleneck, "summary": _idle_summary(att, au, bottleneck, au_threshold, discounted),
+                "recommendations": [a["advice"] for a in acts], "actions": acts}
     fr = att["fractions"]
     share, source = input_share(att)
     other = fr["other"] + fr["compile"] + fr["output"]

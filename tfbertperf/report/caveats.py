@@ -69,7 +69,7 @@ def window_caveats(result, steady: list[int] | None = None) -> list[str]:
 
 def precision_caveats(cfg, environment: dict) -> list[str]:
     """Reduced precision on a run whose model ran on the CPU (no GPU/TPU seen, no emulated device)."""
-    from tfbertperf.profile.hardware import cpu_bf16_capable
+    from tfbertperf.profile.accelerator_facts import cpu_bf16_capable
 
     devices = environment.get("devices") or {}
     on_cpu = not devices.get("gpu_count") and not devices.get("tpu_count") and cfg.emulate.device == "none"

@@ -207,7 +207,12 @@ def print_analysis(doc: dict) -> None:
         print(host_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
     if devs:
         print(format_device_table(devs))
-    warning = (doc.get("attribution") or {}).get("hardware_warning")
+    att = doc.get("attribution") or {}
+    if att.get("source") == "device_idle":  # say what the step is, and xprof's own reading beside it
+        xs = att.get("xprof_step_time_ms")
+        print(f"step = wall time from {att['step_source']}; device idle charged to the host's work"
+              + (f" (xprof's own step: {xs:.2f} ms of device time)" if xs else ""))
+    warning = att.get("hardware_warning")
     if warning:
         print(f"warning: {warning}")
     print(f"{au_line(doc)}   verdict: {doc['verdict']['summary']}")

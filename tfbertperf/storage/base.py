@@ -10,6 +10,8 @@ from typing import Callable
 
 import numpy as np
 
+MB = 1024 * 1024  # bytes in a mebibyte: the unit of data.chunk_mb / data.cache_mb
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -26,6 +28,11 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     scheme, rest = uri.split("://", 1)
     bucket, _, path = rest.partition("/")
     return scheme.lower(), bucket, path
+
+
+def local_path(uri: str) -> str:
+    """The file-system path of a local URI (a plain path, or file://path)."""
+    return split_uri(uri)[2]
 
 
 def _union(intervals) -> float:

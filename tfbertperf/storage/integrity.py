@@ -27,6 +27,7 @@ from typing import Iterator
 
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
+from tfbertperf.storage.base import local_path
 from tfbertperf.storage.tfrecord import iter_record_batches
 
 SCAN_CHUNK = 4 * 1024 * 1024
@@ -36,8 +37,6 @@ def raw_chunks(backend, uri: str, chunk_bytes: int = SCAN_CHUNK, *, counted: boo
     """The bytes of `uri` in order; `counted`: through backend.read_range (metrics, retries), else uncounted
     (local: the file; remote: retried raw ranged reads)."""
     if backend.name == "local":
-        from tfbertperf.storage.local import local_path
-
         if counted:
             size = os.path.getsize(local_path(uri))
             for s in range(0, size, chunk_bytes):

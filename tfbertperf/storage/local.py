@@ -14,7 +14,7 @@ import shutil
 import time
 
 from tfbertperf.errors import UsageError
-from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, split_uri, thread_core_wait
+from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource, local_path, thread_core_wait
 
 READ_BYTES = 256 * 1024  # one emulated read request
 
@@ -26,10 +26,6 @@ def file_sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def local_path(uri: str) -> str:
-    return split_uri(uri)[2]
 
 
 class LocalBackend(Backend):

@@ -22,8 +22,6 @@ from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 from tfbertperf.storage.base import Backend, ObjectInfo, ShardSource
 
-MB = 1024 * 1024
-
 
 class TransientError(Exception):
     """A failure worth retrying (5xx, 429, connection reset, short read)."""

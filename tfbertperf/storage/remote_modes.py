@@ -10,12 +10,14 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
-from tfbertperf.storage.base import ObjectInfo, ShardSource
-from tfbertperf.storage.remote import MB, RemoteBackend
+from tfbertperf.storage.base import MB, ObjectInfo, ShardSource
+
+if TYPE_CHECKING:  # annotations only: remote.py imports this module when a backend opens its shards
+    from tfbertperf.storage.remote import RemoteBackend
 
 
 class StreamReader:

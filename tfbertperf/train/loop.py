@@ -112,7 +112,7 @@ def train(
       run_dir: the run directory: checkpoints go to run_dir/checkpoints every `train.checkpoint_every` steps, and
         a run_dir that already holds one resumes from it (train/checkpoint.py); None = no checkpoints.
       mark: called with "measured_start" before the first step after warm-up and "measured_end" after the last
-        step (outside the steps' timing): the host sampler snapshots its figures there (tfbertperf/regime.py).
+        step (outside the steps' timing): the host sampler snapshots its figures there (tfbertperf/compose/training.py).
     Ctrl-C (KeyboardInterrupt) between steps ends the loop early: the result covers the steps done and says so
     in extra["interrupted_at_step"] (no probe after the loop then); before the first step it propagates.
     Returns:

@@ -41,6 +41,7 @@ def main() -> None:
     import tensorflow as tf
 
     from tfbertperf.model import bert
+    from tfbertperf.model.build import build_model
     from tfbertperf.train.memory import kept_for_backward, state_bytes, traced_graph
     from tfbertperf.train.optimizer import make_optimizer
     from tfbertperf.train.step import make_train_step
@@ -50,7 +51,7 @@ def main() -> None:
         bert.gelu = lambda x: keras.activations.gelu(x, approximate=False)
 
     def build(remat):
-        model = bert.build_model(SimpleNamespace(size=a.size, task="pretrain", init="", dropout=0.1), V, T, P,
+        model = build_model(SimpleNamespace(size=a.size, task="pretrain", init="", dropout=0.1), V, T, P,
                                  remat=remat)
         opt = make_optimizer(SimpleNamespace(learning_rate=1e-4, precision="float32"), model.trainable_variables)
         return model, opt, make_train_step(model, opt, tf.distribute.get_strategy(), "pretrain")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfbertperf.profile.hardware import classify_device, classify_gpu, cpu_bf16_capable, cross_check
+from tfbertperf.profile.accelerator_facts import classify_device, classify_gpu, cpu_bf16_capable, cross_check
 
 KEYS = {"family", "compute_capability", "bf16", "fp16_tensor_cores", "recommended_precision"}
 

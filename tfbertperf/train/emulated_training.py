@@ -1,5 +1,5 @@
-"""The training loop with emulated accelerators (train/emulate.py): every step takes the real global batch from the
-real tf.data pipeline, hands it to a compiled step that takes every tensor of it (the copy to the step happens,
+"""The training loop with emulated accelerators (train/emulated_devices.py): every step takes the real global batch
+from the real tf.data pipeline, hands it to a compiled step that takes every tensor of it (the copy to the step happens,
 host→device where there is a device), and then waits the emulated device's step time — a sleep, no CPU — as DLIO
 and MLPerf Storage do.  Everything around the step is as in train/loop.py: the `train` step marker xprof finds,
 the always-on step timer, the profiled window driven through the caller's capture, TensorBoard scalars.
@@ -26,7 +26,8 @@ import statistics
 import time
 from typing import Callable
 
-from tfbertperf.train.emulate import Emulation, au, au_from_steps, bert_parameters, emulated_step, load_profiles
+from tfbertperf.train.emulated_devices import (Emulation, au, au_from_steps, bert_parameters, emulated_step,
+                                               load_profiles)
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute
 

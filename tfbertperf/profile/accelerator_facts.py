@@ -206,3 +206,20 @@ def cross_check(hardware_type: str, env_devices) -> str | None:
             return (f"the profile says {kind} but this host lists no {kind}: it was probably recorded on another "
                     f"machine — compare it with that machine's environment, not this one")
     return None
+
+
+def measured_facts(model: str | None, family: str | None = None) -> dict | None:
+    """The device table's measured figures (train/devices.yaml, a profile's `measured:` block) for a chip whose
+    plane names it ("NVIDIA H100 80GB HBM3") or whose family is known ("H100"): {"profile", "source",
+    "fp32_over_bf16_step", "pinned_h2d_gb_per_s", "pageable_h2d_gb_per_s": [low, high]}; None when the table
+    has no measurement for it."""
+    from tfbertperf.train.emulated_devices import load_profiles
+
+    names = " ".join(x for x in (model, family) if x)
+    if not names:
+        return None
+    for name, prof in load_profiles()["profiles"].items():
+        m = prof.get("measured")
+        if m and re.search(rf"\b{re.escape(m['matches'])}\b", names):
+            return {"profile": name, **{k: v for k, v in m.items() if k != "matches"}}
+    return None
