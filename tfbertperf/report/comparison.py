@@ -74,6 +74,7 @@ FIGURES = {
     "input_ceiling_examples_per_sec": lambda r: _get(r, "input_ceiling", "examples_per_sec"),
     "headroom": lambda r: r.get("headroom"),
     "final_loss": lambda r: _get(r, "training", "final_loss"),
+    "service_wait_ms_per_step": lambda r: _get(r, "data_service", "wait_ms_per_step"),  # tf.data service on
 }
 
 
