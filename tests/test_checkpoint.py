@@ -112,7 +112,9 @@ def test_sigint_writes_an_incomplete_report_and_a_marker(data_dir, tmp_path, cap
     assert len(rep["training"]["loss_trajectory"]) == rep["interrupted_at_step"]
     assert "interrupted (SIGINT) after step" in (run_dir / "INTERRUPTED").read_text()
     assert (run_dir / "config.yaml").is_file() and not list(run_dir.rglob("*.tmp"))
-    assert rep["attribution"] is None  # the window 5:35 was cut short: no attribution of a partial window
+    # the window 5:35 was cut short: the steps it profiled keep their attribution and verdict (issue 23 item 6)
+    assert rep["attribution"]["steps_profiled"] >= 1 and rep["verdict"]["bottleneck"]
+    assert "cut short by Ctrl-C" in rep["attribution"]["window_note"]
     # analyze reads the partial profile and says where it comes from (issue 17 finding 6)
     assert analyze_main([str(run_dir / "tensorboard"), "--json", "--no-trace"]) == 0
     out, err = capsys.readouterr()
@@ -125,6 +127,8 @@ def test_sigint_writes_an_incomplete_report_and_a_marker(data_dir, tmp_path, cap
     rep = json.loads((run_dir / "report.json").read_text())
     assert "incomplete" not in rep and rep["throughput"]["steps"] == STEPS
     assert not (run_dir / "INTERRUPTED").exists()
+    assert rep["attribution"]["steps_profiled"] >= 1 and rep["verdict"]["bottleneck"]  # the profile before the resume
+    assert "before the checkpoint" in rep["attribution"]["window_note"]
 
 
 def test_a_half_written_checkpoint_is_never_restored(tmp_path):

@@ -375,3 +375,24 @@ def test_identical_losses_under_a_numerics_setting_are_not_called_expected_to_di
     assert "pipeline.preset" in n["verdict"] and "did not reach the numerics" in n["verdict"]
     c = _report(fp, [x * 1.01 for x in LOSSES], 150.0, 0.08, **{"pipeline.preset": "naive"})
     assert "expected to differ" in envinfo.explain(a, c)["side_by_side"]["numerics"]["verdict"]
+
+
+def test_diff_with_remote_data_says_only_true_things(fp):
+    """Issue 23 item 5: a gs:// data set on B is not "not prepared yet" nor a "spinning disk"; an unset proxy on
+    both sides (missing on one, empty on the other) is no difference; python and python3 in one directory are
+    one interpreter; another directory still is a difference."""
+    import copy
+
+    b = copy.deepcopy(fp)
+    b["data"] = datalocation.describe_location("gs://my-bucket/bert/shards")
+    a = copy.deepcopy(fp)
+    a.setdefault("env", {}).pop("NO_PROXY", None)
+    b.setdefault("env", {})["NO_PROXY"] = ""
+    a["python"]["executable"], b["python"]["executable"] = "/usr/bin/python", "/usr/bin/python3"
+    d = envinfo.diff(a, b)
+    names = {x["name"] for x in d}
+    whys = " ".join(x["why"] for x in d)
+    assert "data.scheme" in names and "not prepared" not in whys and "spinning" not in whys
+    assert not names & {"data.exists", "data.rotational", "data.fstype", "env.NO_PROXY", "python.executable"}, names
+    b["python"]["executable"] = "/opt/venv/bin/python3"
+    assert "python.executable" in {x["name"] for x in envinfo.diff(a, b)}

@@ -112,3 +112,20 @@ def test_run_cli_with_a_sas_uri_fails_in_one_redacted_line(azurite, tmp_path):
     assert "TOPSECRETSIG" not in p.stderr + p.stdout
     errors = [ln for ln in p.stderr.splitlines() if "error" in ln.lower() and "no-such-container" in ln]
     assert len(errors) == 1 and "rejected the credentials" in errors[0]  # a made-up signature: HTTP 403
+
+
+def test_azure_stage_run_prints_our_lines_only_and_a_storage_line(prepared, azurite, tmp_path):
+    """Issue 23 items 8 and 10: a staged Azure run's console holds our lines only (the SDK's and urllib3's log
+    records go to the run's library.log) and says what the storage did."""
+    from pathlib import Path
+
+    sets = [a for s in SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.mode=stage"] for a in ("--set", s)]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env.update(AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string,
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", prepared["az"], *sets],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert all(ln.startswith("[tfbertperf]") for ln in p.stderr.splitlines()), p.stderr
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("storage: azure/stage: ")]
+    assert "MB from the store" in line and "from the local stage cache" in line and "errors 0" in line

@@ -211,3 +211,46 @@ def test_stage_look_ahead_downloads_are_background(tfrecord_shards, gcs_env, mon
     s = b.metrics.summary()
     assert n == sum(len(r) for r in shards.values())
     assert s["cache_misses"] >= 1 and s["background_read_ms"] > s["blocking_read_ms"] > 0
+
+
+@pytest.mark.parametrize("mode", ["stream", "stage"])
+def test_two_passes_over_the_data_consume_the_same_bytes_in_stream_and_stage_mode(tfrecord_shards, gcs_env, mode):
+    """Issue 23 item 10: stage mode's second pass comes from its local cache (cache_hit_bytes), stream mode's from
+    the store again; bytes_read (from the store) + cache_hit_bytes is the same for both, and the console's storage
+    line says where the bytes came from."""
+    from tfbertperf.report.console import storage_line
+    from tfbertperf.storage.upload import upload_dir
+
+    local, shards = tfrecord_shards
+    size = sum(os.path.getsize(os.path.join(local, n)) for n in shards)
+    prefix = f"gs://tfbertperf-test/figures-passes-{mode}"
+    upload_dir(local, prefix, progress=False)
+    cfg = dataclasses.replace(DataConfig(), mode=mode, chunk_mb=1 / 16, lookahead=0)
+    b = open_backend(prefix, cfg)
+    src = open_shards([f"{prefix}/{n}" for n in sorted(shards)], cfg, b)
+    n = sum(1 for _ in src.filenames.repeat(2).interleave(src.read, cycle_length=1))
+    src.close()
+    assert n == 2 * sum(len(r) for r in shards.values())
+    s = {"backend": "gcs", "mode": mode, **b.metrics.summary()}
+    assert s["bytes_read"] + s.get("cache_hit_bytes", 0) == 2 * size
+    line = storage_line(s)
+    assert line.startswith(f"storage: gcs/{mode}: {s['requests']} requests, {s['bytes_read'] / 1e6:.2f} MB from the store")
+    if mode == "stage":
+        assert s["bytes_read"] == size and s["cache_hit_bytes"] == size
+        assert f"+ {size / 1e6:.2f} MB from the local stage cache ({len(shards)} hits" in line
+
+
+def test_a_probe_slower_than_the_training_is_a_caveat_not_a_free_input():
+    """Issue 23 item 10: T_c > T (the machine slowed down while the probe ran) clamps the what-if input cost to 0;
+    the report says so instead of calling the run compute-bound without comment."""
+    from tfbertperf.report.caveats import probe_caveats
+    from tfbertperf.train.result import TrainResult
+
+    def result(tc):
+        return TrainResult(steps=12, global_batch_size=32, replicas=1, seq_len=128, loss_trajectory=[],
+                           final_loss=0.0, step_times_ms=[400.0] * 2 + [314.8] * 10, input_wait_ms=[0.0] * 12,
+                           warmup_steps=2, profile_window=None, tensorboard_dir=None, compute_only_step_ms=tc)
+
+    (line,) = probe_caveats(result(341.6))
+    assert "probe's step (341.6 ms) was slower than the training's (314.8 ms)" in line
+    assert probe_caveats(result(300.0)) == [] and probe_caveats(result(None)) == []

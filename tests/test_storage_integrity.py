@@ -252,7 +252,7 @@ def test_stream_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_
     assert p.stderr.rstrip().splitlines()[-1] == want
 
 
-def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path):
+def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path, capsys):
     from tfbertperf.config import load_config
     from tfbertperf.job import run
 
@@ -262,6 +262,14 @@ def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepare
     s = report["storage"]
     assert s["records_skipped"] >= 1 and s["corrupt_shards"] == [shard]
     assert json.load(open(run_dir / "report.json"))["storage"]["corrupt_shards"] == [shard]
+    # said where a user reads (issue 23 item 7): on the console and in report.md, with the ceiling's drop
+    from tfbertperf.report.console import print_run_summary
+
+    (line,) = [c for c in report["caveats"] if c.startswith("data.skip_corrupt")]
+    assert f"{s['records_skipped']} damaged record(s) skipped in 1 shard(s) ({shard})" in line and "ceiling" in line
+    assert line in (run_dir / "report.md").read_text()
+    print_run_summary(run_dir, report)
+    assert f"caveat: {line}" in capsys.readouterr().out
 
 
 # ---- manifest sha256 per shard (issue 15): same size, other bytes --------------------------------------------

@@ -66,6 +66,9 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
         kw["cpu_flags"] = ((report.get("environment") or {}).get("cpu") or {}).get("flags")
         kw["config"] = report.get("config")
         kw["storage"] = report.get("storage")
+        # an emulated run: its AU as the devices measured it, and their wait as device compute (as the run did)
+        kw["emulated_au"] = (report.get("emulation") or {}).get("au")
+        kw["emulated_step_ms"] = (report.get("emulation") or {}).get("step_ms")
         T = ((report.get("throughput") or {}).get("step_time_ms") or {}).get("mean")
         icf = (report.get("attribution") or {}).get("input_cost_fraction")
         if T:
@@ -93,8 +96,9 @@ def main(argv=None) -> int:
     p.add_argument("--session", help="session directory name under plugins/profile (default: newest)")
     p.add_argument("--json", action="store_true", help="print the attribution/verdict JSON document")
     p.add_argument("--validate", action="store_true",
-                   help="our runs only (PATH = a run directory): re-run with the top recommendation next to a "
-                        "baseline re-run and report the measured speedup")
+                   help="our runs only (PATH = a run directory): re-run with each of up to three recommendations "
+                        "that map to --set (or the --advice overrides) next to baseline re-runs, and report each "
+                        "measured speedup")
     p.add_argument("--repeat", type=int, default=3, metavar="N",
                    help="--validate: runs per configuration, interleaved round-robin (default 3)")
     p.add_argument("--advice", action="append", default=[], metavar="KEY=V[,KEY=V]",

@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     doc = write_comparison(out_dir, cells, axes, repeat, scenario, machines)
     print(comparison_markdown(doc))
     if scenario:
-        print(f"\nQuestion: {scenario['question']}\nAnswer: {doc['explanation'].get('headline') or 'none'}")
+        print(f"\nQuestion: {scenario['question']}\nAnswer: {doc['explanation'].get('answer') or 'none'}")
     print(f"\ncomparison: {out_dir / 'index.html'}  (also comparison.json, comparison.md, plots/)")
     print(f"TensorBoard: tensorboard --logdir {out_dir}")
     if doc["failed"] or any(r["status"] == "partial" for r in doc["rows"]):

@@ -58,6 +58,7 @@ def process_main(main) -> NoReturn:
     flushed; everything it promises (report, marker, checkpoint) is written before this point.
     """
     quiet_tf_logs()
+    keep_library_logs()
     try:
         code = main()
     except SystemExit as e:
@@ -168,3 +169,63 @@ class _QuietLoader(importlib.abc.Loader):
                 if rest:
                     sys.stderr.write(rest)
                     sys.stderr.flush()
+
+
+# Library log records (Python logging: tensorflow, transformers, azure, urllib3, google …) on our commands'
+# stderr would interleave with our lines ("Connection pool is full" from urllib3 in a staged Azure run, TF's
+# Python warnings in `analyze --validate`).  Our commands print our lines; the libraries' go to the run's log
+# file (`library.log` in the run directory, job.py names it) — kept in memory until a run names its file, and
+# dropped by a command that makes no run.  transformers prints through its own stderr handler and says
+# "PyTorch was not found" when imported: its advisory lines are off by default (TRANSFORMERS_NO_ADVISORY_WARNINGS,
+# a user's own setting is kept) and data/tokcheck.py hands its logger to this one after the import.
+LIBRARY_LOG_KEEP = 2000  # records held before a run names its file (the oldest go first)
+
+
+class LibraryLog:
+    """The root logger's one handler: library records → `path` once set, else a bounded in-memory list."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.handler = logging.Handler(logging.INFO)
+        self.handler.emit = self._emit
+        self.records: list[str] = []
+        self.path: str | None = None
+        self.fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def _emit(self, record) -> None:
+        try:
+            line = self.fmt.format(record)
+        except Exception:  # a library's malformed record must not break the run
+            line = f"{record.name}: {record.msg!r}"
+        from tfbertperf.redact import redact_text
+
+        line = redact_text(line)
+        if self.path is None:
+            self.records = (self.records + [line])[-LIBRARY_LOG_KEEP:]
+            return
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+
+    def to_file(self, path) -> None:
+        """Write held and later records to `path` (appended: a resumed run adds to its log)."""
+        self.path = str(path)
+        held, self.records = self.records, []
+        if held:
+            with open(self.path, "a") as f:
+                f.write("\n".join(held) + "\n")
+
+
+library_log = LibraryLog()
+
+
+def keep_library_logs() -> None:
+    """Route Python logging and warnings of every library to `library_log` instead of stderr (see above)."""
+    import logging
+
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    root = logging.getLogger()
+    if library_log.handler not in root.handlers:
+        root.addHandler(library_log.handler)  # TF then adds no stderr handler of its own
+    logging.captureWarnings(True)
+

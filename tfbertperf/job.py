@@ -95,7 +95,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.capture import Capture
     from tfbertperf.profile.xprof_tools import find_xplanes
-    from tfbertperf.report.build import bar_entry, build_report, steady_step_ms, tokenizer_block
+    from tfbertperf.report.build import (bar_entry, build_report, profile_window_note, set_pipeline, steady_step_ms,
+                                         tokenizer_block)
     from tfbertperf.storage import open_shards
     from tfbertperf.compose import regime_report
     from tfbertperf.compose.hostsampling import start_sampler
@@ -131,8 +132,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
                                say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
                                sampler=sampler, run_dir=str(out_dir) if checkpoints else None, service=service)
         mode = sources[0].mode if sources else cfg.data.mode
-        storage = {"backend": backend.name, "mode": mode,
-                   "uri": redact_text(inputs.uri)}
+        storage = {"backend": backend.name, "mode": mode, "uri": redact_text(inputs.uri)}
         # the training's reads only (the ceiling runs after this); read_wait_fraction over the measured steps
         storage.update(backend.metrics.summary(span=result.extra.get("measured_span")))
         _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
@@ -159,18 +159,22 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     figures = regime_report.measure(cfg, result, emulation, ceiling, sampler, storage, step_ms)
 
     attribution_doc: dict = {}
-    if result.profile_window is not None:
+    # the window this process profiled, else the profile its directory holds (report/build.py window_note)
+    window_note = None if result.profile_window is not None else profile_window_note(cfg, result, tb_dir)
+    if result.profile_window is not None or window_note:
         attribution_doc = attribute(find_xplanes(str(tb_dir)), step_time_ms=step_ms,
                                     compute_only_step_ms=compute_only_ms, storage=storage, config=cfg.to_dict(),
                                     env_devices=environment.get("devices"),
                                     cpu_flags=(environment.get("cpu") or {}).get("flags"),
-                                    refine_with=figures.refine_inputs())
-        # T and T_c of the what-if figure, so that a reader can recompute it (unclamped)
-        attribution_doc["attribution"]["steady_step_time_ms"] = round(step_ms, 4)
-        attribution_doc["attribution"]["compute_only_step_ms"] = (None if compute_only_ms is None
-                                                                  else round(compute_only_ms, 4))
-        # whether the capture recorded thread-pool tasks (profile.threadpool_events; profile/capture.py)
-        attribution_doc["attribution"]["threadpool_events"] = result.extra.get("threadpool_events")
+                                    refine_with=figures.refine_inputs(),
+                                    # an emulated run: its devices' AU, their wait as device compute (one source)
+                                    **{f"emulated_{k}": v for k, v in (result.extra.get("emulation") or {}).items()
+                                       if k in ("au", "step_ms")})
+        # T and T_c of the what-if figure (to recompute it, unclamped); thread-pool tasks recorded (capture.py)
+        attribution_doc["attribution"].update(
+            steady_step_time_ms=round(step_ms, 4), window_note=window_note,
+            compute_only_step_ms=None if compute_only_ms is None else round(compute_only_ms, 4),
+            threadpool_events=result.extra.get("threadpool_events"))
     attribution_doc["step_timer"] = step_timer_summary(result.step_times_ms, result.input_wait_ms,
                                                        result.warmup_steps)
     plots: list[str] = []
@@ -184,7 +188,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
-    report["pipeline"] = effective_pipeline(cfg, len(inputs.shard_uris))  # the knobs in force (preset resolved)
+    set_pipeline(report, effective_pipeline(cfg, len(inputs.shard_uris)))  # the knobs in force (preset resolved)
     report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:

@@ -55,7 +55,8 @@ def host_utilization(sampler) -> dict:
     (`whole_run`) and the run's threads over the same span (`thread_cpu`)."""
     summary, start, end = host_summary(sampler)
     summary["whole_run"] = {k: v for k, v in sampler.summary().items()
-                            if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds")}
+                            if k in ("cpu_busy_fraction_mean", "process_cpu_fraction_mean", "seconds",
+                                     "disk_read_mb", "net_rx_mb")}
     summary["thread_cpu"] = sampler.thread_cpu(start, end)
     return summary
 

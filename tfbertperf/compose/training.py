@@ -41,7 +41,7 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
             from tfbertperf.train.emulated_training import train_emulated
 
             result = train_emulated(cfg, emulation, dataset_fn, tb_dir, progress=say, strategy=strategy,
-                                    capture=capture, mark=mark)
+                                    capture=capture, mark=mark, vocab_size=vocab_size)
         else:
             from tfbertperf.train.loop import train
 

@@ -55,10 +55,11 @@ remote modes' default data.concurrency; each reader holds one read buffer (or st
 
 def resolve_cycle_length(value, num_files: int) -> int:
     """The interleave's cycle_length in force for `num_files` files: "autotune" → min(num_files,
-    AUTO_CYCLE_LENGTH) (at least 1); a number stays as set."""
+    AUTO_CYCLE_LENGTH) (at least 1); a number → at most num_files (an interleave cannot read more files at once
+    than there are: 16 over 8 shards reads 8; effective_pipeline notes it)."""
     if value == AUTOTUNE:
         return max(1, min(int(num_files), AUTO_CYCLE_LENGTH))
-    return int(value)
+    return max(1, min(int(value), int(num_files)))
 
 
 def effective_pipeline(cfg, num_files: int | None = None) -> dict:
@@ -74,7 +75,10 @@ def effective_pipeline(cfg, num_files: int | None = None) -> dict:
                 eff[k] = v
     eff["deterministic"] = bool(p.deterministic or cfg.train.deterministic)
     if num_files is not None:
-        eff["cycle_length"] = resolve_cycle_length(eff["cycle_length"], num_files)
+        asked, eff["cycle_length"] = eff["cycle_length"], resolve_cycle_length(eff["cycle_length"], num_files)
+        if asked != AUTOTUNE and int(asked) > eff["cycle_length"]:
+            eff["cycle_length_note"] = (f"pipeline.cycle_length {asked} over {num_files} shard files: "
+                                        f"{eff['cycle_length']} files are read at once (one per shard)")
     return eff
 
 

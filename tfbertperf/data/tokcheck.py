@@ -78,7 +78,10 @@ def build_hf_tokenizer(vocab_path_or_list, lower_case: bool, max_chars_per_word:
     `BertTokenizerFast` its alias) on our vocab: lower_case=True → lower-case + NFD + strip accents, as uncased
     BERT; False → neither.  Raises UsageError if its vocab is not ours id for id."""
     from transformers import BertTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_default_handler()  # its records go to Python logging (errors.py: not our stderr)
+    hf_logging.enable_propagation()
     tokens = _tokens(vocab_path_or_list)
     # vocab= takes a dict (or path); vocab_file= is silently ignored in transformers 5 (a 5-token vocab results).
     tok = BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=bool(lower_case),

@@ -10,6 +10,7 @@ other with a numerics verdict.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tfbertperf.envinfo.documents import document_kind, env_of
@@ -28,12 +29,30 @@ def impact_label(score: int) -> str:
     return "high" if score >= HIGH else "medium" if score >= MEDIUM else "low"
 
 
+# Facts of one kind of data location only: a local path's filesystem and read probe, an object store's bucket
+# and access.  Between a local and a remote location the scheme and kind say the difference; these would only
+# say "missing" on the other side ("not prepared yet", "spinning disk" for a gs:// data set).
+LOCATION_ONLY = re.compile(r"^data\.(exists|path|mount_point|fstype|source|rotational|fuse_daemon|object_store_backed"
+                           r"|probe(\..*)?|bucket|prefix|container|account|emulator|endpoint|access)$")
+
+
+def _absent(v: Any) -> bool:
+    """An unset value: None, or an empty string (an environment variable set to nothing)."""
+    return v is None or v == ""
+
+
 def diff_flat(fa: dict[str, Any], fb: dict[str, Any]) -> list[dict]:
-    """Ranked differences between two flattened documents (see `diff`)."""
+    """Ranked differences between two flattened documents (see `diff`).  An unset value on both sides (missing,
+    None or "") is no difference; between a local and a remote data location only the location's shared facts
+    (scheme, kind, uri) are compared."""
     out = []
+    remote_vs_local = fa.get("data.scheme") != fb.get("data.scheme") and "file" in (fa.get("data.scheme"),
+                                                                                     fb.get("data.scheme"))
     for key in sorted(set(fa) | set(fb)):
         a, b = fa.get(key), fb.get(key)
-        if a == b or IGNORED.match(key):
+        if a == b or IGNORED.match(key) or (_absent(a) and _absent(b)):
+            continue
+        if remote_vs_local and LOCATION_ONLY.match(key):
             continue
         if isinstance(a, (dict, list)) and not a and b is None or isinstance(b, (dict, list)) and not b and a is None:
             continue

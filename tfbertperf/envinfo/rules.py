@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any, Callable
 
-from tfbertperf.envinfo.values import fmt, num, ratio
+from tfbertperf.envinfo.values import fmt, interpreter_difference, num, ratio
 
 # Keys that differ on every run or only restate another key: never a finding.
 IGNORED = re.compile(
@@ -334,6 +334,7 @@ RULES: list[tuple[str, str, list[str], Explain]] = [
         (r"os\.wsl", S, ("WSL", ": file I/O across the Windows boundary is slow"), 50),
         (r"python\.version", SN, "Python {a} vs {b}: different wheels and interpreter speed for host-side code", 35),
         (r"python\.implementation", S, "Python implementation {a} vs {b}", 60),
+        (r"python\.executable", S, interpreter_difference),
         (r"os\.libc", SN, "C library {a} vs {b}: malloc and libm (exp/log/tanh) differ", 20),
         (r"os\.(release|distro)", S, "OS {key} {a} vs {b}", 20),
         (r"host\.container", S, "container {a} vs {b}: cgroup limits and overlay filesystems apply inside", 25),

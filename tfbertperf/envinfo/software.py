@@ -59,7 +59,7 @@ def python_info() -> dict:
     return {
         "version": platform.python_version(),
         "implementation": platform.python_implementation(),
-        "executable": sys.executable,
+        "executable": os.path.realpath(sys.executable),  # python and python3 are one interpreter
         "prefix": sys.prefix,
         "virtualenv": sys.prefix != getattr(sys, "base_prefix", sys.prefix) or bool(os.environ.get("CONDA_PREFIX")),
     }

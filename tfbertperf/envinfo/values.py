@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 
@@ -33,6 +34,15 @@ def fmt(v: Any) -> str:
     if isinstance(v, list):
         return ", ".join(map(fmt, v)) or "none"
     return str(v)
+
+
+def interpreter_difference(k, a, b):
+    """Two names of one interpreter (…/python vs …/python3 vs …/python3.11 in one directory) are no difference;
+    another directory is another install (a virtualenv, conda)."""
+    same = lambda p: re.sub(r"python[\d.]*$", "python", str(p or ""))  # noqa: E731
+    if same(a) == same(b):
+        return None
+    return f"Python interpreter {fmt(a)} vs {fmt(b)}: another install (its packages may differ)", 15
 
 
 def num(v: Any) -> float | None:

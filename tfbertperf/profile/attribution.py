@@ -44,9 +44,22 @@ def device_summary(devs: list[dict], xplanes=None) -> dict:
             "note": STEPS_NOT_MARKED, "missing": missing}
 
 
+def _emulated_wait_is_device_compute(att: dict, step_ms: float) -> dict:
+    """A copy of `att` with the emulated device's wait (at most step_ms a step) moved from host_compute to
+    device_compute, the fractions to match (see attribute's emulated_step_ms)."""
+    bd, fr = dict(att["breakdown_ms"]), dict(att["fractions"])
+    moved = min(float(step_ms), bd.get("host_compute", 0.0))
+    bd["host_compute"] = round(bd["host_compute"] - moved, 4)
+    bd["device_compute"] = round(bd.get("device_compute", 0.0) + moved, 4)
+    for c in ("host_compute", "device_compute"):
+        fr[c] = round(bd[c] / att["step_time_ms"], 6) if att["step_time_ms"] else 0.0
+    return {**att, "breakdown_ms": bd, "fractions": fr, "emulated_device_ms": round(moved, 4)}
+
+
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
-              env_devices=None, cpu_flags=None, refine_with: dict | None = None) -> dict:
+              env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
+              emulated_step_ms: float | None = None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -64,6 +77,11 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       cpu_flags: the run environment's CPU flags (environment.cpu.flags): CPU precision advice (advice.py).
       refine_with: the run's input ceiling and host figures (verdict.refine's keyword arguments; job.py measures
         them first): the verdict reads them as it is made, once.  None (a foreign profile): not read.
+      emulated_au: an emulated run's AU as its devices measured it (report.json emulation.au, DLIO's
+        definition); it is the run's AU, so `run` and `analyze` of its directory give one figure.
+      emulated_step_ms: an emulated run's device step (report.json emulation.step_ms).  xprof sees the emulated
+        device's wait as host compute; it is the device's compute, so up to that much per step moves from
+        host_compute to device_compute (`emulated_device_ms` says how much).
     Returns:
       {"attribution": {...}, "verdict": {...}, "accelerator_utilization": float,
        "hosts": {host: attribution block}, "devices": [device plane dicts, profile/devices.py]}; with several
@@ -89,13 +107,17 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
             stolen = statistics.fmean(est)
             att["input_stolen_cpu_fraction"] = round(stolen, 6)
             att["input_cost_estimate_fraction"] = round(min(1.0, att["input_bound_fraction"] + stolen), 6)
+    if emulated_step_ms:
+        per_host = {h: _emulated_wait_is_device_compute(a, emulated_step_ms) for h, a in per_host.items()}
+        att = _emulated_wait_is_device_compute(att, emulated_step_ms)
     if storage is not None and storage.get("joined_read_ms") is not None and att.get("steps_profiled"):
         storage["joined_read_ms_per_step"] = round(float(storage["joined_read_ms"]) / att["steps_profiled"], 3)
     split = joined_input_split(att.get("input_ops_us") or {}, storage)
     if split is not None:
         att["input_split_us"] = split
     threshold = float(_cfg_get(config, "profile", "au_threshold", AU_THRESHOLD_DEFAULT) or AU_THRESHOLD_DEFAULT)
-    au = accelerator_utilization(att, step_time_ms=step_time_ms, compute_only_step_ms=compute_only_step_ms)
+    au = (float(emulated_au) if emulated_au is not None else
+          accelerator_utilization(att, step_time_ms=step_time_ms, compute_only_step_ms=compute_only_step_ms))
     T = step_time_ms or att["step_time_ms"]
     att["au_compute_only_ratio"] = (round(max(0.0, min(1.0, compute_only_step_ms / T)), 6)
                                     if compute_only_step_ms is not None and T else None)

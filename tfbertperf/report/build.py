@@ -7,7 +7,7 @@ import datetime as _dt
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
-from tfbertperf.report.caveats import caveats
+from tfbertperf.report.caveats import caveats, storage_caveats
 
 REPORT_SCHEMA = "tfbertperf.report/1"
 RECOVERY_WAIT_SHARE = 0.02  # the loop waits for input > 2 % of the time → the pipeline is behind
@@ -137,16 +137,33 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
     report["devices"] = attribution_doc.get("devices", [])
-    report["caveats"] = caveats(cfg, result, len(times), environment or {}, idx)
+    report["caveats"] = caveats(cfg, result, len(times), environment or {}, idx) + storage_caveats(storage)
     return report
+
+
+def profile_window_note(cfg, result, tb_dir: Path) -> str | None:
+    """Why the profile in tb_dir is not this process's whole window (None when there is no profile): the window
+    was cut short by Ctrl-C, or was profiled before the checkpoint this run resumed from.  Its steps are still
+    the run's, so report.json keeps their attribution and verdict, with this note (attribution.window_note)."""
+    if cfg.profile_window is None or not list(Path(tb_dir).glob("plugins/profile/*/*.xplane.pb")):
+        return None
+    w = f"{cfg.profile_window[0]}:{cfg.profile_window[1]}"
+    if result.extra.get("interrupted_at_step") is not None:
+        return f"the profiled window {w} was cut short by Ctrl-C after step {result.extra['interrupted_at_step']}"
+    return f"the profiled window {w} was captured before the checkpoint this run resumed from"
 
 
 INTERRUPTED = "INTERRUPTED"  # marker file in a run directory whose run was stopped by Ctrl-C (SIGINT)
 
 
 def write_config(run_dir: Path, cfg) -> None:
-    """config.yaml (atomically, secrets redacted): written first, so that a killed run can be resumed."""
+    """config.yaml (atomically, secrets redacted): written first, so that a killed run can be resumed.  From here
+    on the libraries' log records go to the run's library.log (errors.py library_log), not to the console."""
     import yaml
+
+    from tfbertperf.errors import library_log
+
+    library_log.to_file(Path(run_dir) / "library.log")
 
     from tfbertperf.report.io import atomic_write_text
 
@@ -166,6 +183,14 @@ def mark_interrupted(run_dir: Path, interrupted: bool, at_step: int | None = Non
         atomic_write_text(marker, f"interrupted (SIGINT) {what}\n")
     elif marker.exists():
         marker.unlink()
+
+
+def set_pipeline(report: dict, pipeline: dict) -> None:
+    """report.json's `pipeline` (the knobs in force, data/pipeline.py effective_pipeline); a setting that cannot
+    take effect as written (cycle_length above the number of shards) is also a caveat, said on the console."""
+    report["pipeline"] = pipeline
+    if pipeline.get("cycle_length_note"):
+        report.setdefault("caveats", []).append(pipeline["cycle_length_note"])
 
 
 def tokenizer_block(manifest: dict) -> dict:

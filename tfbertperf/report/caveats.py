@@ -23,6 +23,7 @@ from __future__ import annotations
 MIN_STEADY_STEPS = 10
 MIN_PROBE_STEPS = 5
 WINDOW_DRIFT = 0.25
+PROBE_SLOWER = 0.05
 
 
 def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[int] | None = None) -> list[str]:
@@ -40,9 +41,29 @@ def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[in
     if cfg.profile.probe_steps > 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:
         out.append(f"the what-if input cost rests on {result.probe_steps} compute-only probe step(s) (fewer than "
                    f"{MIN_PROBE_STEPS}); raise train.steps (the probe times at most half as many steps as the run)")
+    out.extend(probe_caveats(result, steady))
     out.extend(window_caveats(result, steady))
     out.extend(precision_caveats(cfg, environment))
     return out
+
+
+def probe_caveats(result, steady: list[int] | None = None) -> list[str]:
+    """The compute-only probe's step T_c slower than the pipeline-fed step T by PROBE_SLOWER (5 %) or more: the
+    what-if input cost (T − T_c) / T is then clamped to 0 and the run called compute-bound, though the figure
+    only says that the machine ran slower while the probe ran (drift, other processes) — the input's cost is
+    not measured by it (a real gs:// native run: T 314.8 ms, T_c 341.6 ms)."""
+    tc = getattr(result, "compute_only_step_ms", None)
+    times = result.step_times_ms
+    idx = list(steady) if steady is not None else list(range(int(result.warmup_steps), len(times)))
+    if not tc or not idx or getattr(result, "extra", {}).get("emulation"):
+        return []
+    t = sum(times[i] for i in idx) / len(idx)
+    if tc < (1 + PROBE_SLOWER) * t:
+        return []
+    return [f"the compute-only probe's step ({tc:.1f} ms) was slower than the training's ({t:.1f} ms): the what-if "
+            f"input cost reads 0 % because the machine ran slower during the probe, not because input is free; "
+            f"the step timer's blocked wait and xprof's input share are the figures to read here "
+            f"(more probe blocks, profile.probe_blocks, average the drift out)"]
 
 
 def window_caveats(result, steady: list[int] | None = None) -> list[str]:
@@ -84,3 +105,21 @@ def precision_caveats(cfg, environment: dict) -> list[str]:
         return ["train.precision=mixed_bfloat16 on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated and "
                 "slower than float32 here; use float32"]
     return []
+
+
+def storage_caveats(storage: dict) -> list[str]:
+    """Caveats from the run's storage block: records skipped or shards read anyway with data.skip_corrupt
+    (storage.records_skipped, storage.corrupt_shards).  The training then saw fewer examples than the data
+    holds, and the damaged shards went through the record-checking reader (storage/integrity.py: Python, one
+    record at a time, no batched reads), which is slower than TF's: the input ceiling measured on those shards
+    is lower than the sound data's would be."""
+    shards = list((storage or {}).get("corrupt_shards") or [])
+    if not shards:
+        return []
+    n = int(storage.get("records_skipped") or 0)
+    names = ", ".join(shards[:3]) + (f" and {len(shards) - 3} more" if len(shards) > 3 else "")
+    what = (f"{n} damaged record(s) skipped in {len(shards)} shard(s) ({names})" if n else
+            f"{len(shards)} shard(s) whose sha256 does not match the manifest read anyway ({names})")
+    return [f"data.skip_corrupt: {what}; the record-checking reader those shards go through (Python, record by "
+            f"record) is slower than TF's, so the input ceiling is lower than the sound data's would be"]
+

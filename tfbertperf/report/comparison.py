@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tfbertperf.errors import UsageError
 from tfbertperf.report.plots import CATEGORY_ORDER
-from tfbertperf.report.stats import ratio, real_difference, summary
+from tfbertperf.report.stats import fmt, ratio, real_difference, summary
 
 COMPARISON_SCHEMA = "tfbertperf.comparison/2"
 
@@ -74,6 +74,8 @@ FIGURES = {
     "input_ceiling_examples_per_sec": lambda r: _get(r, "input_ceiling", "examples_per_sec"),
     "headroom": lambda r: r.get("headroom"),
     "final_loss": lambda r: _get(r, "training", "final_loss"),
+    "cpu_busy_fraction": lambda r: _get(r, "host_utilization", "cpu_busy_fraction_mean"),
+    "read_wait_fraction": lambda r: _get(r, "storage", "read_wait_fraction"),
     "service_wait_ms_per_step": lambda r: _get(r, "data_service", "wait_ms_per_step"),  # tf.data service on
 }
 
@@ -93,6 +95,7 @@ def cell_row(cell: dict) -> dict:
     au_pass = [_get(r, "attribution", "au_pass") for r in reps]
     au_pass = [bool(x) for x in au_pass if x is not None]
     verdicts = Counter(_get(r, "verdict", "bottleneck") for r in reps)
+    causes = Counter(_get(r, "verdict", "input_cause") for r in reps if _get(r, "verdict", "input_cause"))
     # the run whose throughput is the median one speaks for the cell (verdict text, recommendations)
     mid = sorted(reps, key=lambda r: _get(r, "throughput", "examples_per_sec") or 0)[len(reps) // 2] if reps else {}
     row = {
@@ -108,13 +111,37 @@ def cell_row(cell: dict) -> dict:
         "au_pass": (all(au_pass) if au_pass else None),
         "au_pass_runs": f"{sum(au_pass)}/{len(au_pass)}" if au_pass else None,
         "bottleneck": verdicts.most_common(1)[0][0] if reps else None,
-        "verdict": _get(mid, "verdict", "summary"),
+        "bottleneck_runs": f"{verdicts.most_common(1)[0][1]}/{len(reps)}" if reps else None,
+        "input_cause": causes.most_common(1)[0][0] if causes else None,
+        "verdict_of_median_run": _get(mid, "verdict", "summary"),
         "recommendations": list(_get(mid, "verdict", "recommendations") or []),
         "actions": list(_get(mid, "verdict", "actions") or []),
         "storage": {k: _get(mid, "storage", k) for k in ("backend", "mode", "uri")},
         "emulation": mid.get("emulation") if isinstance(mid, dict) else None,
     }
+    row["verdict"] = median_verdict(row) if reps else None
     return row
+
+
+CAUSE_WORDS = {"storage": "waiting on storage", "preprocessing": "preprocessing-limited (CPU saturated)",
+               "mixed": "storage reads and preprocessing both count"}
+
+
+def median_verdict(row: dict) -> str:
+    """The cell's verdict in one sentence quoting the same medians (and spreads) as the comparison's tables, so
+    that it never contradicts them: the bottleneck most runs found, the input cause, input cost, AU, headroom."""
+    s = row["stats"]
+    parts = [f"{row['bottleneck']}-bound in {row['bottleneck_runs']} runs"]
+    if row.get("input_cause"):
+        parts[0] += f", {CAUSE_WORDS.get(row['input_cause'], row['input_cause'])}"
+    for key, words, pct, digits in (("input_cost_fraction", "input cost (what-if)", True, 1),
+                                    ("accelerator_utilization", "AU", True, 0),
+                                    ("cpu_busy_fraction", "CPU busy", True, 0),
+                                    ("read_wait_fraction", "waiting on reads", True, 0),
+                                    ("headroom", "headroom", False, 2)):
+        if s.get(key) is not None:
+            parts.append(f"{words} {fmt(s[key], digits, pct=pct)}")
+    return "; ".join(parts) + " (medians of the repeats)"
 
 
 def rank_rows(rows: list[dict]) -> dict:
@@ -123,7 +150,8 @@ def rank_rows(rows: list[dict]) -> dict:
     if not ok:
         return {}
     fastest = max(ok, key=lambda r: r["examples_per_sec"])
-    slowest = min(ok, key=lambda r: r["examples_per_sec"])
+    # another row than the fastest even when medians tie (a tie is still two cells to compare)
+    slowest = min((r for r in ok if r is not fastest), key=lambda r: r["examples_per_sec"], default=fastest)
     f = fastest["stats"].get("examples_per_sec")
     for r in ok:
         s = r["stats"].get("examples_per_sec")

@@ -52,12 +52,22 @@ def attribution_table(report: dict) -> str:
             lines.append(f"compute-only ratio T_c / T (MLPerf Storage):     {_pct(att['au_compute_only_ratio'])}")
     elif au is not None:
         lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
-    for key, label in (("input_ops_us", "input ops, µs/step (xprof)"),
+    lines += input_ops_lines(att)
+    return "\n".join(lines)
+
+
+def input_ops_lines(att: dict, indent: str = "") -> list[str]:
+    """The input-op lines `run` and `analyze` both print (the same figures, the same labels): xprof's own split
+    per profiled step, then, for our runs, the split with our storage layer's read time (input_split_us)."""
+    out = []
+    # xprof sums the ops' time over the pipeline's threads: parallel reads and maps overlap, so the figure can
+    # exceed the step (concurrent ops each count their own time); the label says so
+    for key, label in (("input_ops_us", "input ops, µs/step, all threads (xprof)"),
                        ("input_split_us", "input ops, µs/step, with our storage read time")):
         ops = att.get(key) or {}
-        if ops:
-            lines.append(f"{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
-    return "\n".join(lines)
+        if ops and (key == "input_split_us" or any(ops.values())):
+            out.append(f"{indent}{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
+    return out
 
 
 def verdict_line(report: dict) -> str:
@@ -96,9 +106,7 @@ def host_table(att: dict, title: str) -> str:
                      f"   (blocked wait + CPU the pipeline took from compute on {att.get('cores_seen')} cores)")
     if att.get("input_cost_fraction") is not None:
         lines.append(f"  {'input cost, what-if':<24}{'':>10}{att['input_cost_fraction'] * 100:>7.1f}%")
-    ops = att.get("input_ops_us") or {}
-    if any(ops.values()):
-        lines.append("  input ops µs/step: " + ", ".join(f"{k} {v:.0f}" for k, v in ops.items()))
+    lines += input_ops_lines(att, "  ")
     tr = att.get("transfer")
     if tr and tr.get("steps_matched"):
         taken = ", ".join(f"{k} {v / att['steps_profiled']:.3f}" for k, v in tr["taken_from_ms"].items() if v > 0)
@@ -134,11 +142,15 @@ def regime_lines(report: dict) -> list[str]:
         h = report.get("headroom")
         out.append(f"input ceiling: {c['examples_per_sec']:.0f} examples/s, {c['mb_per_sec']:.1f} MB/s (pipeline alone, "
                    f"{c['seconds']:.1f} s)" + (f"; headroom {h:.2f}× the demand" if h is not None else ""))
+    line = storage_line(report.get("storage") or {})
+    if line:
+        out.append(line)
     u = report.get("host_utilization")
     if u and u.get("samples"):
         out.append(f"host: CPU {u['cpu_busy_fraction_mean']:.0%} busy (p95 {u['cpu_busy_fraction_p95']:.0%}; this run "
                    f"{u['process_cpu_fraction_mean']:.0%}), iowait {u['cpu_iowait_fraction_mean']:.0%}, RSS "
-                   f"{u['rss_mb_max']:.0f} MB, disk read {u['disk_read_mb']:.1f} MB, net recv {u['net_rx_mb']:.1f} MB")
+                   f"{u['rss_mb_max']:.0f} MB, disk read {u['disk_read_mb']:.1f} MB, net recv {u['net_rx_mb']:.1f} MB"
+                   + _whole_run_io(u))
         th = u.get("thread_cpu") or {}
         if th:
             out.append(f"this run's threads: {th['process_cores_used']:.2f} cores used, "
@@ -150,6 +162,31 @@ def regime_lines(report: dict) -> list[str]:
         out.append(f"max accelerators: N = {m['n']} (AU {pct(m['au_at_n'])} at N, {pct(m['au_at_n_plus_1'])} at N+1; "
                    f"{m['examples_per_sec_at_n'] or 0:.0f} examples/s at N; {len(m['trials'])} short runs)")
     return ["", *out] if out else []
+
+
+def _whole_run_io(u: dict) -> str:
+    """The host's I/O over the whole run when it differs from the measured steps' (a small data set is read or
+    staged before the measured steps begin: "net recv 0.0 MB" there, the reads came earlier)."""
+    w = u.get("whole_run") or {}
+    parts = [f"{k} {w[key]:.1f} MB" for k, key in (("disk read", "disk_read_mb"), ("net recv", "net_rx_mb"))
+             if w.get(key) is not None and round(w[key], 1) != round(u.get(key) or 0.0, 1)]
+    return f" in the measured steps ({', '.join(parts)} over the whole run)" if parts else ""
+
+
+def storage_line(sto: dict) -> str | None:
+    """Remote runs: what the storage did — requests, MB from the store (and, staged, from the local cache),
+    read MB/s, request latency, retries and errors (report.json storage)."""
+    if not sto or sto.get("backend") in (None, "local"):
+        return None
+    mb = (sto.get("bytes_read") or 0) / 1e6
+    lat = sto.get("request_latency_ms") or {}
+    text = (f"storage: {sto['backend']}/{sto.get('mode')}: {sto.get('requests', 0)} requests, {mb:.2f} MB from the "
+            f"store at {sto.get('read_mb_per_sec') or 0:.1f} MB/s")
+    if sto.get("cache_hit_bytes") is not None:
+        text += (f" + {sto['cache_hit_bytes'] / 1e6:.2f} MB from the local stage cache ({sto.get('cache_hits', 0)} "
+                 f"hits, {sto.get('cache_misses', 0)} misses)")
+    return (text + f"; request p50 {lat.get('p50', 0):.1f} ms, p99 {lat.get('p99', 0):.1f} ms; retries "
+            f"{sto.get('retries', 0)}, errors {sto.get('errors', 0)}")
 
 
 def print_run_summary(run_dir, report: dict) -> None:
@@ -201,8 +238,8 @@ def print_analysis(doc: dict) -> None:
         print(format_device_table(devs))
         return
     hosts = doc["hosts"]
-    for host, att in hosts.items():
-        print(host_table(att, f"host {host}"))
+    for host, att in hosts.items():  # one host: its table is the run's attribution (with the joined input split)
+        print(host_table(doc["attribution"] if len(hosts) == 1 else att, f"host {host}"))
     if len(hosts) > 1:
         print(host_table(doc["attribution"], f"combined ({len(hosts)} hosts)"))
     if devs:

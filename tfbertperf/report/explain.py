@@ -5,7 +5,7 @@ the comparison itself measured it (a cell that differs from the slowest exactly 
 
 from __future__ import annotations
 
-from tfbertperf.report.stats import fmt, fmt_ratio, ratio, real_difference
+from tfbertperf.report.stats import fmt, fmt_ratio, number, ratio, real_difference
 
 STORAGE_FIGURES = [  # (row key, words, unit, digits)
     ("storage_read_ms_per_step", "storage read", " ms/step", 2),
@@ -37,12 +37,36 @@ def measured_effect(rows: list[dict], base: dict, sets: list[str]) -> dict | Non
     return None
 
 
+CAUSE_TEXT = {"storage": "waiting on storage (the input waits on reads, not on the CPU)",
+              "preprocessing": "preprocessing-limited (the CPU is saturated)",
+              "mixed": "input-bound with the CPU partly busy (storage reads and preprocessing both count)"}
+
+
+def cause_sentence(slow: dict, fast: dict) -> str:
+    """Why the slower cell is slower, from its verdict (most runs' bottleneck and input cause) and the medians
+    that decided it: input cost, CPU busy, the share of the time the pipeline waited on reads, request p50."""
+    s = slow["stats"]
+    what = CAUSE_TEXT.get(slow.get("input_cause")) if slow.get("bottleneck") == "input" else None
+    head = f"cause: {slow['label']!r} is {slow.get('bottleneck')}-bound in {slow.get('bottleneck_runs')} runs"
+    head += f", {what}" if what else ""
+    figs = []
+    for key, words, pct, unit in (("input_cost_fraction", "input cost (what-if)", True, ""),
+                                  ("cpu_busy_fraction", "CPU busy", True, ""),
+                                  ("read_wait_fraction", "time waiting on reads", True, ""),
+                                  ("request_p50_ms", "request p50", False, " ms")):
+        if s.get(key) is not None:
+            figs.append(f"{words} {fmt(s[key], 0 if pct else 1, pct=pct, unit=unit)}")
+    fast_cost = fmt(fast["stats"].get("input_cost_fraction"), 0, pct=True)
+    return (head + (f": {', '.join(figs)}" if figs else "")
+            + f"; {fast['label']!r} is {fast.get('bottleneck')}-bound (input cost {fast_cost})")
+
+
 def _growth(slow: dict, fast: dict) -> list[dict]:
     out = []
     st, ft = slow.get("profiled_step_time_ms") or 0.0, fast.get("profiled_step_time_ms") or 0.0
     for cat, ms in (slow.get("breakdown_ms") or {}).items():
         f = (fast.get("breakdown_ms") or {}).get(cat, 0.0)
-        if ms - f > 0.005:
+        if ms - f >= 0.05:  # shown with one decimal: a smaller growth would read "grew by 0.0 ms"
             out.append({"category": cat, "slow_ms": round(ms, 3), "fast_ms": round(f, 3), "grew_ms": round(ms - f, 3),
                         "slow_share": round(ms / st, 4) if st else None,
                         "fast_share": round(f / ft, 4) if ft else None})
@@ -66,21 +90,33 @@ def explain(doc: dict, machines: bool = False) -> dict:
     rt = ratio(slow["stats"].get("examples_per_sec"), fast["stats"].get("examples_per_sec"))
     real = real_difference(slow["stats"].get("examples_per_sec"), fast["stats"].get("examples_per_sec"))
     n = min(slow["repeats"], fast["repeats"])
-    why = ("the min–max ranges of the repeats do not overlap: a real difference" if real else
-           "only one run each: not enough to call it real" if n < 2 else
-           "the ranges of the repeats overlap: within the noise")
-    headline = (f"slowest {slow['label']!r} runs at {fmt_ratio(rt)} the throughput of fastest {fast['label']!r} "
-                f"({fmt(slow['stats'].get('examples_per_sec'))} vs {fmt(fast['stats'].get('examples_per_sec'))} "
-                f"examples/s, {n} runs each) — {why}")
+    figures = (f"{fmt(slow['stats'].get('examples_per_sec'))} vs {fmt(fast['stats'].get('examples_per_sec'))} "
+               f"examples/s, {n} {'run' if n == 1 else 'runs'} each")
+    # "slower"/"faster" only for a difference the repeats show; otherwise the sentence says what they do show
+    if real:
+        headline = (f"{slow['label']!r} is slower than {fast['label']!r}: {fmt_ratio(rt)} its throughput "
+                    f"({figures}) — the min–max ranges of the repeats do not overlap: a real difference")
+    elif n < 2:
+        headline = (f"{slow['label']!r} measured {fmt_ratio(rt)} the throughput of {fast['label']!r} ({figures}) — "
+                    "one run each cannot tell a difference from the machine's noise (--repeat 3 can)")
+    else:
+        headline = (f"{slow['label']!r} and {fast['label']!r} run at the same speed within the noise: "
+                    f"{fmt_ratio(rt)} ({figures}) — the ranges of the repeats overlap")
+    cause = cause_sentence(slow, fast) if real else None
     lines.append(headline)
+    if cause:
+        lines.append(cause)
     growth = _growth(slow, fast)
     whole = [fmt(x["stats"].get("step_time_ms")) for x in (fast, slow)]
     prof = [x.get("profiled_step_time_ms") or 0.0 for x in (fast, slow)]
     grew = (slow.get("step_time_ms") or 0.0) - (fast.get("step_time_ms") or 0.0)
     if grew > 0:
         cost = [fmt(x["stats"].get("input_cost_fraction"), 0, pct=True) for x in (fast, slow)]
-        lines.append(f"step time over the whole run grew by {grew:.1f} ms ({whole[0]} → {whole[1]} ms); the profiled "
-                     f"window's step by {prof[1] - prof[0]:.1f} ms ({prof[0]:.1f} → {prof[1]:.1f} ms); input cost "
+        d = prof[1] - prof[0]
+        window = (f"grew by {number(d)} ms" if round(d, 1) > 0 else
+                  f"shrank by {number(-d)} ms" if round(d, 1) < 0 else "did not change")
+        lines.append(f"step time over the whole run grew by {number(grew)} ms ({whole[0]} → {whole[1]} ms); the profiled "
+                     f"window's step {window} ({number(prof[0])} → {number(prof[1])} ms); input cost "
                      f"(what-if) {cost[0]} → {cost[1]}"
                      + ("; most of the growth lies outside the profiled window (stalls the window did not catch)"
                         if grew > 2 * max(prof[1] - prof[0], 0.0) + 1.0 else ""))
@@ -125,5 +161,6 @@ def explain(doc: dict, machines: bool = False) -> dict:
                 lines.append(f"advice for {r['label']!r} measured by cell {eff['cell']!r}: {a['advice']} → "
                              f"{fmt_ratio(eff['speedup'])}, "
                              f"{'confirmed' if eff['confirmed'] else 'not confirmed here'}")
-    return {"lines": lines, "headline": headline, "measured_advice": measured, "real": real, "ratio": rt, "growth": growth,
+    return {"lines": lines, "headline": headline, "cause": cause,
+            "answer": headline + (f"; {cause}" if cause else ""), "measured_advice": measured, "real": real, "ratio": rt, "growth": growth,
             "storage": sto, "environment": env[:3] if machines else [], "recommendation": rec}

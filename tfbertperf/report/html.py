@@ -15,17 +15,26 @@ body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 a
 color:#222;line-height:1.4}
 h1{font-size:1.3em;word-break:break-all}h2{font-size:1.1em;margin-top:1.4em}
 .q{background:#eef4fb;border-left:4px solid #1f77b4;padding:8px 12px}
-.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left;white-space:normal;min-width:9em;max-width:22em}
-td:last-child{white-space:normal;text-align:left;min-width:12em}
+table{border-collapse:collapse;font-size:12.5px;margin:6px 0;width:100%}
+th,td{border:1px solid #ccc;padding:3px 5px;text-align:right;vertical-align:top}
+th{background:#f4f4f4}
+th:first-child,td:first-child{text-align:left;min-width:8em}
+td.key{background:#fff3c4;text-align:left}
 tr.failed td{background:#fde8e8}
-figure{margin:10px 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.charts figure{flex:1 1 480px;min-width:0}
+figure{margin:10px 0}figure img{width:100%;height:auto;border:1px solid #ddd}
 code{background:#f4f4f4;padding:1px 4px;word-break:break-all}
 li{margin:3px 0}
+@media (max-width:700px){
+ table,thead,tbody,tr,th,td{display:block;width:auto}
+ thead{display:none}
+ tr{border:1px solid #bbb;margin:0 0 10px;padding:2px 0}
+ td{border:none;border-bottom:1px solid #eee;text-align:left;min-width:0}
+ td::before{content:attr(data-label) ": ";font-weight:600;color:#555}
+ td:first-child{font-weight:600;background:#eef4fb}
+}
 """
+# The columns a reader looks for first (the verdict, the headroom): highlighted, and never cut off.
+KEY_COLUMNS = ("verdict", "headroom")
 
 
 def _img(png: bytes, alt: str, ident: str) -> str:
@@ -55,7 +64,7 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
     sc = doc.get("scenario")
     if sc:
         parts.append(f"<p class='q'><b>Scenario {e(sc['name'])}:</b> {e(sc['question'])}<br>"
-                     f"<b>Answer:</b> {e(doc['explanation'].get('headline') or 'no answer: too few cells ran')}</p>")
+                     f"<b>Answer:</b> {e(doc['explanation'].get('answer') or 'no answer: too few cells ran')}</p>")
     parts.append(f"<p>Each cell ran {doc.get('repeat', 1)}×, {e(doc.get('order', ''))}; figures are medians, the "
                  "spread (min–max) is in parentheses; a difference is called real only when the ranges do not "
                  "overlap.</p>")
@@ -63,12 +72,14 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
                  + "".join(f"<li>{e(x)}</li>" for x in doc["explanation"]["lines"]) + "</ol>")
     for i, (title, header, rows) in enumerate(comparison_tables(doc)):
         tid = "cells" if i == 0 else f"table{i}"
-        parts.append(f"<h2>{e(title)}</h2><div class='scroll'><table id='{tid}'><thead><tr>"
+        parts.append(f"<h2>{e(title)}</h2><table id='{tid}'><thead><tr>"
                      + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
         for row in rows:
             cls = " class='failed'" if len(row) > 1 and row[1] == "FAILED" else ""
-            parts.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
-        parts.append("</tbody></table></div>")
+            parts.append(f"<tr{cls}>" + "".join(
+                f"<td data-label='{e(h)}'{' class=key' if h in KEY_COLUMNS else ''}>{e(c)}</td>"
+                for h, c in zip(header, row)) + "</tr>")
+        parts.append("</tbody></table>")
     parts.append("<h2>Charts</h2><div class='charts'>"
                  + _img(breakdown_png, "Step-time breakdown by cell (median ms per profiled step; dashed: what-if "
                                        "input cost)", "breakdown")

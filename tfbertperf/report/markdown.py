@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfbertperf.report.console import attribution_table, regime_lines
+from tfbertperf.report.console import attribution_table, regime_lines, verdict_line
 from tfbertperf.report.plots import CATEGORY_ORDER
 from tfbertperf.report.stats import fmt, fmt_ratio
 
@@ -25,7 +25,8 @@ def run_markdown(report: dict) -> str:
         f"- data: `{sto.get('uri', '')}` (backend {sto.get('backend')}, mode {sto.get('mode')}), "
         f"pipeline preset `{(cfg.get('pipeline') or {}).get('preset')}`",
         f"- training: {tp.get('steps')} steps, global batch {tr.get('global_batch_size')}, "
-        f"{tr.get('replicas')} replica(s), final loss {tr.get('final_loss')}",
+        f"{tr.get('replicas')} replica(s), final loss "
+        + (f"{tr['final_loss']:.4f}" if isinstance(tr.get("final_loss"), (int, float)) else "n/a"),
         f"- throughput: {tp.get('examples_per_sec')} examples/s, {tp.get('tokens_per_sec')} tokens/s; step time "
         f"mean {stm.get('mean')} ms, p50 {stm.get('p50')}, p90 {stm.get('p90')}, max {stm.get('max')}",
         *[f"- **caveat:** {c}" for c in report.get("caveats") or []],
@@ -37,7 +38,7 @@ def run_markdown(report: dict) -> str:
         attribution_table(report),
         "```",
         "",
-        f"**Verdict: {v.get('bottleneck', 'unknown')}-bound.** {v.get('summary', '')}",
+        f"**Verdict:** {verdict_line(report).removeprefix('verdict: ')}",  # the console's line, said once
         "",
     ]
     recs = v.get("recommendations") or []
@@ -55,7 +56,7 @@ def run_markdown(report: dict) -> str:
         ]
     art = report.get("artifacts") or {}
     for p in art.get("plots") or []:
-        out.append(f"![step-time breakdown]({p})")
+        out.append(f"![{PLOT_ALT.get(p.rsplit('/', 1)[-1], p)}]({p})")
     out += [
         "",
         f"TensorBoard (scalars and the Profile tab): `tensorboard --logdir {art.get('tensorboard', 'tensorboard')}`",
@@ -67,6 +68,13 @@ def run_markdown(report: dict) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+PLOT_ALT = {  # each plot's alt text says what it shows
+    "step_breakdown.png": "step-time breakdown of the profiled window, ms per step by category",
+    "utilization.png": "host utilization over the run: CPU busy and iowait, this run's CPU, memory; profiled "
+                       "window shaded",
+}
 
 
 def _au(r: dict) -> str:
@@ -87,7 +95,9 @@ def comparison_tables(doc: dict) -> list[tuple[str, list[str], list[list[str]]]]
             main.append([r["label"], "FAILED", "0"] + ["—"] * 5 + [r.get("error") or "failed"])
             continue
         vs = r.get("vs_fastest")
-        real = " real" if r.get("real_difference_vs_fastest") else (" (noise)" if vs and vs["median"] < 1 else "")
+        # "noise" is what overlapping repeats show; one run a cell shows nothing either way
+        noise = vs and vs["median"] < 1 and r["repeats"] >= 2 and (doc.get("repeat") or 1) >= 2
+        real = " real" if r.get("real_difference_vs_fastest") else (" (noise)" if noise else "")
         status = "ok" if r["status"] == "ok" else f"partial: {r.get('error')}"
         fastest = r["label"] == (doc.get("ranking") or {}).get("fastest")
         main.append([r["label"], status, str(r["repeats"]), fmt(s.get("examples_per_sec")),

@@ -34,7 +34,8 @@ def step_breakdown_png(bars: list[tuple[str, dict]], title: str = "Step-time bre
     import matplotlib.pyplot as plt
 
     n = max(1, len(bars))
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * n + 3.5), 4.8), dpi=110)
+    # about 1,100 px wide: the page shows it at full width, readable without zooming
+    fig, ax = plt.subplots(figsize=(max(9.0, 1.6 * n + 4.0), 5.2), dpi=120)
     used = [c for c in CATEGORY_ORDER if any((b or {}).get(c, 0) > 0 for _, b in bars)]
     xs = list(range(len(bars)))
     bottoms = [0.0] * len(bars)

@@ -38,16 +38,22 @@ def real_difference(a: dict | None, b: dict | None) -> bool:
     return bool(a and b and a["n"] >= 2 and b["n"] >= 2 and not overlap(a, b))
 
 
+def number(x: float, digits: int = 1) -> str:
+    """x with `digits` decimals, never "-0.0": a value that rounds to zero is shown as zero."""
+    out = f"{x:.{digits}f}"
+    return out[1:] if out.startswith("-") and not out.strip("-0.") else out
+
+
 def fmt(s: dict | None, digits: int = 1, pct: bool = False, unit: str = "") -> str:
     """'12.3 (11.9–12.8)' — the median and, when measured more than once, its range; '—' when missing."""
     if not s:
         return "—"
     k = 100.0 if pct else 1.0
     u = " %" if pct else unit
-    med = f"{k * s['median']:.{digits}f}"
+    med = number(k * s["median"], digits)
     if s.get("n", 1) < 2 or s["min"] == s["max"]:
         return f"{med}{u}"
-    return f"{med}{u} ({k * s['min']:.{digits}f}–{k * s['max']:.{digits}f})"
+    return f"{med}{u} ({number(k * s['min'], digits)}–{number(k * s['max'], digits)})"
 
 
 def fmt_ratio(r: dict | None) -> str:

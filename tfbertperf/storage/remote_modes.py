@@ -138,7 +138,10 @@ class Stager:
         self.pool = ThreadPoolExecutor(max(1, int(getattr(data_cfg, "concurrency", 4))),
                                        thread_name_prefix="tfbertperf-stage")
         self.closed = False
-        for key in ("cache_hits", "cache_misses", "cache_evictions", "staged_bytes"):
+        # cache_hit_bytes: what the reader got from the local cache instead of the store.  bytes_read counts the
+        # store's bytes only, so a second pass over staged data adds hits, not bytes (stream mode reads it again):
+        # bytes_read + cache_hit_bytes is what the pipeline consumed, comparable across modes.
+        for key in ("cache_hits", "cache_misses", "cache_evictions", "staged_bytes", "cache_hit_bytes"):
             self.backend.metrics.count(key, 0)  # reported even when zero
         for uri in self.uris:  # files a previous run left in a persistent cache dir count as cached
             p = self._path(uri)
@@ -250,6 +253,8 @@ class Stager:
         with self.lock:
             hit = uri in self.ready
             self.backend.metrics.count("cache_hits" if hit else "cache_misses")
+            if hit:
+                self.backend.metrics.count("cache_hit_bytes", self.infos[uri].size)
             fut = None if hit else self._schedule(uri, demand=True)
             self.handed_out[uri] = time.monotonic()
             k = self.index[uri]

@@ -26,8 +26,8 @@ import statistics
 import time
 from typing import Callable
 
-from tfbertperf.train.emulated_devices import (Emulation, au, au_from_steps, bert_parameters, emulated_step,
-                                               load_profiles)
+from tfbertperf.train.emulated_devices import Emulation, au, au_from_steps, emulated_step
+from tfbertperf.train.probe import traced_steps
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute
 
@@ -57,21 +57,23 @@ def make_copy_step(strategy):
     return step
 
 
-def _model_info(cfg, emulation: Emulation) -> dict:
-    """report.json `model` for an emulated run: the size the device emulates (no Keras model is built)."""
-    shape = load_profiles()["model_sizes"][cfg.model.size]
-    return {"size": cfg.model.size, "task": cfg.model.task, "emulated": emulation.device,
-            "parameters": bert_parameters(shape["layers"], shape["hidden"]), "heads": max(1, shape["hidden"] // 64),
-            **shape}
+def _model_info(cfg, emulation: Emulation, vocab_size: int | None) -> dict:
+    """report.json `model` for an emulated run: the model the device emulates (no Keras model is built), counted
+    as the real run counts it (model/bert.py describe: the data's vocabulary, the task head), so that the same
+    model and data give one parameter count with or without emulate.*."""
+    from tfbertperf.model.bert import describe
+
+    return {**describe(cfg.model, vocab_size), "emulated": emulation.device}
 
 
 def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_dir: str | None,
                    progress: Callable[[str], None] | None = print, strategy=None, capture=None,
                    step_hook: Callable[[str], None] | None = None,
-                   mark: Callable[[str], None] | None = None) -> TrainResult:
+                   mark: Callable[[str], None] | None = None, vocab_size: int | None = None) -> TrainResult:
     """Run `cfg.train.steps` emulated steps (module docstring).  Args as train.loop.train, plus the resolved
     `emulation`; `step_hook("train")` is called before every step outside its timing (benchmarks); `mark` as in
-    train.loop.train ("measured_start" before the first step after warm-up, "measured_end" after the last).  Returns a
+    train.loop.train ("measured_start" before the first step after warm-up, "measured_end" after the last);
+    `vocab_size`: the data's (the model block's parameter count).  Returns a
     TrainResult whose loss trajectory is empty (no model runs) and whose extra holds "emulation" (the block for
     report.json, with au) and examples_per_sec."""
     import tensorflow as tf
@@ -100,7 +102,8 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
         over_ms: list[float] = []  # how late each emulated step ended (a loaded machine wakes sleepers late)
         scalars: list[tuple[int, dict]] = []
         clock = time.perf_counter
-        edges = {window[0]: "start", window[1]: "stop"} if window else {}
+        traced = traced_steps(window)  # one step more on each side: xprof drops a capture's first and last
+        edges = {traced[0]: "start", traced[1]: "stop"} if window else {}
         for i in range(steps):
             step_hook and step_hook("train")
             if i in edges:  # the profiled window opens / closes before this step
@@ -149,7 +152,7 @@ def train_emulated(cfg, emulation: Emulation, dataset_fn: Callable, tensorboard_
             loss_trajectory=[], final_loss=0.0, step_times_ms=step_ms, input_wait_ms=wait_ms,
             warmup_steps=warmup, profile_window=window, tensorboard_dir=tensorboard_dir,
             compute_only_step_ms=emulation.step_ms, probe_steps=0, metrics={},
-            extra={"model": _model_info(cfg, emulation),
+            extra={"model": _model_info(cfg, emulation, vocab_size),
                    "per_replica_batch_size": per_replica, "strategy": cfg.train.strategy,
                    "precision": emulation.precision, "jit": False, "examples_per_sec": examples_per_sec,
                    "tokens_per_sec": examples_per_sec * cfg.data.seq_len, "probe_step_times_ms": [],

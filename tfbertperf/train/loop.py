@@ -38,7 +38,7 @@ from typing import Callable
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
+from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget, traced_steps
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 
@@ -166,6 +166,7 @@ def train(
         scalars: list[tuple[int, dict]] = [tuple(x) for x in resumed.state.get("scalars", [])]
         first_batch = None
         clock = time.perf_counter
+        traced = traced_steps(window, start)
         plan = probe_plan(steps, warmup, window, probe_steps, cfg.profile.probe_blocks)
         blocks_at = dict(plan)
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
@@ -182,12 +183,12 @@ def train(
             for i in range(start, steps):
                 if STEP_HOOK is not None:
                     STEP_HOOK("train")
-                if window and i == window[0]:
-                    capture.start()
-                if window and i == window[1]:
+                if window and i == traced[1]:
                     capture.stop()
                 if i in blocks_at and first_batch is not None:
                     probe.run_block(first_batch, blocks_at[i])
+                if window and i == traced[0]:  # after a probe block here: the block stays out of the trace
+                    capture.start()
                 if mark is not None and i == warmup:
                     mark("measured_start")
                 t0 = clock()

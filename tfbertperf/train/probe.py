@@ -50,6 +50,14 @@ def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[i
     return warmup, probe
 
 
+def traced_steps(window: tuple[int, int] | None, first: int = 0) -> tuple[int, int] | None:
+    """(start, stop) of the capture for the profiled window [w0, w1): one step more on each side (from `first`,
+    the first step this process runs), because xprof leaves a capture's first and last step out of its step
+    table as possibly incomplete — a capture of exactly steps 20–39 gave 18 steps (21–38); this one gives the
+    window's 20.  A window that ends at the run's last step keeps its last step out (19 of 20)."""
+    return None if window is None else (max(first, window[0] - 1), window[1] + 1)
+
+
 def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_steps: int,
                blocks: int) -> list[tuple[int, int]]:
     """Where the what-if probe runs: [(before_step, timed_steps)], `before_step == steps` meaning after the loop.
@@ -65,7 +73,8 @@ def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_st
     w0, w1 = window if window else (steps, steps)
     per = -(-probe_steps // blocks)
     # Not inside the window, and not so close before it that the block's recovery steps are profiled.
-    cand = [i for i in range(warmup + 1, steps) if not (w0 - per < i < w1)]
+    # (A block at w1 would run inside the trace: it stops one step later, traced_steps.)
+    cand = [i for i in range(warmup + 1, steps) if not (w0 - per < i <= w1)]
     if blocks == 1 or len(cand) < 2 * blocks:
         return [(steps, probe_steps)]
     at = sorted({cand[int((b + 0.5) * len(cand) / blocks)] for b in range(blocks)})
