@@ -99,6 +99,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.compose import regime_report
     from tfbertperf.compose.hostsampling import start_sampler
     from tfbertperf.compose.inputceiling import input_ceiling
+    from tfbertperf.compose.dataservice import add_data_service, data_service
     from tfbertperf.compose.training import dataset_config, train_any
     from tfbertperf.storage.integrity import storage_errors
     from tfbertperf.train.emulated_devices import from_config as emulation_from_config
@@ -112,14 +113,15 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     environment = fingerprint(data_uri=inputs.uri, probe=True)
 
     sources = []
-    data_cfg = dataset_config(cfg, emulation)  # emulated: accelerators × batch_size per step
+    service = data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here
+    data_cfg = service.config(dataset_config(cfg, emulation))  # emulated: accelerators × batch_size per step
 
     def dataset_fn(input_context=None):
         source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes)
         sources.append(source)
         # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
-        # tf.distribute.InputContext (multi-worker: each worker reads only its shards).
-        return build_dataset(data_cfg, manifest, source, input_context)
+        # tf.distribute.InputContext (multi-worker: each worker reads only its shards, or shares a service job).
+        return build_dataset(data_cfg, manifest, source, input_context, service=service)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
     sampler = start_sampler(cfg)
@@ -127,7 +129,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
             result = train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
                                say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
-                               sampler=sampler, run_dir=str(out_dir) if checkpoints else None)
+                               sampler=sampler, run_dir=str(out_dir) if checkpoints else None, service=service)
         mode = sources[0].mode if sources else cfg.data.mode
         storage = {"backend": backend.name, "mode": mode, "uri": redact_text(inputs.uri)}
         # the training's reads only (the ceiling runs after this); read_wait_fraction over the measured steps
@@ -141,6 +143,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         if sampler is not None:
             sampler.stop()
         _close(sources)
+        service.stop()  # workers, then the dispatcher; a server failing at exit is recorded, not raised
 
     step_ms = steady_step_ms(result)
     compute_only_ms = result.compute_only_step_ms  # the mean of the probe's timed steps
@@ -192,8 +195,9 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         report["interrupted_at_step"] = result.extra["interrupted_at_step"]
     if result.extra.get("resumed_from_step"):
         report["resumed_from_step"] = result.extra["resumed_from_step"]
-    return regime_report.add_to_report(report, figures, sampler, out_dir, tb_dir,
-                                       title=f"Host utilization — {out_dir.name}")
+    report = regime_report.add_to_report(report, figures, sampler, out_dir, tb_dir,
+                                         title=f"Host utilization — {out_dir.name}")
+    return add_data_service(report, service, cfg)  # report.json data_service; scale-out advice
 
 
 def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tuple[Path, dict]:
@@ -280,7 +284,7 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     Raises WorkerError (train/multiworker.py) when the group fails."""
     from tfbertperf.report.build import bar_entry, check_runs_root, make_run_dir, write_run_files
     from tfbertperf.report.plots import write_step_breakdown
-    from tfbertperf.train.multiworker import launch_workers
+    from tfbertperf.train.multiworker import group_data_service, launch_workers
 
     quiet_tf()
     check_runs_root(cfg)
@@ -305,5 +309,6 @@ def run_multi_worker(cfg: RunConfig, workers: int, progress: bool = True) -> tup
     combined["artifacts"] = {"tensorboard": "tensorboard", "plots": ["plots/step_breakdown.png"],
                              "workers": [f"worker-{i}" for i in range(workers)]}
     combined["retries"] = parts[0].get("retries") or []  # group re-runs after a worker crashed, and why
+    combined.update(group_data_service(parts[0], reports))  # the group's one tf.data service, if any
     write_run_files(run_dir, cfg, combined)
     return run_dir, combined

@@ -16,11 +16,12 @@ def dataset_config(cfg, emulation):
 
 
 def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, strategy, capture, runs_ahead: bool,
-              sampler, run_dir: str | None = None):
+              sampler, run_dir: str | None = None, service=None):
     """Train (the real model, or the emulated devices); the sampler marks train_start / train_end, and
     measured_start / measured_end around the steps after warm-up (the span the verdict reads the host over).
     result.extra["measured_span"]: those two perf_counter times (the storage reads' share is taken over it).
-    `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none."""
+    `run_dir`: checkpoints and resume for the real model (train/checkpoint.py); None: none.
+    `service`: the run's data/service_session.ServiceSession, told when the training starts and ends."""
     import time
 
     span: dict[str, float] = {}
@@ -33,6 +34,8 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
     if sampler is not None:
         sampler.mark("train_start")
         capture = MarkingCapture(capture, sampler) if capture is not None else None
+    if service is not None:
+        service.training_started()
     try:
         if emulation is not None:
             from tfbertperf.train.emulated_training import train_emulated
@@ -49,4 +52,6 @@ def train_any(cfg, emulation, dataset_fn, vocab_size: int, tb_dir: str, *, say, 
             sampler.mark("train_end")
     if "measured_start" in span and "measured_end" in span:
         result.extra["measured_span"] = (span["measured_start"], span["measured_end"])
+    if service is not None:
+        service.training_ended(result)
     return result

@@ -14,7 +14,7 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 
 from tfbertperf.config.schema import (_SECTION_CLASSES, AUTOTUNE, CHOICES, MINIMUM, WORKLOAD_DIR, IntOrAuto,
-                                      RunConfig, parse_window)
+                                      RunConfig, parse_data_service, parse_window)
 from tfbertperf.errors import UsageError
 
 # ---- coercion ---------------------------------------------------------------------------------------------
@@ -110,6 +110,7 @@ def _validate(cfg: RunConfig) -> None:
             f"--set data.max_predictions={cfg.data.max_predictions}: must not exceed data.seq_len={cfg.data.seq_len}"
         )
     parse_window(cfg.profile.steps, cfg.train.steps)
+    parse_data_service(cfg.pipeline.data_service)
     if cfg.train.checkpoint_every and cfg.train.strategy == "multi_worker":
         raise UsageError(f"--set train.checkpoint_every={cfg.train.checkpoint_every}: checkpoints are for "
                          "single-process runs (not train.strategy=multi_worker)")

@@ -104,6 +104,10 @@ class PipelineConfig:
     deterministic: bool = False  # interleave/map order determinism
     parse_after_batch: bool = True  # vectorized parse_example after batch (naive: per-example before batch)
     device_prefetch: int = 0  # batches staged on the first GPU ahead of the step (prefetch_to_device); 0 = off
+    # off | local:N (a dispatcher and N workers started on 127.0.0.1 for the run) | grpc://HOST:PORT[/JOB] (a
+    # running dispatcher): the pipeline up to its parsed batches runs on the tf.data service (data/service.py)
+    data_service: str = "off"
+    data_service_mode: str = "parallel_epochs"  # parallel_epochs | distributed_epoch (the service's processing mode)
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ CHOICES = {
     ("pipeline", "preset"): ("tuned", "naive"),
     ("pipeline", "cache"): ("none", "memory", "disk"),
     ("pipeline", "tokenize"): ("pretokenized", "inline"),
+    ("pipeline", "data_service_mode"): ("parallel_epochs", "distributed_epoch"),
     ("train", "strategy"): ("default", "one_device", "mirrored", "multi_worker", "tpu"),
     ("train", "precision"): ("float32", "mixed_float16", "mixed_bfloat16"),
 }
@@ -234,6 +239,27 @@ MINIMUM = {
     ("emulate", "step_ms"): 0.0,
     ("emulate", "accelerators"): 1,
 }
+
+
+def parse_data_service(value) -> tuple[str, int, str]:
+    """pipeline.data_service → (kind, workers, address): ("off", 0, ""), ("local", N, ""), ("grpc", 0,
+    "HOST:PORT[/JOB]").  JOB (letters, digits, '-'): a job name shared by every trainer that names it — they split
+    its elements (multi-worker training from one service).  Raises UsageError naming the setting."""
+    v = str(value or "").strip()
+    shown = f"--set pipeline.data_service={value!r}"
+    if v.lower() in ("", "off", "none"):
+        return "off", 0, ""
+    if v.lower().startswith("local:"):
+        n = v.split(":", 1)[1]
+        if not n.isdigit() or not 1 <= int(n) <= 64:
+            raise UsageError(f"{shown}: local:N needs N workers, 1 to 64 (e.g. local:2)")
+        return "local", int(n), ""
+    if v.lower().startswith("grpc://"):
+        where, _, job = v[len("grpc://"):].partition("/")
+        host, _, port = where.rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536 and (not job or job.replace("-", "").isalnum()):
+            return "grpc", 0, f"{host}:{port}" + (f"/{job}" if job else "")
+    raise UsageError(f"{shown}: expected off, local:N or grpc://HOST:PORT[/JOB]")
 
 
 def parse_window(spec, total_steps: int | None, label: str = "--set profile.steps={!r}") -> tuple[int, int] | None:

@@ -5,6 +5,7 @@
     → parse_example (vectorized, after batch) [→ FastBertTokenizer for tokenize=inline] → cast int64→int32
     → prefetch [→ prefetch_to_device(first GPU, device_prefetch) when pipeline.device_prefetch > 0 and a GPU is
     visible; a no-op on a CPU-only host]
+With `pipeline.data_service` on, every stage before the prefetch runs on the tf.data service (data/service.py).
 
 With `pipeline.cache=memory|disk` the parsed batches of the first pass are cached (cache after parse, before
 repeat) and later passes shuffle whole batches (buffer shuffle_buffer / batch) instead of examples.
@@ -39,6 +40,8 @@ from dataclasses import fields
 from tfbertperf.config import AUTOTUNE, PipelineConfig
 from tfbertperf.data.features import CLASSIFY_KEYS, PRETRAIN_KEYS, feature_spec, text_feature_spec
 from tfbertperf.data.manifest import check_compatible
+from tfbertperf.data.service import distribute, plain_source
+from tfbertperf.data.service import enabled as service_enabled
 
 NAIVE = {"cycle_length": 1, "num_parallel_calls": 1, "prefetch": 0, "parse_after_batch": False}
 AUTO_SHUFFLE_EXAMPLES = 1024
@@ -200,7 +203,7 @@ def make_decoder(cfg, manifest: dict, vocab=None, *, batched: bool):
     return decode_inline
 
 
-def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: bool = True):
+def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: bool = True, service=None):
     """The training input pipeline (see the module docstring for stages, presets and knob meanings).
 
     Args:
@@ -211,6 +214,8 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
       input_context: a tf.distribute.InputContext (distribute_datasets_from_function): the shard list is split
         by input pipeline and batches are per-replica; None = global batches of train.batch_size.
       training: shuffle (shard order and examples) and repeat forever; False = one ordered pass.
+      service: the run's data/service_session.ServiceSession when pipeline.data_service is on (job names, the
+        trainer's tally); the stages before the prefetch then run on the tf.data service (data/service.py).
     Returns:
       tf.data.Dataset of feature dicts (int32 ids, float32 weights), batch dimension static.
     """
@@ -218,6 +223,9 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
 
     check_compatible(cfg, manifest)
     eff = effective_pipeline(cfg)
+    on_service = service_enabled(cfg)
+    if on_service:  # the workers run TF's own reader: no Python callbacks on the service (data/service.py)
+        source = plain_source(source)
     inline = eff["tokenize"] == "inline"
     seed = int(cfg.train.seed)
     batch = int(cfg.train.batch_size)
@@ -226,7 +234,7 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     num_files = len(shards)
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(batch)
-        if input_context.num_input_pipelines > 1:
+        if input_context.num_input_pipelines > 1 and not on_service:  # on the service, trainers share a job
             filenames = filenames.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
             num_files = -(-num_files // input_context.num_input_pipelines)
     if training:
@@ -286,9 +294,6 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
                 ds = ds.shuffle(max(1, shuffle // batch), seed=seed, reshuffle_each_iteration=True)
             ds = ds.repeat()
 
-    if eff["prefetch"] != 0:
-        ds = ds.prefetch(_tf_knob(eff["prefetch"]))
-
     opts = tf.data.Options()
     opts.deterministic = eff["deterministic"]
     opts.autotune.enabled = True
@@ -298,6 +303,10 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
         opts.experimental_optimization.parallel_batch = False
     if eff["prefetch"] == 0:
         opts.experimental_optimization.inject_prefetch = False
+    if on_service:  # the split point: the stages above run on the service's workers
+        ds = distribute(ds.with_options(opts), cfg, session=service)
+    if eff["prefetch"] != 0:
+        ds = ds.prefetch(_tf_knob(eff["prefetch"]))
     ds = ds.with_options(opts)
     gpus = tf.config.list_logical_devices("GPU") if eff["device_prefetch"] > 0 and input_context is None else []
     if gpus:  # host→device copies overlap the step (must be the last transformation; strategies' distributed

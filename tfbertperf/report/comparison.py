@@ -76,6 +76,7 @@ FIGURES = {
     "final_loss": lambda r: _get(r, "training", "final_loss"),
     "cpu_busy_fraction": lambda r: _get(r, "host_utilization", "cpu_busy_fraction_mean"),
     "read_wait_fraction": lambda r: _get(r, "storage", "read_wait_fraction"),
+    "service_wait_ms_per_step": lambda r: _get(r, "data_service", "wait_ms_per_step"),  # tf.data service on
 }
 
 

@@ -14,6 +14,7 @@ STORAGE_FIGURES = [  # (row key, words, unit, digits)
     ("request_p99_ms", "request p99", " ms", 1),
     ("read_mb_per_sec", "read", " MB/s", 1),
     ("retries", "retries", "", 0),
+    ("service_wait_ms_per_step", "wait on the tf.data service", " ms/step", 2),
 ]
 
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tfbertperf.data.service_session import ServiceSession
 from tfbertperf.errors import user_tf_log_level
 from tfbertperf.train.result import TrainResult
 
@@ -111,9 +112,22 @@ def launch_workers(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, strategy="multi_worker"))
-    config_json = json.dumps(cfg.to_dict())
+    service = ServiceSession(cfg)  # pipeline.data_service: one service for the group (local:N started here)
+    try:
+        results = _attempts(cfg, service.start(cfg), n, out, entry, timeout_s, say, retries)
+    finally:
+        service.stop()  # its workers, then its dispatcher, after every trainer has finished
+    for d in results:
+        d["data_service"] = service.block()  # None when off
+    return results
+
+
+def _attempts(cfg, service, n: int, out: Path, entry: str, timeout_s, say, retries: int) -> list[dict]:
     crashes: list[dict] = []
     for attempt in range(1, retries + 2):
+        # the trainers share one job of the service (a fresh one per attempt): they split its batches
+        config_json = json.dumps(service.group_config(cfg, f"{out.name}-{attempt}").to_dict())
+        service.training_started()
         try:
             results = _run_group(config_json, n, out, entry, timeout_s, say)
         except _WorkerCrashed as crash:
@@ -125,11 +139,20 @@ def launch_workers(
                 raise WorkerError(str(crash)) from None
             say(f"{crash}; rerunning all {n} workers (attempt {attempt + 1}/{retries + 1})")
             continue
+        service.training_ended(None)
         for d in results:
             d["attempt"] = attempt
             d["retries"] = crashes
         return results
     raise AssertionError("unreachable")
+
+
+def group_data_service(part: dict, reports: list[dict]) -> dict:
+    """report.json `data_service` of a group: the launcher's view of its service (part["data_service"]: the
+    workers' figures, shutdown) with each trainer's own block (what it received, its wait) under "trainers"."""
+    if not part.get("data_service"):
+        return {}
+    return {"data_service": {**part["data_service"], "trainers": [r.get("data_service") for r in reports]}}
 
 
 class _WorkerCrashed(WorkerError):
