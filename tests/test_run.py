@@ -301,3 +301,36 @@ def test_a_window_that_missed_the_stalls_is_a_caveat():
     inside = [5300.0 if i == 20 else t for i, t in enumerate(steady)]
     (line,) = window_caveats(result(inside), steady_steps(result(inside)))
     assert "is slower than" in line
+
+
+def test_tracer_settings_tensorflow_ignores_are_caveats_not_silence(data_dir, tmp_path, capsys):
+    """TF 2.21's pip build drops every ProfilerOptions value ("python_tracer_level expects an i value."): a run
+    that asks for the Python tracer or another host level must say that the capture did not get them."""
+    import tensorflow as tf
+
+    from tfbertperf.job import run
+    from tfbertperf.profile.capture import has_python_frames, ignored_settings
+    from tfbertperf.profile.xprof_tools import find_xplanes
+    from tfbertperf.report.console import print_run_summary
+
+    cfg = load_config(data_uri=str(data_dir), sets=SMALL_DATA + [
+        "train.steps=12", "profile.steps=4:8", "profile.probe_steps=3", "profile.python_tracer=true",
+        "profile.host_tracer_level=3", f"run.out={tmp_path}"])
+    run_dir, r = run(cfg, progress=False)
+    frames = has_python_frames(find_xplanes(str(run_dir / "tensorboard")))
+    if tf.__version__.startswith("2.21."):
+        assert not frames, "TF 2.21 was measured to record no Python frame; if it does now, drop TF_DROPS_OPTIONS"
+    python_lines = [c for c in r["caveats"] if c.startswith("profile.python_tracer=true did not take effect")]
+    assert bool(python_lines) == (not frames), r["caveats"]
+    host_lines = [c for c in r["caveats"] if c.startswith("profile.host_tracer_level=3 did not take effect")]
+    assert bool(host_lines) == (not frames), r["caveats"]
+    assert not any("device_tracer_level" in c for c in r["caveats"]), "the default device level is no caveat"
+    assert json.loads((run_dir / "report.json").read_text())["caveats"] == r["caveats"]
+    assert all(f"**caveat:** {c}" in (run_dir / "report.md").read_text() for c in python_lines + host_lines)
+    print_run_summary(run_dir, r)
+    out = capsys.readouterr().out
+    assert all(f"caveat: {c}" in out for c in python_lines + host_lines)
+    # a level no tracer has: a caveat, not a crash
+    bad = load_config(data_uri=str(data_dir), sets=SMALL_DATA + ["profile.host_tracer_level=7"])
+    lines = ignored_settings(bad.profile, ["host_tracer_level"])
+    assert len(lines) == 1 and "profile.host_tracer_level=7 is not a level" in lines[0], lines
