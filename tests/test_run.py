@@ -334,3 +334,31 @@ def test_tracer_settings_tensorflow_ignores_are_caveats_not_silence(data_dir, tm
     bad = load_config(data_uri=str(data_dir), sets=SMALL_DATA + ["profile.host_tracer_level=7"])
     lines = ignored_settings(bad.profile, ["host_tracer_level"])
     assert len(lines) == 1 and "profile.host_tracer_level=7 is not a level" in lines[0], lines
+
+
+def test_input_op_figures_are_per_step_of_wall_time_and_analyze_repeats_them(tuned_run):
+    """Issue 23 item 4: `analyze` printed "preprocessing 605204 µs/step" on a 169 ms step — xprof's input-op
+    times are self times summed over every thread and the whole capture (an async iterator's wait for its buffer
+    included).  The per-step figure is per step of wall time (≤ the step); the thread sum is apart, labelled."""
+    from tfbertperf.analyze import analyze
+    from tfbertperf.profile.trace import load_trace
+    from tfbertperf.profile.xprof_attribution import INPUT_OP_PREFIXES
+    from tfbertperf.profile.xprof_tools import find_xplanes
+    from tfbertperf.report.console import input_ops_lines
+
+    run_dir, r = tuned_run
+    a = r["attribution"]
+    wall, thread = sum(a["input_ops_us"].values()), sum(a["input_ops_thread_us"].values())
+    step_us = a["step_time_ms"] * 1e3
+    assert 0 < wall <= step_us, (wall, step_us)
+    assert thread >= wall * (1 - 1e-6) and a["input_ops_concurrency"] == pytest.approx(thread / wall, rel=0.01)
+    # the thread sum is bounded by the threads that ran input ops, each busy at most the whole step
+    trace = load_trace(find_xplanes(str(run_dir / "tensorboard")))
+    input_threads = sum(1 for t in trace.threads if any(e.name.startswith(INPUT_OP_PREFIXES) for e in t.events))
+    assert thread <= step_us * input_threads, (thread, step_us, input_threads)
+    assert a["input_ops_capture_steps"] >= a["steps_profiled"]
+    doc = analyze(run_dir)
+    for key in ("input_ops_us", "input_ops_thread_us", "input_ops_concurrency"):
+        assert doc["attribution"][key] == a[key], key
+    lines = input_ops_lines(a)
+    assert lines == input_ops_lines(doc["attribution"]) and "µs/step of wall time" in lines[0]
