@@ -152,11 +152,10 @@ IsInfeedEnqueueOp, IsMemcpyHToDOp)."""
 def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
     """The input-op figures per step the capture spans (steptable.input_ops_per_step): the capture's span and
     its wall time with an input op running are read from the host plane (union over threads)."""
-    trace = load_trace(xplanes)
-    events = [e for t in trace.threads for e in t.events]
     if not step_ms:  # no step to divide by (the caller fills them in once it has one)
         return {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
                 "input_ops_capture_steps": None}
+    events = [e for t in load_trace(xplanes).threads for e in t.events]
     if not events:
         return input_ops_per_step(ipa, rows, None)
     span_ps = max(e.end for e in events) - min(e.start for e in events)
