@@ -241,6 +241,14 @@ def test_a_cpu_held_by_other_processes_is_not_this_pipelines_preprocessing():
     assert input_cause(host(0.95, 0.4, 0.7, 0.95))[0] == "preprocessing"
     # a quiet host: the same reads decide as before
     assert input_cause(host(0.3, 0.25, 0.25, 0.3), read_share=0.7)[0] == "storage"
+    # the scenario's cloud VM at load 4.4 (its r2 run): CPU 100 % busy, this run 23 %, busiest thread used 20 %
+    # of a core and wanted 58 % (saturation 79 %), reads 29 % of the step, blocked 50 % of it: mixed before;
+    # reads are most of what it waits on → storage, said with the contention
+    cause, words = input_cause(host(1.0, 0.23, 0.2, 0.79), read_share=0.29, wait_share=0.50)
+    assert cause == "storage" and "contended" in words and "reads are 58% of its 50% blocked wait" in words, words
+    assert input_cause(host(1.0, 0.23, 0.2, 0.79), read_share=0.05, wait_share=0.50)[0] == "mixed"
+    # the same figures on a host this run has to itself stay the run's own: preprocessing or not by saturation
+    assert input_cause(host(0.8, 0.75, 0.75, 0.79), read_share=0.29, wait_share=0.50)[0] == "mixed"
 
 
 def test_an_emulated_run_counts_its_model_like_the_real_run_and_analyze_repeats_its_figures(emulated):

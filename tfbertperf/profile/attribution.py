@@ -127,7 +127,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["au_pass"] = bool(au >= threshold)
     decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
     if refine_with is not None:
-        decided = refine(decided, **refine_with)
+        # the step's blocked wait for input: on a contended host the cause is what the run waits on
+        decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
     return {
         "attribution": att,
         "verdict": decided,

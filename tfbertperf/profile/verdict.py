@@ -211,8 +211,8 @@ def _contended(busy: float, own: float, th: dict | None) -> str | None:
     return words
 
 
-def input_cause(host: dict | None, read_share: float | None = None, *,
-                model_on_host: bool = False) -> tuple[str | None, str]:
+def input_cause(host: dict | None, read_share: float | None = None, *, model_on_host: bool = False,
+                wait_share: float | None = None) -> tuple[str | None, str]:
     """("storage" | "preprocessing" | "mixed" | None, the numbers as words) from the run's host_utilization
     summary (profile/utilization.py) and, when known, the share of the step its storage reads took.
     `model_on_host`: the real model computes on this host's CPU, so the run's threads are not only the pipeline's.
@@ -221,9 +221,10 @@ def input_cause(host: dict | None, read_share: float | None = None, *,
       Otherwise, with the machine's CPU busy: < CPU_IDLE_BELOW or reads dominate → storage; ≥ CPU_SATURATED_FROM
         → preprocessing; else mixed.
       A busy CPU held by other processes (_contended: this run's threads used little of it, and it is not
-      most of the machine's busy time) is not this pipeline's preprocessing: the saturation is the run's
+      most of the machine's busy time) is not this pipeline's preprocessing: its saturation is the run's
       threads waiting for a core.  The words say the host is contended and the cause is what the run waits on:
-      reads ≥ READS_IN_FLIGHT_SHARE → storage, else mixed (a quiet host would tell preprocessing apart)."""
+      reads ≥ READS_IN_FLIGHT_SHARE of the step, or of its blocked wait for input (`wait_share`, the step's
+      share blocked in next()) → storage; else mixed (a quiet host would tell preprocessing apart)."""
     if not host or not host.get("samples"):
         return None, ""
     busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
@@ -237,10 +238,15 @@ def input_cause(host: dict | None, read_share: float | None = None, *,
         words += f", storage reads {read_share:.0%} of the step"
     reads = read_share is not None and read_share >= READS_IN_FLIGHT_SHARE
     saturated = sat >= CPU_SATURATED_FROM if sat is not None else busy >= CPU_SATURATED_FROM
+    # a CPU wanted (saturation ≥ CPU_IDLE_BELOW) mostly by waiting for cores other processes hold
+    crowded = sat >= CPU_IDLE_BELOW if sat is not None else busy >= CPU_IDLE_BELOW
     contended = _contended(busy, own, {**th, "cores": host.get("cores")} if sat is not None else None) \
-        if saturated else None
+        if crowded else None
     if contended:
-        return ("storage" if reads else "mixed"), words + contended
+        of_wait = bool(read_share is not None and wait_share and read_share >= READS_IN_FLIGHT_SHARE * wait_share)
+        if of_wait and not reads:
+            contended += f"; reads are {read_share / wait_share:.0%} of its {wait_share:.0%} blocked wait"
+        return ("storage" if reads or of_wait else "mixed"), words + contended
     if sat is not None:
         if saturated:
             return "preprocessing", words
@@ -262,7 +268,7 @@ _CAUSE_TEXT = {
 
 def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dict | None = None,
            demand: float | None = None, emulation: dict | None = None, read_share: float | None = None,
-           model_on_host: bool = False) -> dict:
+           model_on_host: bool = False, wait_share: float | None = None) -> dict:
     """The verdict with the run's input ceiling and host utilization read into it:
       * headroom < 1 → bottleneck "input" whatever the overlap (the pipeline alone is slower than the demand);
       * 1 ≤ headroom < HEADROOM_THIN → a "thin margin" note;
@@ -288,7 +294,7 @@ def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dic
             notes.append(line + f" < {HEADROOM_THIN}: thin margin")
         else:
             notes.append(line)
-    cause, words = input_cause(host, read_share, model_on_host=model_on_host)
+    cause, words = input_cause(host, read_share, model_on_host=model_on_host, wait_share=wait_share)
     if out["bottleneck"] == "input" and cause:
         out["summary"] += f"; {words} → {_CAUSE_TEXT[cause].split(':')[0]}"
         acts = order_for_cause(list(out.get("actions") or []), cause)
