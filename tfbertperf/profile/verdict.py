@@ -205,9 +205,9 @@ def _contended(busy: float, own: float, th: dict | None) -> str | None:
                    float(th.get("process_cores_used") or 0.0) / max(1, int(th.get("cores") or 1)))
         if used >= CPU_IDLE_BELOW:
             return None
-        words += (f", this run's threads used {used:.0%} of what they could (busiest thread "
-                  f"{float(th.get('busiest_thread_cpu_fraction') or 0.0):.0%} of a core) and waited for a core "
-                  f"the rest")
+        words += (f", this run's threads used {used:.0%} of the CPU (busiest thread "
+                  f"{float(th.get('busiest_thread_cpu_fraction') or 0.0):.0%} of a core): the rest of their "
+                  f"saturation is waiting for a core")
     return words
 
 
