@@ -24,8 +24,10 @@ TensorFlow 2.21's pip build ignores every ProfilerOptions value: `tf.profiler.ex
 `session_manager.cc:55] python_tracer_level expects an i value.` for each option (Python ints, NumPy ints,
 bools, floats and strings alike) and traces with its defaults — host level 2, device level 1, no Python tracer.
 `start` reads that log line from the process's stderr while it runs (and writes it back), so a capture knows which
-options TF dropped; `ignored_settings` turns the profile.* settings that asked for something else into caveats,
-and checks profile.python_tracer against the capture itself (Python tracer frames are host events named "$…").
+options TF dropped — when the line is logged at all: our commands set TF_CPP_MIN_LOG_LEVEL=2, which hides TF's
+warnings, and then the versions measured to drop the options (TF_DROPS_OPTIONS) stand in.  `ignored_settings`
+turns the profile.* settings that asked for something else into caveats, and checks profile.python_tracer
+against the capture itself (Python tracer frames are host events named "$…").
 """
 
 from __future__ import annotations
@@ -83,8 +85,12 @@ def start(logdir: str, options, threadpool_events: bool = False) -> str:
 def _stderr_copied(lines: list[str]):
     """Run the body with file descriptor 2 going to a temporary file (C++ logging writes there, not through
     sys.stderr), then write what it got back to the real stderr and append its lines to `lines`."""
-    with tempfile.TemporaryFile() as tmp:
+    try:
         saved = os.dup(2)
+    except OSError:  # no fd 2 to read: start as usual, nothing read
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
             yield
