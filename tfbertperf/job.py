@@ -188,6 +188,11 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     report = build_report(cfg, out_dir, result, attribution_doc, storage, environment,
                           result.extra.get("model") or {}, plots)
     set_pipeline(report, effective_pipeline(cfg, len(inputs.shard_uris)))  # the knobs in force (preset resolved)
+    if capture is not None and result.profile_window is not None:
+        # profile.* tracer settings the capture did not get (TF 2.21 drops ProfilerOptions; capture.py)
+        from tfbertperf.profile.capture import ignored_settings
+
+        report["caveats"].extend(ignored_settings(cfg.profile, capture.dropped_options, find_xplanes(str(tb_dir))))
     report["tokenizer"] = tokenizer_block(manifest)
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:

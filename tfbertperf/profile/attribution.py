@@ -67,8 +67,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       step_time_ms: mean step time T from the run's step timer (ms); default: xprof's mean profiled step.
       compute_only_step_ms: T_c from the what-if probe (ms); None for a foreign profile.
       storage: report.json `storage` block (adds latency-based advice).  Its `joined_read_ms` (our untraced
-        blocking reads in the traced window) is set here per step xprof found, as `joined_read_ms_per_step`:
-        xprof divides its input-op times by the steps it found, which can be fewer than the window's.
+        blocking reads in the traced window) is set here per step the capture spans, as
+        `joined_read_ms_per_step`, like the input-op figures (attribution.input_ops_capture_steps).
       config: RunConfig.to_dict() of the run (advice names its knobs; profile.au_threshold).
       trace: also read xprof's trace for input_cost_estimate_fraction (costs a second conversion; only done
         when compute runs on the host).
@@ -110,8 +110,9 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     if emulated_step_ms:
         per_host = {h: _emulated_wait_is_device_compute(a, emulated_step_ms) for h, a in per_host.items()}
         att = _emulated_wait_is_device_compute(att, emulated_step_ms)
-    if storage is not None and storage.get("joined_read_ms") is not None and att.get("steps_profiled"):
-        storage["joined_read_ms_per_step"] = round(float(storage["joined_read_ms"]) / att["steps_profiled"], 3)
+    steps = att.get("input_ops_capture_steps") or att.get("steps_profiled")
+    if storage is not None and storage.get("joined_read_ms") is not None and steps:
+        storage["joined_read_ms_per_step"] = round(float(storage["joined_read_ms"]) / steps, 3)
     split = joined_input_split(att.get("input_ops_us") or {}, storage)
     if split is not None:
         att["input_split_us"] = split
@@ -126,7 +127,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["au_pass"] = bool(au >= threshold)
     decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
     if refine_with is not None:
-        decided = refine(decided, **refine_with)
+        # the step's blocked wait for input: on a contended host the cause is what the run waits on
+        decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
     return {
         "attribution": att,
         "verdict": decided,

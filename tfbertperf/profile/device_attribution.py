@@ -43,10 +43,14 @@ UNEXPLAINED_SHARE = 0.05
 re-capture with."""
 
 RECAPTURE_PYTHON = ("no Python tracer frames: a Python loader cannot be told from other host time — re-capture "
-                    "with tf.profiler.experimental.ProfilerOptions(python_tracer_level=1) (TensorFlow) or "
-                    "jax.profiler.trace(logdir, create_perfetto_trace=True) with the Python tracer on (JAX)")
+                    "with the Python tracer on: JAX: o = jax.profiler.ProfileOptions(); o.python_tracer_level = 1; "
+                    "jax.profiler.trace(logdir, profiler_options=o); TensorFlow 2.21's pip build ignores "
+                    "ProfilerOptions(python_tracer_level=1) (it logs 'python_tracer_level expects an i value.' and "
+                    "records no Python frame): wrap the loader in tf.profiler.experimental.Trace(\"load_batch\") "
+                    "spans to see it in Trace Viewer")
 RECAPTURE_HOST = ("no host plane: device idle time cannot be charged to the host — re-capture with host tracing "
-                  "on (ProfilerOptions(host_tracer_level=2))")
+                  "on: TensorFlow records the host at level 2 by default (2.21 ignores ProfilerOptions, so leave "
+                  "them at their defaults); JAX: jax.profiler.ProfileOptions host_tracer_level = 2")
 
 
 def _ms(ps: float) -> float:

@@ -14,7 +14,18 @@ gviz-style JSON).
   of its columns (xprof's TPU step also counts all-reduce time, which the table does not show).
   "other" absorbs any remainder, so the categories sum to the step time exactly.
   On a CPU-only host, TF's kernels run on the host: the training compute is `host_compute`.
-- input_ops_us: the host input-op split (file reads, preprocessing, enqueue) per profiled step.
+- input-op figures (file reads, preprocessing, enqueue, unclassified: xprof's host input-op categories).  xprof
+  (op_stats_to_input_pipeline_analysis.cc, GenerateHostResult) sums each input op's *self time* over the host
+  op database: every thread, the whole capture (not only the steps of its step table).  Parallel iterators each
+  count their own time, and an asynchronous iterator that waits for its buffer (ParallelMap, Prefetch on the
+  consumer's thread) counts the wait as self time, because the work it waits on runs on other threads; with
+  AUTOTUNE on many cores the sum is several times the wall clock.  So two figures, per step the capture spans
+  (capture_steps = the capture's span ÷ the mean step, input_ops_per_step):
+    input_ops_us         per step of wall time: the wall time in which at least one input op ran on some thread
+                         (union over threads) ÷ capture_steps, split over the categories in proportion to xprof's
+                         time; never more than the step;
+    input_ops_thread_us  xprof's sum over threads ÷ capture_steps (labelled as such; may exceed the step);
+                         their ratio is input_ops_concurrency (the input ops' mean parallelism, waits included).
 """
 
 from __future__ import annotations
@@ -139,17 +150,31 @@ def breakdown(rows: list[dict]) -> tuple[float, dict]:
     return step_ms, bd
 
 
-def input_ops_us(ipa: list, steps: int) -> dict:
-    """Input-pipeline op time per profiled step (µs): storage_read (demanded + advanced file read),
-    preprocessing, enqueue, unclassified — xprof's host input-op categories, divided by the steps profiled."""
-    t = _input_ops_table(ipa)
-    p = (t or {}).get("p") or {}
-    n = max(1, steps)
+def input_op_totals_us(ipa: list) -> dict:
+    """xprof's input-op time by category (µs), summed over threads and the whole capture (module docstring)."""
+    p = (_input_ops_table(ipa) or {}).get("p") or {}
     return {
-        "storage_read": round((_num(p.get("demanded_file_read_us")) + _num(p.get("advanced_file_read_us"))) / n, 3),
-        "preprocessing": round(_num(p.get("preprocessing_us")) / n, 3),
-        "enqueue": round(_num(p.get("enqueue_us")) / n, 3),
-        "unclassified": round(_num(p.get("unclassified_nonequeue_us")) / n, 3),
+        "storage_read": _num(p.get("demanded_file_read_us")) + _num(p.get("advanced_file_read_us")),
+        "preprocessing": _num(p.get("preprocessing_us")),
+        "enqueue": _num(p.get("enqueue_us")),
+        "unclassified": _num(p.get("unclassified_nonequeue_us")),
+    }
+
+
+def input_ops_per_step(ipa: list, capture_steps: float, wall_us: float | None) -> dict:
+    """{"input_ops_us", "input_ops_thread_us", "input_ops_concurrency", "input_ops_capture_steps"} (module
+    docstring).  `capture_steps`:
+    the steps the capture spans; `wall_us`: the capture's wall time with an input op running (None: unknown —
+    input_ops_us is then the thread sum, and the concurrency None)."""
+    totals = input_op_totals_us(ipa)
+    n = max(1.0, float(capture_steps))
+    thread_sum = sum(totals.values())
+    scale = 1.0 if wall_us is None or thread_sum <= 0 else min(1.0, wall_us / thread_sum)
+    return {
+        "input_ops_us": {k: round(v * scale / n, 3) for k, v in totals.items()},
+        "input_ops_thread_us": {k: round(v / n, 3) for k, v in totals.items()},
+        "input_ops_concurrency": round(thread_sum / wall_us, 3) if wall_us and thread_sum else None,
+        "input_ops_capture_steps": round(n, 3),
     }
 
 

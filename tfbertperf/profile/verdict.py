@@ -182,21 +182,49 @@ a single sequential map that saturates one core of many (the machine reads half 
 machine (other processes' CPU is not the run's; the run's threads waiting for a core count as wanting it)."""
 
 
+CONTENDED_OWN_SHARE = 0.5
+"""A busy CPU of which this run holds less than half (host_utilization.process_cpu_fraction_mean < 0.5 ×
+cpu_busy_fraction_mean) is held by other processes; with the run's own threads using < CPU_IDLE_BELOW of what
+they could, their CPU saturation is their wait for a core, not their preprocessing."""
+
 READS_IN_FLIGHT_SHARE = 0.50
 """The pipeline waiting on reads for ≥ 50 % of the measured steps' wall time (storage.read_wait_fraction; where a
 run has none, storage.read_ms_per_step ÷ the step) says the run waits on reads, not on the CPU — unless the run's
 own threads saturate the CPU (then reads are slow because they wait for a core)."""
 
 
-def input_cause(host: dict | None, read_share: float | None = None, *,
-                model_on_host: bool = False) -> tuple[str | None, str]:
+def _contended(busy: float, own: float, th: dict | None) -> str | None:
+    """Words when the host's cores are held by other processes (module constant CONTENDED_OWN_SHARE): this run's
+    threads used little CPU (their used saturation, without the run-queue wait, < CPU_IDLE_BELOW) and most of the
+    machine's busy CPU is not this run's; None otherwise."""
+    if own >= CONTENDED_OWN_SHARE * busy:
+        return None
+    words = f"; the host is contended: other processes hold {busy - own:.0%} of the CPU"
+    if th:
+        used = max(float(th.get("busiest_thread_cpu_fraction") or 0.0),
+                   float(th.get("process_cores_used") or 0.0) / max(1, int(th.get("cores") or 1)))
+        if used >= CPU_IDLE_BELOW:
+            return None
+        words += (f", this run's threads used {used:.0%} of the CPU (busiest thread "
+                  f"{float(th.get('busiest_thread_cpu_fraction') or 0.0):.0%} of a core): the rest of their "
+                  f"saturation is waiting for a core")
+    return words
+
+
+def input_cause(host: dict | None, read_share: float | None = None, *, model_on_host: bool = False,
+                wait_share: float | None = None) -> tuple[str | None, str]:
     """("storage" | "preprocessing" | "mixed" | None, the numbers as words) from the run's host_utilization
     summary (profile/utilization.py) and, when known, the share of the step its storage reads took.
     `model_on_host`: the real model computes on this host's CPU, so the run's threads are not only the pipeline's.
       With the run's CPU saturation (thread_cpu, pipeline threads only): ≥ CPU_SATURATED_FROM → preprocessing;
         < CPU_IDLE_BELOW or reads ≥ READS_IN_FLIGHT_SHARE of the step → storage; else mixed.
       Otherwise, with the machine's CPU busy: < CPU_IDLE_BELOW or reads dominate → storage; ≥ CPU_SATURATED_FROM
-        → preprocessing (the words say when other processes hold most of the CPU); else mixed."""
+        → preprocessing; else mixed.
+      A busy CPU held by other processes (_contended: this run's threads used little of it, and it is not
+      most of the machine's busy time) is not this pipeline's preprocessing: its saturation is the run's
+      threads waiting for a core.  The words say the host is contended and the cause is what the run waits on:
+      reads ≥ READS_IN_FLIGHT_SHARE of the step, or of its blocked wait for input (`wait_share`, the step's
+      share blocked in next()) → storage; else mixed (a quiet host would tell preprocessing apart)."""
     if not host or not host.get("samples"):
         return None, ""
     busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
@@ -209,17 +237,23 @@ def input_cause(host: dict | None, read_share: float | None = None, *,
     if read_share is not None:
         words += f", storage reads {read_share:.0%} of the step"
     reads = read_share is not None and read_share >= READS_IN_FLIGHT_SHARE
+    saturated = sat >= CPU_SATURATED_FROM if sat is not None else busy >= CPU_SATURATED_FROM
+    # a CPU wanted (saturation ≥ CPU_IDLE_BELOW) mostly by waiting for cores other processes hold
+    crowded = sat >= CPU_IDLE_BELOW if sat is not None else busy >= CPU_IDLE_BELOW
+    contended = _contended(busy, own, {**th, "cores": host.get("cores")} if sat is not None else None) \
+        if crowded else None
+    if contended:
+        of_wait = bool(read_share is not None and wait_share and read_share >= READS_IN_FLIGHT_SHARE * wait_share)
+        if of_wait and not reads:
+            contended += f"; reads are {read_share / wait_share:.0%} of its {wait_share:.0%} blocked wait"
+        return ("storage" if reads or of_wait else "mixed"), words + contended
     if sat is not None:
-        if sat >= CPU_SATURATED_FROM:
+        if saturated:
             return "preprocessing", words
         return ("storage" if sat < CPU_IDLE_BELOW or reads else "mixed"), words
     if busy < CPU_IDLE_BELOW or reads:
         return "storage", words
-    if busy >= CPU_SATURATED_FROM:
-        if own < 0.5 * busy:
-            words += f"; other processes hold {busy - own:.0%} of the CPU"
-        return "preprocessing", words
-    return "mixed", words
+    return ("preprocessing" if saturated else "mixed"), words
 
 
 _CAUSE_TEXT = {
@@ -234,7 +268,7 @@ _CAUSE_TEXT = {
 
 def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dict | None = None,
            demand: float | None = None, emulation: dict | None = None, read_share: float | None = None,
-           model_on_host: bool = False) -> dict:
+           model_on_host: bool = False, wait_share: float | None = None) -> dict:
     """The verdict with the run's input ceiling and host utilization read into it:
       * headroom < 1 → bottleneck "input" whatever the overlap (the pipeline alone is slower than the demand);
       * 1 ≤ headroom < HEADROOM_THIN → a "thin margin" note;
@@ -260,7 +294,7 @@ def refine(doc: dict, *, headroom: float | None, host: dict | None, ceiling: dic
             notes.append(line + f" < {HEADROOM_THIN}: thin margin")
         else:
             notes.append(line)
-    cause, words = input_cause(host, read_share, model_on_host=model_on_host)
+    cause, words = input_cause(host, read_share, model_on_host=model_on_host, wait_share=wait_share)
     if out["bottleneck"] == "input" and cause:
         out["summary"] += f"; {words} → {_CAUSE_TEXT[cause].split(':')[0]}"
         acts = order_for_cause(list(out.get("actions") or []), cause)

@@ -36,11 +36,11 @@ import statistics
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, devices, xprof_tools
+from tfbertperf.profile import contention, devices, intervals, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
-from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_us, move_transfer, step_number,
+from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_per_step, move_transfer, step_number,
                                           step_rows, table_meta)
 
 STEP_MARKER_HINT = (
@@ -144,6 +144,26 @@ def _idle_reading(att: dict, xplanes, step_time_ms: float | None) -> dict:
     return out
 
 
+INPUT_OP_PREFIXES = ("Iterator::", "MemcpyHToD", "InfeedEnqueue")
+"""Host events xprof counts as input ops: tf.data iterators and the enqueue/copy to the device (IsDatasetOp,
+IsInfeedEnqueueOp, IsMemcpyHToDOp)."""
+
+
+def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
+    """The input-op figures per step the capture spans (steptable.input_ops_per_step): the capture's span and
+    its wall time with an input op running are read from the host plane (union over threads)."""
+    if not step_ms:  # no step to divide by (the caller fills them in once it has one)
+        return {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
+                "input_ops_capture_steps": None}
+    events = [e for t in load_trace(xplanes).threads for e in t.events]
+    if not events:
+        return input_ops_per_step(ipa, rows, None)
+    span_ps = max(e.end for e in events) - min(e.start for e in events)
+    wall_ps = intervals.length(intervals.union((e.start, e.end) for e in events
+                                               if e.name.startswith(INPUT_OP_PREFIXES)))
+    return input_ops_per_step(ipa, max(rows, span_ps / 1e9 / step_ms), wall_ps / 1e6)
+
+
 def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
                    compute_only_step_ms: float | None = None, trace: bool = True, env_devices=None) -> dict:
     """The `attribution` block for one set of xplanes (one host, or several combined by xprof).
@@ -163,10 +183,10 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             att = _idle_reading({"source": "xprof", **meta, "hardware_type": hw, "compute_on": "accelerator",
                                  "input_cost_fraction": None, "input_cost_estimate_fraction": None,
                                  "input_stolen_cpu_fraction": None, "cores_seen": None,
-                                 "input_ops_us": input_ops_us(ipa, 1), "accelerator": _accelerator(devs, env_devices)},
+                                 **_input_ops(ipa, xplanes, None), "accelerator": _accelerator(devs, env_devices)},
                                 xplanes, step_time_ms)
             if att.get("source") == "device_idle":
-                return att
+                return {**att, **_input_ops(ipa, xplanes, att["step_time_ms"], att["steps_profiled"])}
         where = Path(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
@@ -205,7 +225,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_cost_estimate_fraction": None if estimate is None else round(estimate, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "cores_seen": cores,
-        "input_ops_us": input_ops_us(ipa, len(rows)),
+        **_input_ops(ipa, xplanes, prof_step_ms, len(rows)),
         **meta,
         "compute_on": "host" if on_host else "accelerator",
         "transfer": transfer,

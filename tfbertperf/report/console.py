@@ -60,13 +60,16 @@ def input_ops_lines(att: dict, indent: str = "") -> list[str]:
     """The input-op lines `run` and `analyze` both print (the same figures, the same labels): xprof's own split
     per profiled step, then, for our runs, the split with our storage layer's read time (input_split_us)."""
     out = []
-    # xprof sums the ops' time over the pipeline's threads: parallel reads and maps overlap, so the figure can
-    # exceed the step (concurrent ops each count their own time); the label says so
-    for key, label in (("input_ops_us", "input ops, µs/step, all threads (xprof)"),
+    # per step of wall time (≤ the step); xprof's sum over threads beside it, labelled (steptable.py)
+    for key, label in (("input_ops_us", "input ops, µs/step of wall time (xprof)"),
                        ("input_split_us", "input ops, µs/step, with our storage read time")):
         ops = att.get(key) or {}
         if ops and (key == "input_split_us" or any(ops.values())):
             out.append(f"{indent}{label}: " + ", ".join(f"{k} {float(v):.0f}" for k, v in ops.items()))
+            thread = att.get("input_ops_thread_us") or {}
+            if key == "input_ops_us" and att.get("input_ops_concurrency"):
+                out[-1] += (f" (summed over threads: {sum(thread.values()):.0f}, "
+                            f"{att['input_ops_concurrency']:.1f}× — parallel and waiting iterators each count)")
     return out
 
 
