@@ -214,7 +214,9 @@ def _labels(text: str) -> set[str]:
 
     out = set()
     for line in text.splitlines():
-        if not line.strip() or line.startswith(("BERT-", "verdict:", "  - ", "report:", "TensorBoard:", "---")):
+        # caveat lines are printed only when one applies (a loaded machine, a short run): like the verdict, they vary
+        if not line.strip() or line.startswith(("BERT-", "verdict:", "caveat:", "  - ", "report:", "TensorBoard:",
+                                                "---")):
             continue
         out.add(re.sub(r"\d+", "#", re.split(r"\s{2,}|(?<=:)\s", line, maxsplit=1)[0]))
     return out
