@@ -6,6 +6,7 @@ UsageError into the line and the exit status); one case per command also runs as
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,7 +167,9 @@ def test_tf_log_level_of_the_user_is_kept(tmp_path):
     r = _console(cmd, argv, tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and culprit in lines[-1], r.stderr
-    assert any("oneDNN custom operations" in x for x in lines) and any("cuInit" in x for x in lines), r.stderr
+    # TF's C++ start-up lines (glog format "I0000 00:00:… file.cc:N] …"); which ones depends on the machine
+    # (oneDNN / cuInit on some, cudart_stub / cpu_feature_guard on others)
+    assert any(re.match(r"[IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] ", x) for x in lines), r.stderr
 
 
 def test_filter_tf_import_lines_follows_the_level():

@@ -23,7 +23,7 @@ SMALL = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from tfbertperf.data.prepare import prepare_data
+    from tfbertperf.data import prepare_data
 
     d = tmp_path_factory.mktemp("service") / "pretrain"
     prepare_data(load_config(sets=SMALL), str(d), progress=False)

@@ -30,10 +30,14 @@ def test_readme_counts_and_names_the_tests_that_skip_without_shared():
                    if t.split("::")[1].split("[")[0] in marked]
     layout = "tests/test_layout.py::test_report_schema_in_the_package_matches_the_design_document"
     assert "shared/DESIGN.md is not beside this checkout" in (ROOT / "tests" / "test_layout.py").read_text()
-    total = len(devices) + len(attribution) + 1
+    idle = [t for t in _collected("tests/test_device_idle.py")  # the H100 tests (@needs_h100) and the MI300X ones
+            if t.split("::")[1].startswith(("test_h100_", "test_mi300x_"))]
+    total = len(devices) + len(attribution) + len(idle) + 1
     assert f"{total} tests read material that lives beside the clone" in README
+    text = " ".join(README.split())
     assert f"the {len(devices)} tests of `tests/test_devices.py`, {len(attribution)} of " \
-           "`tests/test_accelerator_attribution.py`" in README and f"`{layout}`" in README
+           f"`tests/test_accelerator_attribution.py`, {len(idle)} of `tests/test_device_idle.py`" in text
+    assert f"`{layout}`" in README
 
 
 def test_readme_states_the_node_version_the_pinned_azurite_declares():

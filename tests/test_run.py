@@ -143,7 +143,9 @@ def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
     # naive 796-838 ms (a 400 ms read inside it) vs tuned 199-246 ms.  The step-time mean is not asserted: a
     # loaded full suite measured naive 259 vs tuned 267 ms, the compute's own slowdown larger than the wait.
     assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"]
-    assert naive["throughput"]["step_time_ms"]["max"] > tuned["throughput"]["step_time_ms"]["max"] + 300.0
+    # (not asserted: the slowest step.  Whether a 400 ms stall lands in the measured steps, the warm-up or the
+    # probe varies: a full CI suite measured naive's max 561 ms vs tuned's 600 ms, a quiet rerun 297 vs 318 ms.
+    # The blocked wait above is over every step.)
     # (not asserted: the verdict.  Here the what-if figure sits near the input threshold, 20-25 % quietly, and a
     # full-suite run read "compute" once; the input-bound verdict is checked at 200 ms in test_regime.py.)
     assert naive["storage"]["requests"] > 0

@@ -253,7 +253,7 @@ def describe(model_or_cfg, vocab_size: int | None = None) -> dict:
     else:
         size, task = model_or_cfg.size, model_or_cfg.task
         cfg = config_for(size, vocab_size or 30522)
-        params = encoder_parameters(cfg) + head_parameters(cfg, task, getattr(model_or_cfg, "num_labels", 2))
+        params = encoder_parameters(cfg) + head_parameters(cfg, task, getattr(model_or_cfg, "num_labels", 0) or 2)
     out = {
         "size": size, "task": task, "parameters": params,
         "layers": cfg.num_layers, "hidden": cfg.hidden, "heads": cfg.num_heads,

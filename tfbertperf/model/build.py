@@ -32,6 +32,7 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
     `remat`: blocks recomputed in the backward pass (train.remat). Weights exist on return (built symbolically;
     no batch is run); the global Keras dtype policy at call time decides the compute dtype (mixed precision).
     """
+    from tfbertperf.config.schema import DEFAULT_NUM_LABELS
     from tfbertperf.errors import UsageError
 
     init = getattr(model_cfg, "init", "")
@@ -58,7 +59,10 @@ def build_model(model_cfg, vocab_size: int, seq_len: int, max_predictions: int =
         outputs = {"mlm_logits": mlm, "nsp_logits": nsp}
     else:
         x = layers.Dropout(cfg.dropout)(pooled)
-        logits = layers.Dense(model_cfg.num_labels, kernel_initializer=initializer(cfg), dtype="float32",
+        # num_labels 0 = "as many as the data has": a caller with no prepared data (synthetic batches, a plain
+        # Keras fit) gets the default two
+        num_labels = int(model_cfg.num_labels) or DEFAULT_NUM_LABELS
+        logits = layers.Dense(num_labels, kernel_initializer=initializer(cfg), dtype="float32",
                               name="classifier")(x)
         outputs = {"logits": logits}  # (B, num_labels)
     model = keras.Model(inputs, outputs, name=f"bert_{model_cfg.size}_{model_cfg.task}")

@@ -30,13 +30,11 @@ Timing contract (what `step_times_ms` / `input_wait_ms` / `compute_only_step_ms`
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import statistics
 import time
 from typing import Callable
 
-from tfbertperf.config.schema import DEFAULT_NUM_LABELS
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
@@ -139,8 +137,7 @@ def train(
         per_replica = placement.per_replica_batch_size(global_batch, replicas)
         seq_len, max_predictions = cfg.data.seq_len, cfg.data.max_predictions
         with strategy.scope():
-            model = build_model(cfg.model if cfg.model.num_labels else dataclasses.replace(
-                cfg.model, num_labels=DEFAULT_NUM_LABELS), vocab_size, seq_len, max_predictions, remat=cfg.train.remat)
+            model = build_model(cfg.model, vocab_size, seq_len, max_predictions, remat=cfg.train.remat)
             optimizer = make_optimizer(cfg.train, model.trainable_variables)
         info = describe(model)
         say(parameter_line(info))
