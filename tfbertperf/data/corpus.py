@@ -114,7 +114,8 @@ def default_corpus_sha256() -> str:
     return h.hexdigest()
 
 
-def _read_bytes(path: str, what: str) -> bytes:
+def read_bytes(path: str, what: str) -> bytes:
+    """The whole file, or a one-line UsageError naming it (`what` says which file it is to the user)."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -134,7 +135,7 @@ def corpus_files(spec: str) -> list[str]:
 
 
 def read_text_file(path: str) -> str:
-    raw = _read_bytes(path, "corpus file")
+    raw = read_bytes(path, "corpus file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -20,7 +20,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-from tfbertperf.data.corpus import DEFAULT_CORPUS, default_corpus_sha256, load_default_corpus
+from tfbertperf.data.corpus import DEFAULT_CORPUS, default_corpus_sha256, load_default_corpus, read_bytes
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
 from tfbertperf.storage.base import split_uri
@@ -127,15 +127,7 @@ def with_vocab(corpus_sha256: str, vocab_path: str = "") -> str:
     """A data set's source identity: the corpus's hash, combined with a user vocab file's bytes."""
     if not vocab_path:
         return corpus_sha256
-    return hashlib.sha256(corpus_sha256.encode() + b"\0" + _read_bytes(vocab_path, "vocab file")).hexdigest()
-
-
-def _read_bytes(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot read ({e.strerror})") from None
+    return hashlib.sha256(corpus_sha256.encode() + b"\0" + read_bytes(vocab_path, "vocab file")).hexdigest()
 
 
 def source_sha256(corpus_spec: str, vocab_path: str = "", data_cfg=None) -> str:
@@ -155,7 +147,7 @@ def source_sha256(corpus_spec: str, vocab_path: str = "", data_cfg=None) -> str:
         if not os.path.exists(path):
             raise UsageError(f"corpus file {item}: no such file or directory")
         for p in _dir_files(path) if os.path.isdir(path) else [path]:
-            _hash_file(sha, p, [_read_bytes(p, "corpus file")])
+            _hash_file(sha, p, [read_bytes(p, "corpus file")])
     return with_vocab(sha.hexdigest(), vocab_path)
 
 
