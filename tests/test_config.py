@@ -62,6 +62,9 @@ def test_named_workload_loads():
         ("profile.probe_blocks=0", "profile.probe_blocks"),
         ("profile.probe_blocks=many", "profile.probe_blocks"),
         ("profile.threadpool_events=sometimes", "profile.threadpool_events"),
+        ("pipeline.device_prefetch=-1", "pipeline.device_prefetch"),
+        ("pipeline.device_prefetch=abc", "pipeline.device_prefetch"),
+        ("model.num_labels=-2", "model.num_labels"),
         ("noequals", "noequals"),
     ],
 )
