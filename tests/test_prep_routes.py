@@ -160,3 +160,33 @@ def test_one_atomic_write_helper_serves_every_writer():
             if pattern in text:
                 own.append(f"{rel}: {pattern}")
     assert not own, own
+
+
+def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, tmp_path):
+    """`tfbertperf run --set data.corpus=F` prepares before TensorFlow is imported: the tokenizer runs on the eager
+    runtime loaded without the `tensorflow` package's __init__ (data/eager_runtime.py), then training imports
+    TensorFlow and Keras in full.  The run trains, and its data set is byte for byte the one this process (where
+    TensorFlow is imported) prepares from the same corpus and knobs."""
+    from tfbertperf.data import prepare_data
+
+    sets = SETS + [f"data.vocab={corpus / 'vocab.txt'}", f"data.corpus={corpus / 'wiki.txt'}"]
+    args = [x for s in sets + ["model.size=tiny", "train.batch_size=8", "train.steps=3", "profile.steps=none",
+                               "profile.probe_steps=0", "profile.ceiling_seconds=0", "profile.utilization_hz=0",
+                               f"run.out={tmp_path / 'runs'}"] for x in ("--set", s)]
+    probe = ("import runpy, sys; import tfbertperf.data.eager_runtime as er; "
+             "sys.argv = ['tfbertperf.run', *sys.argv[1:]]; "
+             "orig = er._load_partial\n"
+             "def spy():\n    rt = orig(); print('PARTIAL', rt.partial, 'tensorflow' in sys.modules, flush=True); "
+             "return rt\n"
+             "er._load_partial = spy; runpy.run_module('tfbertperf.run', run_name='__main__')")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TFBERTPERF_DATA_HOME=str(tmp_path / "h"))
+    r = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PARTIAL True False" in r.stdout  # loaded without the package, and the stand-in removed after
+    assert not [ln for ln in r.stderr.splitlines() if ln.startswith(("I0000", "W0000", "WARNING: All log"))]
+    (report,) = (tmp_path / "runs").rglob("report.json")
+    assert json.loads(report.read_text())["throughput"]["steps"] == 3
+    (made,) = [p.parent for p in (tmp_path / "h").rglob("manifest.json")]
+    prepare_data(load_config(sets=sets), str(tmp_path / "here"), progress=False)
+    assert _tree(made) == _tree(tmp_path / "here")

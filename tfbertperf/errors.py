@@ -98,7 +98,7 @@ def quiet_tf_logs() -> None:
     """Default TF_CPP_MIN_LOG_LEVEL to QUIET_TF_LEVEL and filter TensorFlow's import-time lines (see above).
 
     Must run before TensorFlow is imported (process_main calls it first); a no-op when TF is already loaded."""
-    if "tensorflow" in sys.modules or any(isinstance(f, _QuietImport) for f in sys.meta_path):
+    if "tensorflow" in sys.modules or quiet_tf_logs_installed():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_TF_LEVEL)
     sys.meta_path.insert(0, _QuietImport())
@@ -146,29 +146,40 @@ class _QuietLoader(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__loader__ = module.__spec__.loader = self.inner  # the package looks as if imported plainly
+        run_filtering_tf_lines(lambda: self.inner.exec_module(module))
+
+
+def quiet_tf_logs_installed() -> bool:
+    """Whether this process filters TensorFlow's import lines (quiet_tf_logs ran and TF is not loaded yet)."""
+    return any(isinstance(f, _QuietImport) for f in sys.meta_path)
+
+
+def run_filtering_tf_lines(load):
+    """`load()` with fd 2 (the C++ stderr) redirected to a temporary file; what it wrote is then replayed through
+    filter_tf_import_lines at TF_CPP_MIN_LOG_LEVEL.  Used for the `tensorflow` import and for the partial load of
+    TensorFlow's runtime by data preparation (data/eager_runtime.py)."""
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 to redirect: load as usual
+        return load()
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
         try:
-            level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
-        except ValueError:
-            level = 0
-        sys.stderr.flush()
-        try:
-            saved = os.dup(2)
-        except OSError:  # no fd 2 to redirect: import as usual
-            self.inner.exec_module(module)
-            return
-        with tempfile.TemporaryFile() as tmp:
-            os.dup2(tmp.fileno(), 2)
-            try:
-                self.inner.exec_module(module)
-            finally:
+            return load()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            rest = filter_tf_import_lines(tmp.read().decode(errors="replace"), level)
+            if rest:
+                sys.stderr.write(rest)
                 sys.stderr.flush()
-                os.dup2(saved, 2)
-                os.close(saved)
-                tmp.seek(0)
-                rest = filter_tf_import_lines(tmp.read().decode(errors="replace"), level)
-                if rest:
-                    sys.stderr.write(rest)
-                    sys.stderr.flush()
 
 
 # Library log records (Python logging: tensorflow, transformers, azure, urllib3, google …) on our commands'

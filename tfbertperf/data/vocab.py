@@ -100,40 +100,16 @@ def learn_vocab(sentences: list[str], vocab_size: int) -> list[str]:
     return list(lib.learn_binary_search(filtered, lower, upper, params))
 
 
-def _fast_bert_tokenizer_class():
-    """tensorflow_text.FastBertTokenizer, without importing the rest of tensorflow-text when nothing has yet: its
-    package loads ~20 op libraries (~100 MB resident) that preparation never uses, which is what kept a preparing
-    process above google-research's script in memory.  The package's __init__ files are bypassed only while the
-    tokenizer's three modules load; a later `import tensorflow_text` runs them and reuses those modules."""
-    import importlib
-    import importlib.util
-    import sys
-    import types
-
-    if "tensorflow_text" in sys.modules:
-        return sys.modules["tensorflow_text"].FastBertTokenizer
-    root = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
-    stubs = {}
-    for name, sub in (("tensorflow_text", ""), ("tensorflow_text.python", "python"),
-                      ("tensorflow_text.python.ops", "python/ops")):
-        stubs[name] = sys.modules[name] = types.ModuleType(name)
-        stubs[name].__path__ = [os.path.join(root, sub)]
-    try:
-        return importlib.import_module("tensorflow_text.python.ops.fast_bert_tokenizer").FastBertTokenizer
-    finally:
-        for name, module in stubs.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
-
-
 def make_tokenizer(tokens: list[str]):
-    """The FastBertTokenizer used everywhere: lower-case + NFD + strip accents, '##' continuation, int64 ids."""
-    import tensorflow as tf
+    """The FastBertTokenizer used everywhere: lower-case + NFD + strip accents, '##' continuation, int64 ids.
+    Made on TensorFlow's eager runtime alone where TensorFlow is not imported yet (data/eager_runtime.py)."""
+    from tfbertperf.data.eager_runtime import runtime
 
-    return _fast_bert_tokenizer_class()(
+    rt = runtime()
+    return rt.tokenizer_class(
         vocab=list(tokens),
         suffix_indicator="##",
-        token_out_type=tf.int64,
+        token_out_type=rt.int64,
         unknown_token="[UNK]",
         lower_case_nfd_strip_accents=True,
     )
@@ -141,11 +117,12 @@ def make_tokenizer(tokens: list[str]):
 
 def tokenize_sentences(tokenizer, sentences: list[str], batch: int = 4096) -> list[list[int]]:
     """Token ids of each sentence (wordpieces of all its words, in order), as Python lists."""
-    import tensorflow as tf
+    from tfbertperf.data.eager_runtime import runtime
 
+    rt = runtime()
     out: list[list[int]] = []
     for i in range(0, len(sentences), batch):
-        ids = tokenizer.tokenize(tf.constant(sentences[i : i + batch], dtype=tf.string))  # [B, (tokens)]
+        ids = tokenizer.tokenize(rt.constant(sentences[i : i + batch], dtype=rt.string))  # [B, (tokens)]
         out.extend(ids.to_list())
     return out
 

@@ -55,12 +55,11 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
     files (per process: two runs preparing one data set at once never rename each other's files).  Returns (the
     chunk results in order, with their files' "path" / "text_path", and counts {documents, sentences, bytes,
     sha256})."""
-    import tensorflow as tf
-
+    from tfbertperf.data.eager_runtime import runtime
     from tfbertperf.data.vocab import make_tokenizer, special_ids
 
     d = cfg.data
-    ids, tok = special_ids(vocab), make_tokenizer(vocab)
+    ids, tok, eager = special_ids(vocab), make_tokenizer(vocab), runtime()
     params = dict(seq_len=d.seq_len, dupe_factor=d.dupe_factor, short_seq_prob=d.short_seq_prob,
                   masked_lm_prob=d.masked_lm_prob, max_predictions=d.max_predictions, vocab_size=len(vocab),
                   cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"])
@@ -71,7 +70,7 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
     def jobs():
         for i, (docs, read) in enumerate(chunks(corpus, chunk_bytes, sha)):
             texts = [s for doc in docs for s in doc]
-            rt = tok.tokenize(tf.constant(texts, dtype=tf.string))
+            rt = tok.tokenize(eager.constant(texts, dtype=eager.string))
             counts["documents"] += len(docs)
             counts["sentences"] += len(texts)
             yield {"index": i, "flat": rt.flat_values.numpy(), "splits": rt.row_splits.numpy(), "texts": texts,
