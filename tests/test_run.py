@@ -122,32 +122,33 @@ def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
     assert len(step_tables[0]["rows"]) == r["attribution"]["steps_profiled"] >= 10
 
 
-def test_naive_preset_waits_on_input_more_than_tuned(data_dir, tmp_path):
+def test_naive_preset_waits_on_input_more_than_tuned(tmp_path):
+    from tfbertperf.data import prepare_data
     from tfbertperf.job import run
 
-    # Slow storage (400 ms per 256 KiB read, ~4 batches) makes the contrast robust on a noisy 2-core machine:
-    # the tuned pipeline's parallel interleave + prefetch hide it, sequential reads cannot.  (At 20 ms even the
-    # naive pipeline keeps up with tiny BERT here — see BENCHMARKS.md.)
+    # Slow storage (400 ms per read) on ~40 shards of about one batch each (a shard is one emulated read: its
+    # first READ_BYTES): the naive pipeline reads them one after another, ~400 ms a batch against a ~250 ms step,
+    # which no prefetch can hide; the tuned one's parallel interleave reads several at once.  (On 4 shards of ~330
+    # records, as data_dir, a shard is a single read of ~10 batches, and any prefetch of a few batches hides one
+    # 400 ms read in ten steps: a CI run measured naive 0.22 % against tuned 0.22 %.  At 20 ms even sequential
+    # reads keep up with tiny BERT here — see BENCHMARKS.md.)
+    sets = ["data.dupe_factor=1", "data.num_shards=40", "data.vocab_size=2000"]
+    data = tmp_path / "shards"
+    prepare_data(load_config(sets=sets), str(data), progress=False)
     reports = {}
     for preset in ("naive", "tuned"):
-        cfg = load_config(data_uri=str(data_dir),
-                          sets=SMALL_DATA + [f"pipeline.preset={preset}", "train.steps=40", "profile.steps=8:20",
-                                             "profile.probe_steps=6", f"run.out={tmp_path}",
-                                             "data.read_latency_ms=400"])
+        cfg = load_config(data_uri=str(data),
+                          sets=sets + [f"pipeline.preset={preset}", "train.steps=40", "profile.steps=8:20",
+                                       "profile.probe_steps=6", f"run.out={tmp_path}", "data.read_latency_ms=400"])
         reports[preset] = run(cfg, progress=False)[1]
     naive, tuned = reports["naive"], reports["tuned"]
     assert naive["pipeline"]["cycle_length"] == 1 and naive["config"]["pipeline"]["preset"] == "naive"
-    # The naive pipeline's sequential reads stall the step; the tuned one hides them.  Measured here over 6 pairs
-    # (2026-11-23): blocked-wait share naive 0.20-0.22 vs tuned 0.07-0.17 (tuned's share is the batch hand-over
-    # under CPU contention, not reads: its what-if input cost read 0.2 % where naive's read 24 %), slowest step
-    # naive 796-838 ms (a 400 ms read inside it) vs tuned 199-246 ms.  The step-time mean is not asserted: a
-    # loaded full suite measured naive 259 vs tuned 267 ms, the compute's own slowdown larger than the wait.
-    assert naive["step_timer"]["input_wait_fraction"] > tuned["step_timer"]["input_wait_fraction"]
-    # (not asserted: the slowest step.  Whether a 400 ms stall lands in the measured steps, the warm-up or the
-    # probe varies: a full CI suite measured naive's max 561 ms vs tuned's 600 ms, a quiet rerun 297 vs 318 ms.
-    # The blocked wait above is over every step.)
-    # (not asserted: the verdict.  Here the what-if figure sits near the input threshold, 20-25 % quietly, and a
-    # full-suite run read "compute" once; the input-bound verdict is checked at 200 ms in test_regime.py.)
+    # The naive pipeline's sequential reads stall the step; the tuned one hides them.  Measured here (2026-11-25,
+    # load ~2): blocked-wait share naive 0.130 vs tuned 0.003, 72 vs 79 read requests.  The step-time mean is not
+    # asserted: under load the compute's own slowdown can be larger than the wait.
+    assert naive["step_timer"]["input_wait_fraction"] > max(0.05, 3 * tuned["step_timer"]["input_wait_fraction"])
+    # (not asserted: the slowest step, which varies with where a stall lands (warm-up, probe or measured steps);
+    # nor the verdict, checked at 200 ms in test_regime.py.)
     assert naive["storage"]["requests"] > 0
     # xprof files the emulated reads (a py_function in a map) under preprocessing; the join with our storage
     # metrics puts them back under storage_read.
