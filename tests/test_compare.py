@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["train.steps=8", "profile.steps=2:6", "profile.probe_steps=2", "profile.probe_blocks=1",
-        "train.batch_size=8", "train.warmup_steps=1", "train.log_every=4"]
+        "train.batch_size=8", "train.warmup_steps=1", "train.log_every=4", "profile.ceiling_seconds=0"]
 
 
 def _cli(*args, timeout=600):

@@ -186,7 +186,7 @@ def _run(data_dir, out, *sets, wait=None):
 
 
 def test_same_loss_trajectory_with_and_without_the_service(data_dir, tmp_path):
-    sets = ["train.deterministic=true", "train.steps=12", "train.batch_size=16", "train.warmup_steps=2"]
+    sets = ["train.deterministic=true", "train.steps=12", "train.batch_size=8", "train.warmup_steps=2"]
     off, _ = _run(data_dir, tmp_path / "off", *sets)
     on, _ = _run(data_dir, tmp_path / "on", *sets, "pipeline.data_service=local:1")
     assert off["training"]["loss_trajectory"] == on["training"]["loss_trajectory"]
@@ -221,11 +221,11 @@ def test_a_run_with_a_worker_killed_mid_run_completes_and_says_so(data_dir, tmp_
                 killed.extend(workers)
                 return
 
-    rep, _ = _run(data_dir, tmp_path, "train.steps=40", "train.log_every=10", "train.batch_size=16",
+    rep, _ = _run(data_dir, tmp_path, "train.steps=24", "train.log_every=10", "train.batch_size=8",
                   "pipeline.data_service=local:2", "pipeline.data_service_mode=distributed_epoch",
                   wait=kill_after_step_10)
     block = rep["data_service"]
-    assert killed and rep["throughput"]["steps"] == 40
+    assert killed and rep["throughput"]["steps"] == 24
     assert block["workers_lost"] == 1 and block["repeated_examples"] >= 0
     (dead,) = [w for w in block["workers"] if not w["alive"]]
     assert dead["pid"] == killed[0] and dead["killed_by_signal"] == signal.SIGKILL
@@ -248,7 +248,8 @@ def test_two_trainers_read_from_one_service(data_dir, tmp_path):
     trainers share one job of it, and the report has the service's view and each trainer's."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     r = subprocess.run([sys.executable, "-m", "tfbertperf", "run", "--workers", "2", "--data", str(data_dir),
-                        "--set", "train.steps=12", "--set", "profile.steps=none", "--set", "profile.probe_steps=0",
+                        "--set", "train.steps=12", "--set", "train.batch_size=8", "--set", "profile.steps=none",
+                        "--set", "profile.probe_steps=0",
                         "--set", "profile.ceiling_seconds=0", "--set", "profile.utilization_hz=0",
                         "--set", "pipeline.data_service=local:1", "--set", f"run.out={tmp_path}"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
 SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2", "pipeline.deterministic=true",
-             "train.deterministic=true"]
+             "train.deterministic=true", "profile.ceiling_seconds=0"]
 BUCKET = "tfbertperf-test"
 
 

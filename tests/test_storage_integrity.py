@@ -199,7 +199,7 @@ def test_native_damaged_shards_named_and_skipped(remote_damaged, fake_gcs):
 
 # ---- the command: exit 2 and one line; skip_corrupt reported -----------------------------------------------
 SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
-SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2"]
+SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2", "profile.ceiling_seconds=0"]
 
 
 @pytest.fixture(scope="module")

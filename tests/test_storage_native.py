@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
-SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2"]
+SHORT_RUN = ["train.steps=6", "profile.steps=2:4", "profile.probe_steps=2", "profile.ceiling_seconds=0"]
 
 
 def _sets(items):

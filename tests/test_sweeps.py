@@ -11,7 +11,8 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
-SHORT_RUN = ["train.steps=12", "profile.steps=4:8", "profile.probe_steps=2", "train.batch_size=8"]
+SHORT_RUN = ["train.steps=12", "profile.steps=4:8", "profile.probe_steps=2", "train.batch_size=8",
+             "profile.ceiling_seconds=0"]
 
 SAS_SIG = "PLANTEDsasSIGNATURE0123456789abcdefXYZ"
 BEARER = "ya29.PLANTEDbearerTOKEN0123456789abcdefghij"
