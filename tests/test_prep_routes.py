@@ -164,8 +164,8 @@ def test_one_atomic_write_helper_serves_every_writer():
 
 def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, tmp_path):
     """`tfbertperf run --set data.corpus=F` prepares before TensorFlow is imported: the tokenizer runs on the eager
-    runtime loaded without the `tensorflow` package's __init__ (data/eager_runtime.py), then training imports
-    TensorFlow and Keras in full.  The run trains, and its data set is byte for byte the one this process (where
+    runtime loaded without the `tensorflow` package's __init__ (data/eager_runtime.py), a helper process forked
+    before it loads makes some of the chunks, then training imports TensorFlow and Keras in full.  The run trains, and its data set is byte for byte the one this process (where
     TensorFlow is imported) prepares from the same corpus and knobs."""
     from tfbertperf.data import prepare_data
 
@@ -184,6 +184,8 @@ def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, t
                        env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "PARTIAL True False" in r.stdout  # loaded without the package, and the stand-in removed after
+    # two usable cores: a helper forked before the runtime loaded made some chunks (the bytes below are the same)
+    assert ("1 helper process forked" in r.stderr) == (len(os.sched_getaffinity(0)) >= 2), r.stderr[-2000:]
     assert not [ln for ln in r.stderr.splitlines() if ln.startswith(("I0000", "W0000", "WARNING: All log"))]
     (report,) = (tmp_path / "runs").rglob("report.json")
     assert json.loads(report.read_text())["throughput"]["steps"] == 3

@@ -5,7 +5,10 @@ min(CHUNK_BYTES, corpus bytes ÷ data.num_shards):
      `vocab.make_tokenizer`: ~11 MB/s on one core, and the ids `pipeline.tokenize=inline` recomputes);
   2. a worker process (spawned, numpy only) makes the chunk's instances and writes its shards (instances.py);
      while workers work, this process tokenizes the next chunk; at most `workers` + 1 chunks are in memory,
-     whatever the corpus size.  One worker = no worker process: the chunk's job runs here, in turn.
+     whatever the corpus size.  One worker = no worker process: the chunk's job runs here, in turn — and, when
+     the number of workers was not asked for, there are two usable cores and TensorFlow is not loaded yet, with
+     one helper process forked before it loads (no TensorFlow in it, nothing to import: it starts in ~10 ms
+     where a spawned worker takes seconds) that takes a chunk whenever it is free (`_run`).
 Chunk i's instances are seeded by (data.seed, i), so the bytes do not depend on the number of workers.  Two
 differences from the reference's global view, both with the same statistics: the random-next segment B comes
 from another document of the same chunk, and instances are shuffled within their shard (tf.data interleaves
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 
 from tfbertperf.data.prep.instances import chunk_job
@@ -42,6 +46,7 @@ class ChunkProgress:
 
     def __call__(self, res: dict, bytes_read: int, shards_done: int) -> None:
         self.examples += res["examples"]
+        self.read = bytes_read = max(getattr(self, "read", 0), bytes_read)  # a helper's chunk may finish late
         secs = time.perf_counter() - self.t0
         frac = min(1.0, bytes_read / max(1, self.total))
         eta = secs * (1 - frac) / frac if frac > 0 else float("nan")
@@ -49,22 +54,35 @@ class ChunkProgress:
                  f"{self.examples} examples, {self.examples / max(secs, 1e-9):.0f} examples/s, ETA {eta:.0f} s")
 
 
+def can_fork_helper(workers: int, total_bytes: int, chunk_bytes: float) -> bool:
+    """Whether the one-worker maker gets a forked helper: two usable cores, two chunks at least, and nothing of
+    TensorFlow loaded (a fork after TensorFlow's threads exist is unsafe)."""
+    return (workers == 1 and len(os.sched_getaffinity(0)) >= 2 and total_bytes > chunk_bytes
+            and not any(m == "tensorflow" or m.startswith("tensorflow.") for m in sys.modules))
+
+
 def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int,
-                  text_shards: bool = True) -> tuple[list[dict], dict]:
+                  text_shards: bool = True, helper: bool = False) -> tuple[list[dict], dict]:
     """Write the chunks' shards of `corpus` (source.CorpusFiles) into `out_dir` as `pretrain[-text]-chunk-<i>-<pid>`
     files (per process: two runs preparing one data set at once never rename each other's files).  Returns (the
     chunk results in order, with their files' "path" / "text_path", and counts {documents, sentences, bytes,
-    sha256})."""
+    sha256}).  helper: one worker may fork a helper process (can_fork_helper), before the tokenizer's runtime loads."""
+    d = cfg.data
+    chunk_bytes = min(CHUNK_BYTES, corpus.total_bytes / max(1, d.num_shards))
+    pool = None
+    if helper and can_fork_helper(workers, corpus.total_bytes, chunk_bytes):
+        import multiprocessing as mp
+
+        pool = mp.get_context("fork").Pool(1)
+        say("1 helper process forked (before TensorFlow loads) makes the instances of a chunk whenever it is free")
     from tfbertperf.data.eager_runtime import runtime
     from tfbertperf.data.vocab import make_tokenizer, special_ids
 
-    d = cfg.data
     ids, tok, eager = special_ids(vocab), make_tokenizer(vocab), runtime()
     params = dict(seq_len=d.seq_len, dupe_factor=d.dupe_factor, short_seq_prob=d.short_seq_prob,
                   masked_lm_prob=d.masked_lm_prob, max_predictions=d.max_predictions, vocab_size=len(vocab),
                   cls_id=ids["[CLS]"], sep_id=ids["[SEP]"], mask_id=ids["[MASK]"])
     counts, sha = {"documents": 0, "sentences": 0, "bytes": corpus.total_bytes}, hashlib.sha256()
-    chunk_bytes = min(CHUNK_BYTES, corpus.total_bytes / max(1, d.num_shards))
     me = os.getpid()
 
     def jobs():
@@ -83,9 +101,13 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
 
     tick = ChunkProgress(say, corpus.total_bytes)
     try:
-        results = _run(jobs(), workers, tick)
+        results = _run_with_helper(jobs(), pool, tick) if pool else _run(jobs(), workers, tick)
     except OSError as e:
         raise UsageError(f"prepare --out {out_dir}: {e.filename or out_dir}: {e.strerror or e}") from None
+    finally:
+        if pool:
+            pool.terminate()
+            pool.join()
     counts["sha256"] = sha.hexdigest()
     return sorted(results, key=lambda r: r["index"]), counts
 
@@ -117,6 +139,29 @@ def _run(jobs, workers: int, tick) -> list[dict]:
             pending[pool.submit(chunk_job, job)] = read
             collect(block=False)  # at most workers + 1 chunks in flight: memory stays bounded
         collect(block=True)
+    return results
+
+
+def _run_with_helper(jobs, pool, tick) -> list[dict]:
+    """Each job to the forked helper when it is free, else here; at most two chunks in memory besides the one
+    being tokenized."""
+    results: list[dict] = []
+    pending = None  # (AsyncResult, bytes read) of the helper's chunk
+
+    def done(res: dict, read: int) -> None:
+        results.append(res)
+        tick(res, read, len(results))
+
+    for job, read in jobs:
+        if pending is not None and pending[0].ready():
+            done(pending[0].get(), pending[1])
+            pending = None
+        if pending is None:
+            pending = (pool.apply_async(chunk_job, (job,)), read)
+        else:
+            done(chunk_job(job), read)
+    if pending is not None:
+        done(pending[0].get(), pending[1])
     return results
 
 

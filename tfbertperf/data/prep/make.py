@@ -33,12 +33,13 @@ def prepare_pretrain(cfg, spec: str, out_dir: str, progress: bool = True, worker
     tmp = tempfile.mkdtemp(prefix="tfbertperf-corpus-")
     try:
         corpus = open_corpus(spec, d, tmp, say, label)
-        workers = max(1, workers or chunked.default_workers(corpus.total_bytes))
+        asked_workers, workers = workers, max(1, workers or chunked.default_workers(corpus.total_bytes))
         where = "in this process" if workers == 1 else f"{workers} worker processes"
         say(f"corpus {corpus.description}: {len(corpus.paths)} file(s), {corpus.total_bytes / 1e6:.1f} MB; {where}")
         vocab, vocab_source = choose_vocab(cfg, lambda: sample_sentences(corpus, VOCAB_SAMPLE_BYTES), say)
         output.start_dir(out_dir)
-        results, counts = chunked.make_pretrain(cfg, corpus, vocab, out_dir, say, workers, text_shards)
+        results, counts = chunked.make_pretrain(cfg, corpus, vocab, out_dir, say, workers, text_shards,
+                                                helper=asked_workers is None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     full = [r for r in results if r["examples"]]
@@ -83,7 +84,8 @@ def prepare_data(cfg, out_uri: str | None = None, progress=True, corpus: str | N
       progress: progress lines on stderr.
       corpus: `prepare --corpus FILE|DIR|gs://…|az://…`, else None = data.corpus ("" = the bundled text); both
         go the same way (module docstring).
-      workers: worker processes making instances (None: chunked.default_workers; 1 = in this process).
+      workers: worker processes making instances (None: chunked.default_workers, and with one, a helper
+        process forked before TensorFlow loads where chunked.can_fork_helper; 1 = in this process only).
       text_shards: also write the raw-text shards (pipeline.tokenize=inline).
     Returns:
       The manifest dict (also written as manifest.json, last).
