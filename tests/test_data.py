@@ -329,6 +329,33 @@ def test_vocab_learning_equals_tensorflow_text_bert_vocab_from_dataset(target):
     assert learn_vocab(sentences, target) == list(ref)
 
 
+def test_a_learned_vocab_is_kept_and_reused_for_the_same_text_and_size_only(tmp_path, monkeypatch):
+    """choose_vocab keeps what it learned under the cache home, keyed by the text, the size and the learner; the
+    same text and size load it (the same tokens, no learning), another size or text learns anew, and a damaged
+    file is learned again and rewritten."""
+    import tfbertperf.data.vocab as vocab
+    from tfbertperf.data.corpus import load_default_corpus
+
+    monkeypatch.setenv("TFBERTPERF_CACHE_HOME", str(tmp_path / "home"))
+    sentences = load_default_corpus().all_sentences()[:1500]
+    learned = []
+    real = vocab.learn_vocab
+    monkeypatch.setattr(vocab, "learn_vocab", lambda s, n: learned.append(n) or real(s, n))
+    said: list[str] = []
+    first, _ = vocab.choose_vocab(load_config(sets=["data.vocab_size=300"]), sentences, said.append)
+    again, source = vocab.choose_vocab(load_config(sets=["data.vocab_size=300"]), lambda: sentences, said.append)
+    assert learned == [300] and again == first == real(sentences, 300) and source == "learned"
+    path = vocab.learned_vocab_cache_path(sentences, 300)
+    assert path.startswith(str(tmp_path / "home")) and "learned from the same text before" in said[1]
+    vocab.choose_vocab(load_config(sets=["data.vocab_size=250"]), sentences, said.append)
+    vocab.choose_vocab(load_config(sets=["data.vocab_size=300"]), sentences[:1400], said.append)
+    assert learned == [300, 250, 300]
+    with open(path, "w") as f:
+        f.write("[PAD]\n[PAD]\n")  # damaged: a repeated token
+    assert vocab.choose_vocab(load_config(sets=["data.vocab_size=300"]), sentences, said.append)[0] == first
+    assert learned == [300, 250, 300, 300] and vocab._cached_vocab(path) == first
+
+
 def test_failed_prepare_leaves_an_existing_data_dir_usable(pretrain_dir, tmp_path):
     import shutil
 

@@ -30,6 +30,15 @@ def data_home() -> str:
     )
 
 
+def cache_home() -> str:
+    """Root of what is kept between runs that is not a data set (learned vocabularies): $TFBERTPERF_CACHE_HOME,
+    else ~/.cache/tfbertperf — apart from the data home, so a run that prepares into its own data home still
+    reuses them."""
+    return os.environ.get("TFBERTPERF_CACHE_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfbertperf"
+    )
+
+
 def corpus_stem(spec: str) -> str:
     """A folder-name-safe short name of a corpus spec: its first item's base name without extension
     ("~/texts/rev.csv,b.csv" → "rev"; "gs://bucket/corpus/" → "corpus")."""

@@ -63,6 +63,12 @@ def load_vocab_file(path: str) -> list[str]:
         raise UsageError(f"vocab {path}: not UTF-8 text") from None
 
 
+# What learn_vocab's result depends on besides the text and the size (the learned-vocab cache's key): change it
+# with any of the learner's settings below.
+LEARNER_SETTINGS = "wordpiece-learner/1 lower_case upper=1e7 lower=1 iterations=4 max_tokens=5e6 len=50 chars=1000 " \
+                   "slack=0.05 joiner=## reserved=" + ",".join(RESERVED_TOKENS)
+
+
 def learn_vocab(sentences: list[str], vocab_size: int) -> list[str]:
     """Learn a lower-cased WordPiece vocab of at most `vocab_size` tokens from `sentences` with tensorflow-text's
     WordPiece learner (what `bert_vocab_from_dataset` runs); reserved tokens first ([PAD]=0).  A small corpus
@@ -137,6 +143,48 @@ def choose_vocab(cfg, sentences, say) -> tuple[list[str], str]:
         return tokens, os.path.basename(cfg.data.vocab)
     t = time.perf_counter()
     sentences = sentences() if callable(sentences) else sentences
+    cache = learned_vocab_cache_path(sentences, cfg.data.vocab_size)
+    tokens = _cached_vocab(cache)
+    if tokens is not None:
+        say(f"vocab: {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) learned from the same text before "
+            f"({cache})")
+        return tokens, "learned"
     tokens = learn_vocab(sentences, cfg.data.vocab_size)
-    say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) in {time.perf_counter() - t:.1f}s")
+    say(f"vocab: learned {len(tokens)} WordPiece tokens (target {cfg.data.vocab_size}) "
+        f"in {time.perf_counter() - t:.1f}s")
+    try:
+        from tfbertperf.storage.atomic import write_atomic
+
+        write_atomic(cache, vocab_text(tokens).encode())
+    except OSError:  # a read-only cache directory costs the next run the learning, nothing else
+        pass
     return tokens, "learned"
+
+
+def learned_vocab_cache_path(sentences: list[str], vocab_size: int) -> str:
+    """Where the vocab learned from `sentences` at `vocab_size` is kept: learning is deterministic (same text, size,
+    learner settings and tensorflow-text version → same tokens) and takes ~10 s on the bundled text (a dozen
+    learner passes), which every data set of another seq_len, shard count or seed would pay again.  Under the cache
+    home ($TFBERTPERF_CACHE_HOME, else ~/.cache/tfbertperf), named by a sha256 of all of that."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tfbertperf.config.schema import cache_home
+
+    try:
+        tf_text = version("tensorflow-text")
+    except PackageNotFoundError:
+        tf_text = "?"
+    key = f"{LEARNER_SETTINGS}|sample {VOCAB_SAMPLE_BYTES}|{vocab_size}|tensorflow-text {tf_text}|"
+    h = hashlib.sha256(key.encode())
+    for s in sentences:
+        h.update(s.encode())
+        h.update(b"\n")
+    return os.path.join(cache_home(), "learned-vocab", f"{h.hexdigest()[:32]}.txt")
+
+
+def _cached_vocab(path: str) -> list[str] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_vocab(f.read(), path)
+    except (OSError, UnicodeDecodeError, UsageError):  # absent or damaged: learn again (and rewrite it)
+        return None
