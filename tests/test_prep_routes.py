@@ -192,3 +192,21 @@ def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, t
     (made,) = [p.parent for p in (tmp_path / "h").rglob("manifest.json")]
     prepare_data(load_config(sets=sets), str(tmp_path / "here"), progress=False)
     assert _tree(made) == _tree(tmp_path / "here")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the forked helper needs two usable cores")
+def test_a_helper_process_that_dies_is_one_line_and_exit_2(corpus, tmp_path):
+    """The forked helper killed mid-chunk (here: it exits inside its first chunk) stops `prepare` with one line
+    naming --out and the way around it, not a hang or a traceback, and no manifest is written."""
+    probe = ("import os, runpy, sys\nimport tfbertperf.data.prep.chunked as c\nparent, real = os.getpid(), c.chunk_job\n"
+             "def job(j):\n    if os.getpid() != parent:\n        os._exit(9)\n    return real(j)\n"
+             "c.chunk_job = job\nsys.argv = ['tfbertperf.prepare', *sys.argv[1:]]\n"
+             "runpy.run_module('tfbertperf.prepare', run_name='__main__')")
+    out = tmp_path / "out"
+    sets = [x for s in SETS + [f"data.vocab={corpus / 'vocab.txt'}"] for x in ("--set", s)]
+    r = subprocess.run([sys.executable, "-c", probe, "--corpus", str(corpus / "wiki.txt"), "--out", str(out), *sets],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("tfbertperf: error:")]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert len(errors) == 1 and f"prepare --out {out}: a worker process died" in errors[0], errors
+    assert "--workers 1" in errors[0] and not (out / "manifest.json").exists()

@@ -8,7 +8,7 @@ min(CHUNK_BYTES, corpus bytes ÷ data.num_shards):
      whatever the corpus size.  One worker = no worker process: the chunk's job runs here, in turn — and, when
      the number of workers was not asked for, there are two usable cores and TensorFlow is not loaded yet, with
      one helper process forked before it loads (no TensorFlow in it, nothing to import: it starts in ~10 ms
-     where a spawned worker takes seconds) that takes a chunk whenever it is free (`_run`).
+     where a spawned worker takes seconds) that takes a chunk whenever it is free (`_run_with_helper`).
 Chunk i's instances are seeded by (data.seed, i), so the bytes do not depend on the number of workers.  Two
 differences from the reference's global view, both with the same statistics: the random-next segment B comes
 from another document of the same chunk, and instances are shuffled within their shard (tf.data interleaves
@@ -43,10 +43,11 @@ class ChunkProgress:
 
     def __init__(self, say, total_bytes: int) -> None:
         self.say, self.total, self.t0, self.examples = say, total_bytes, time.perf_counter(), 0
+        self.read = 0  # the most bytes read at a chunk's end (a helper's chunk may finish after a later one)
 
     def __call__(self, res: dict, bytes_read: int, shards_done: int) -> None:
         self.examples += res["examples"]
-        self.read = bytes_read = max(getattr(self, "read", 0), bytes_read)  # a helper's chunk may finish late
+        self.read = bytes_read = max(self.read, bytes_read)
         secs = time.perf_counter() - self.t0
         frac = min(1.0, bytes_read / max(1, self.total))
         eta = secs * (1 - frac) / frac if frac > 0 else float("nan")
@@ -72,12 +73,25 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
     pool = None
     if helper and can_fork_helper(workers, corpus.total_bytes, chunk_bytes):
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
 
-        pool = mp.get_context("fork").Pool(1)
+        pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+        pool.submit(int).result()  # forks now, before TensorFlow's runtime loads (a fork pool forks on first use)
         say("1 helper process forked (before TensorFlow loads) makes the instances of a chunk whenever it is free")
+    try:
+        return _make(cfg, corpus, vocab, out_dir, say, workers, text_shards, pool, chunk_bytes)
+    finally:
+        if pool:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _make(cfg, corpus, vocab, out_dir, say, workers, text_shards, pool, chunk_bytes) -> tuple[list[dict], dict]:
+    from concurrent.futures.process import BrokenProcessPool
+
     from tfbertperf.data.eager_runtime import runtime
     from tfbertperf.data.vocab import make_tokenizer, special_ids
 
+    d = cfg.data
     ids, tok, eager = special_ids(vocab), make_tokenizer(vocab), runtime()
     params = dict(seq_len=d.seq_len, dupe_factor=d.dupe_factor, short_seq_prob=d.short_seq_prob,
                   masked_lm_prob=d.masked_lm_prob, max_predictions=d.max_predictions, vocab_size=len(vocab),
@@ -104,10 +118,9 @@ def make_pretrain(cfg, corpus, vocab: list[str], out_dir: str, say, workers: int
         results = _run_with_helper(jobs(), pool, tick) if pool else _run(jobs(), workers, tick)
     except OSError as e:
         raise UsageError(f"prepare --out {out_dir}: {e.filename or out_dir}: {e.strerror or e}") from None
-    finally:
-        if pool:
-            pool.terminate()
-            pool.join()
+    except BrokenProcessPool:
+        raise UsageError(f"prepare --out {out_dir}: a worker process died (out of memory or killed); "
+                         "--workers 1 prepares in this process alone") from None
     counts["sha256"] = sha.hexdigest()
     return sorted(results, key=lambda r: r["index"]), counts
 
@@ -146,22 +159,22 @@ def _run_with_helper(jobs, pool, tick) -> list[dict]:
     """Each job to the forked helper when it is free, else here; at most two chunks in memory besides the one
     being tokenized."""
     results: list[dict] = []
-    pending = None  # (AsyncResult, bytes read) of the helper's chunk
+    pending = None  # (Future, bytes read) of the helper's chunk
 
     def done(res: dict, read: int) -> None:
         results.append(res)
         tick(res, read, len(results))
 
     for job, read in jobs:
-        if pending is not None and pending[0].ready():
-            done(pending[0].get(), pending[1])
+        if pending is not None and pending[0].done():
+            done(pending[0].result(), pending[1])
             pending = None
         if pending is None:
-            pending = (pool.apply_async(chunk_job, (job,)), read)
+            pending = (pool.submit(chunk_job, job), read)
         else:
             done(chunk_job(job), read)
     if pending is not None:
-        done(pending[0].get(), pending[1])
+        done(pending[0].result(), pending[1])
     return results
 
 
