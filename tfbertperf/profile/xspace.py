@@ -12,14 +12,24 @@ xprof 2.24 ships no Python copy of its own.
 
 from __future__ import annotations
 
+import array
 import functools
+import gzip
 import importlib
 import importlib.util
+import itertools
+import mmap
 import os
 import re
+import shutil
 import sys
+import tempfile
 import types
+import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from tfbertperf.errors import UsageError
 
@@ -139,3 +149,498 @@ def stat_value(stat, names: dict[int, str]):
     if kind == "ref_value":
         return names.get(stat.ref_value, "")
     return getattr(stat, kind) if kind else None
+
+
+# ---- the columnar reading (issue 32) ---------------------------------------------------------------------------
+# A capture of hundreds of MB holds millions of events; one Python (or upb) object per event costs ~20 bytes of
+# memory per byte of file and most of the analysis time.  Perfetto's trace processor and HTA keep a trace as
+# columns instead: here each kept line becomes numpy arrays (start, duration, metadata id, the few stats the
+# rules read), strings interned once per plane.  The file is mapped, not read; XSpace's wire format is walked
+# plane by plane and line by line (one small Python step per event to find where it lies), the events' fields
+# are decoded for all events of a chunk at once with numpy, and what no rule reads is skipped unread.
+
+MISSING = np.iinfo(np.int64).min
+"""The value of a numeric stat an event does not carry."""
+
+HOST_STATS = {"step_num": "int", "_r": "int"}
+"""Host-plane stats the rules read: a step marker is an event with step_num and _r = 1 (trace.py)."""
+DEVICE_STATS = {"hlo_module": "str", "memcpy_details": "str", "program_id": "int"}
+"""Device-plane stats the rules read: the XLA program a kernel belongs to (name, id) and a copy's details."""
+
+_DEVICE_PLANE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
+_CHUNK_EVENTS = 1 << 20  # events decoded at once: bounds the temporary arrays (~100 MB) whatever the file's size
+
+
+class CorruptXSpace(Exception):
+    """The bytes are not a well-formed XSpace (the reason is the message)."""
+
+
+@dataclass
+class Columns:
+    """One line's events as arrays, in file order.  start and dur in picoseconds (start on the profile clock:
+    line.timestamp_ns * 1000 + offset_ps); meta: the event's metadata id; stats: wanted stat name → int64 array
+    (numeric stats: MISSING where absent; string stats: an index into the plane's `strings`, -1 where absent)."""
+    id: int
+    name: str
+    display_name: str
+    start: np.ndarray
+    dur: np.ndarray
+    meta: np.ndarray
+    stats: dict
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass
+class PlaneColumns:
+    """One XPlane: its name, id, metadata (event metadata id → name; stat metadata id → name), its own stats
+    (name → value), the kept lines as Columns, `strings` (the interned string stat values), and for the
+    `/host:metadata` plane the serialized HLO protos (program name → bytes)."""
+    id: int
+    name: str
+    event_names: dict
+    stat_names: dict
+    stats: dict
+    lines: list
+    strings: list
+    hlo_protos: dict = field(default_factory=dict)
+    python_frames: bool = False  # event metadata named "$file.py:line function" (Python tracer frames)
+
+    def name_table(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """(codes, names): the events' metadata ids as indices into `names` (unknown ids → "", as a missing
+        metadata entry reads)."""
+        keys = np.array(sorted(self.event_names), dtype=np.int64)
+        names = [self.event_names[k] for k in keys.tolist()] + [""]
+        if not len(keys):
+            return np.zeros(len(ids), dtype=np.int32), names
+        pos = np.searchsorted(keys, ids).clip(0, len(keys) - 1)
+        return np.where(keys[pos] == ids, pos, len(keys)).astype(np.int32), names
+
+
+def _varint(buf, p: int) -> tuple[int, int]:
+    """(value, position after it) of one varint at buf[p]."""
+    value = shift = 0
+    while True:
+        try:
+            b = buf[p]
+        except IndexError:
+            raise CorruptXSpace(f"truncated varint at byte {p}") from None
+        value |= (b & 0x7F) << shift
+        p += 1
+        if b < 0x80:
+            return value, p
+        shift += 7
+        if shift > 63:
+            raise CorruptXSpace(f"varint too long at byte {p}")
+
+
+def _fields(buf, p: int, end: int):
+    """(field number, wire type, value or (start, end) of a length-delimited payload) of a message's fields."""
+    while p < end:
+        tag, p = _varint(buf, p)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            value, p = _varint(buf, p)
+        elif wt == 2:
+            n, p = _varint(buf, p)
+            value = (p, p + n)
+            p += n
+        elif wt == 1:
+            value, p = None, p + 8
+        elif wt == 5:
+            value, p = None, p + 4
+        else:
+            raise CorruptXSpace(f"wire type {wt} at byte {p}")
+        if p > end or num == 0:
+            raise CorruptXSpace(f"field {num} runs past its message at byte {p}")
+        yield num, wt, value
+
+
+def _nvarint(a: np.ndarray, p: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized varints: (values as uint64, positions after them) of the varints at positions p of the byte
+    array a; a varint that runs to `limit` (its message's end) or past 10 bytes is corrupt."""
+    if np.any(p >= limit):
+        raise CorruptXSpace("field runs past its message")
+    b = a[p]
+    value = (b & 0x7F).astype(np.uint64)
+    q = p + 1
+    more = np.flatnonzero(b & 0x80)
+    shift = 7
+    while more.size:
+        if shift > 63 or np.any(q[more] >= limit[more]):
+            raise CorruptXSpace("truncated varint")
+        b = a[q[more]]
+        value[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        q[more] += 1
+        more = more[(b & 0x80) != 0]
+        shift += 7
+    return value, q
+
+
+def _decode_messages(a: np.ndarray, start: np.ndarray, end: np.ndarray, varints: tuple, nested: int | None):
+    """Decode many small messages at once.  Returns ({field: (indices, uint64 values)} for the varint fields in
+    `varints`, (indices, payload starts, payload ends) of the length-delimited field `nested`, {field: (indices,
+    payload starts, ends)} of the other length-delimited fields, {field: (indices, positions)} of fixed64 fields).
+    Fields repeat in any order; the last of a repeated scalar wins, as in protobuf."""
+    out = {f: ([], []) for f in varints}
+    sub_i, sub_s, sub_e = [], [], []
+    lens: dict = {}
+    fixed: dict = {}
+    idx = np.flatnonzero(start < end)
+    pos = start.copy()
+    while idx.size:
+        p, lim = pos[idx], end[idx]
+        tag, p = _nvarint(a, p, lim)
+        num, wt = (tag >> np.uint64(3)).astype(np.int64), (tag & np.uint64(7)).astype(np.int64)
+        if np.any((num == 0) | (wt == 3) | (wt == 4) | (wt > 5)):
+            raise CorruptXSpace("bad field tag")
+        m = wt == 0
+        if m.any():
+            v, q = _nvarint(a, p[m], lim[m])
+            p[m] = q
+            for f in varints:
+                k = num[m] == f
+                if k.any():
+                    out[f][0].append(idx[m][k])
+                    out[f][1].append(v[k])
+        m = wt == 2
+        if m.any():
+            n, q = _nvarint(a, p[m], lim[m])
+            n = n.astype(np.int64)
+            qe = q + n
+            p[m] = qe
+            for f in np.unique(num[m]).tolist():
+                k = num[m] == f
+                dest = (sub_i, sub_s, sub_e) if f == nested else lens.setdefault(f, ([], [], []))
+                dest[0].append(idx[m][k])
+                dest[1].append(q[k])
+                dest[2].append(qe[k])
+        for w, width in ((1, 8), (5, 4)):
+            m = wt == w
+            if m.any():
+                fixed.setdefault(w, ([], [], []))
+                fixed[w][0].append(idx[m])
+                fixed[w][1].append(p[m])
+                fixed[w][2].append(num[m])
+                p[m] += width
+        if np.any(p > lim):
+            raise CorruptXSpace("field runs past its message")
+        pos[idx] = p
+        idx = idx[p < lim]
+
+    def cat(parts, dtype=np.int64):
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    varint_out = {f: (cat(i), cat(v, np.uint64)) for f, (i, v) in out.items()}
+    sub = (cat(sub_i), cat(sub_s), cat(sub_e))
+    lens_out = {f: tuple(cat(x) for x in v) for f, v in lens.items()}
+    fixed_out = {w: tuple(cat(x) for x in v) for w, v in fixed.items()}
+    return varint_out, sub, lens_out, fixed_out
+
+
+def _last(n: int, idx: np.ndarray, values: np.ndarray, fill, dtype) -> np.ndarray:
+    col = np.full(n, fill, dtype=dtype)
+    col[idx] = values.view(np.int64) if values.dtype == np.uint64 else values  # a repeated field: numpy assigns in order, so the last one wins, as protobuf's parser does
+    return col
+
+
+class _Strings:
+    """A plane's interned string stat values: ref_value → the stat metadata's name, str_value → the text."""
+
+    def __init__(self, stat_names: dict):
+        self.values: list[str] = []
+        self.codes: dict[str, int] = {}
+        self.stat_names = stat_names
+
+    def code(self, text: str) -> int:
+        c = self.codes.get(text)
+        if c is None:
+            c = self.codes[text] = len(self.values)
+            self.values.append(text)
+        return c
+
+
+def _decode_events(a: np.ndarray, mm, ev_s: np.ndarray, ev_e: np.ndarray, base_ps: int, wanted: dict,
+                   strings: _Strings, drop_aggregated: bool):
+    """One chunk of a line's events (payload starts/ends) → (start, dur, meta, stats) arrays."""
+    n = len(ev_s)
+    var, (si, ss, se), _, fixed = _decode_messages(a, ev_s, ev_e, (1, 2, 3, 5), nested=4)
+    meta = _last(n, *var[1], 0, np.int64)
+    offset = _last(n, *var[2], 0, np.int64)
+    dur = _last(n, *var[3], 0, np.int64)
+    keep = None
+    if drop_aggregated and len(var[5][0]):
+        # XEvent's `data` oneof: num_occurrences (5) instead of offset_ps (2) marks an aggregated event that has
+        # no place in time; the later of the two in the bytes is the one set
+        order = np.full(n, -1, dtype=np.int64)
+        order[var[2][0]] = 2
+        order[var[5][0]] = 5
+        keep = order != 5
+    stats = {}
+    ids = {mid: name for mid, name in strings.stat_names.items() if name in wanted}
+    if ids and len(si):
+        sv, _, slen, sfixed = _decode_messages(a, ss, se, (1, 3, 4, 7), nested=None)
+        m = len(si)
+        mid = _last(m, *sv[1], 0, np.int64)
+        want_ids = np.array(sorted(ids), dtype=np.int64)
+        hit = np.isin(mid, want_ids)
+        for stat_id, name in ids.items():
+            rows = hit & (mid == stat_id)
+            if not rows.any():
+                continue
+            kind = wanted[name]
+            col = np.full(n, MISSING if kind == "int" else -1, dtype=np.int64)
+            for f in (3, 4, 7):  # uint64, int64, ref — numbers, or (ref) a stat metadata name
+                j, v = sv[f]
+                sel = rows[j]
+                if not sel.any():
+                    continue
+                ev, v = si[j[sel]], v[sel]
+                if kind == "int" and f != 7:
+                    col[ev] = v.view(np.int64)
+                elif kind == "str":
+                    col[ev] = [strings.code(str(x) if f != 7 else strings.stat_names.get(int(x), ""))
+                               for x in v.tolist()]
+            if 1 in sfixed:  # double_value
+                j, pos, num = sfixed[1]
+                sel = rows[j] & (num == 2)
+                if sel.any():
+                    vals = np.frombuffer(b"".join(mm[q:q + 8] for q in pos[sel].tolist()), dtype="<f8")
+                    col[si[j[sel]]] = (vals.astype(np.int64) if kind == "int" else
+                                       [strings.code(repr(x)) for x in vals.tolist()])
+            if 5 in slen and kind == "str":  # str_value: decoded one by one (rare: TF's memcpy_details)
+                j, s0, s1 = slen[5]
+                sel = rows[j]
+                if sel.any():
+                    try:
+                        col[si[j[sel]]] = [strings.code(mm[x:y].decode("utf-8"))
+                                           for x, y in zip(s0[sel].tolist(), s1[sel].tolist())]
+                    except UnicodeDecodeError:
+                        raise CorruptXSpace("a string stat is not valid UTF-8") from None
+            stats[name] = col
+    start = offset + base_ps
+    if keep is not None:
+        start, dur, meta = start[keep], dur[keep], meta[keep]
+        stats = {k: v[keep] for k, v in stats.items()}
+    return start, dur, meta, stats
+
+
+def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings: _Strings,
+          drop_aggregated: bool) -> Columns | None:
+    """One XLine → Columns, or None when keep_line(name) says no rule reads it (its events are not walked)."""
+    lid = ts = 0
+    name = display = ""
+    starts, ends = array.array("q"), array.array("q")
+    push_s, push_e = starts.append, ends.append
+    while p < end:
+        tag = mm[p]
+        if tag == 0x22:  # an event: the one step per event done in Python (the hot loop)
+            b = mm[p + 1]
+            if b < 0x80:
+                q = p + 2
+                p = q + b
+            else:
+                n, q = _varint(mm, p + 1)
+                p = q + n
+            push_s(q)
+            push_e(p)
+            continue
+        (num, wt, value), = itertools.islice(_fields(mm, p, end), 1)
+        p = _skip(mm, p)
+        if num == 1 and wt == 0:
+            lid = value
+        elif num == 3 and wt == 0:
+            ts = value
+        elif num in (2, 11) and wt == 2:
+            try:
+                text = mm[value[0]:value[1]].decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptXSpace("a line name is not valid UTF-8") from None
+            if num == 2:
+                name = text
+                if not keep_line(name):
+                    return None
+            else:
+                display = text
+    if p != end:
+        raise CorruptXSpace(f"an event runs past its line at byte {p}")
+    if not keep_line(name):
+        return None
+    ev_s = np.frombuffer(starts, dtype=np.int64)
+    ev_e = np.frombuffer(ends, dtype=np.int64)
+    lid, ts = (v - (1 << 64) if v >= 1 << 63 else v for v in (lid, ts))  # int64 fields: two's complement
+    base = ts * 1000
+    parts = [_decode_events(a, mm, ev_s[i:i + _CHUNK_EVENTS], ev_e[i:i + _CHUNK_EVENTS], base, wanted, strings,
+                            drop_aggregated) for i in range(0, len(ev_s), _CHUNK_EVENTS)]
+    if parts:
+        start, dur, meta = (np.concatenate([x[k] for x in parts]) for k in range(3))
+        stats = {k: np.concatenate([x[3].get(k, np.full(len(x[0]), MISSING if wanted[k] == "int" else -1,
+                                                             dtype=np.int64)) for x in parts])
+                 for k in {k for x in parts for k in x[3]}}
+    else:
+        start = dur = meta = np.zeros(0, dtype=np.int64)
+        stats = {}
+    return Columns(lid, name, display, start, dur, meta, stats)
+
+
+def _skip(buf, p: int) -> int:
+    """Position after the one field at buf[p]."""
+    tag, p = _varint(buf, p)
+    wt = tag & 7
+    if wt == 0:
+        return _varint(buf, p)[1]
+    if wt == 2:
+        n, p = _varint(buf, p)
+        return p + n
+    if wt == 1:
+        return p + 8
+    if wt == 5:
+        return p + 4
+    raise CorruptXSpace(f"wire type {wt} at byte {p}")
+
+
+def _plane_kind(name: str) -> str:
+    """"host" (a /host:CPU plane: every line is a thread), "device" (an accelerator), or "other"."""
+    if name.startswith("/host:CPU"):
+        return "host"
+    m = _DEVICE_PLANE_RE.match(name)
+    return "device" if m and m.group(1).upper() != "CPU" else "other"
+
+
+def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
+    """One XPlane's bytes → PlaneColumns.  Everything but the lines (names, metadata, plane stats: small) is
+    parsed by protobuf; the lines are walked here, and only those a rule reads are decoded."""
+    pb = xplane_pb2()
+    lines, rest = [], []
+    for num, wt, value in _fields(mm, p, end):
+        if num == 3 and wt == 2:
+            lines.append(value)
+    # the plane without its lines, re-framed field by field, for protobuf to check and parse
+    q = p
+    while q < end:
+        nxt = _skip(mm, q)
+        tag, _ = _varint(mm, q)
+        if tag >> 3 != 3:
+            rest.append(mm[q:nxt])
+        q = nxt
+    head = pb.XPlane()
+    try:
+        head.ParseFromString(b"".join(rest))
+    except Exception as e:  # noqa: BLE001 — protobuf's DecodeError, or a bad UTF-8 string (ValueError)
+        raise CorruptXSpace(" ".join(str(e).split()).split(": ")[-1] or type(e).__name__) from None
+    stat_names = {k: m.name for k, m in head.stat_metadata.items()}
+    event_names = {k: m.name for k, m in head.event_metadata.items()}
+    strings = _Strings(stat_names)
+    stats = {}
+    for st in head.stats:
+        kind = st.WhichOneof("value")
+        stats[stat_names.get(st.metadata_id, "")] = (stat_names.get(st.ref_value, "") if kind == "ref_value" else
+                                                     getattr(st, kind) if kind else None)
+    kind = _plane_kind(head.name)
+    if kind == "host":
+        keep, wanted, drop = (lambda n: True), HOST_STATS, False
+    elif kind == "device":
+        # the lines devices.py counts (Stream lines, else XLA Ops) and the Steps line; derived lines skipped
+        names = [_line_name(mm, s, e) for s, e in lines]
+        counted = "Stream" if any(n.startswith("Stream") for n in names) else "XLA Ops"
+        keep = (lambda n: n == "Steps" or (n.startswith("Stream") if counted == "Stream" else n == "XLA Ops"))
+        wanted, drop = DEVICE_STATS, True
+    else:
+        keep, wanted, drop = (lambda n: False), {}, False
+    cols = [c for s, e in lines if (c := _line(mm, a, s, e, keep, wanted, strings, drop)) is not None]
+    hlo = {}
+    if head.name == "/host:metadata":
+        for meta in head.event_metadata.values():
+            for st in meta.stats:
+                if stat_names.get(st.metadata_id) == "Hlo Proto":
+                    hlo[re.sub(r"\(\d+\)$", "", meta.name)] = st.bytes_value
+    frames = kind == "host" and any(n.startswith("$") for n in event_names.values())
+    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo, frames)
+
+
+def _line_name(mm, p: int, end: int) -> str:
+    """An XLine's name (field 2) without walking its events (it is written before them)."""
+    for num, wt, value in _fields(mm, p, end):
+        if num == 2 and wt == 2:
+            return bytes(mm[value[0]:value[1]]).decode("utf-8", errors="replace")
+        if num == 4:
+            break
+    return ""
+
+
+@dataclass
+class SpaceColumns:
+    """A capture file read into columns: its hostnames, errors, and planes (PlaneColumns)."""
+    path: Path
+    hostnames: list
+    errors: list
+    planes: list
+
+    @property
+    def host(self) -> str:
+        return self.hostnames[0] if self.hostnames else self.path.name.removesuffix(".gz").removesuffix(".xplane.pb")
+
+
+def _mapped(path: Path):
+    """(mmap, the file object to close) of the capture; a gzipped one is inflated into a temporary file first."""
+    f = open(path, "rb")
+    if path.suffix == ".gz":
+        tmp = tempfile.TemporaryFile()
+        with f, gzip.open(f) as z:
+            shutil.copyfileobj(z, tmp, 1 << 22)
+        f = tmp
+    if os.fstat(f.fileno()).st_size == 0:
+        return None, f
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), f
+
+
+def read_columns(path, progress=None) -> SpaceColumns:
+    """The capture at `path` (`.xplane.pb`, or `.xplane.pb.gz`) as SpaceColumns: every /host:CPU line (threads)
+    and each accelerator plane's counted lines and Steps line as arrays, other planes' metadata only.  Planes are
+    read one at a time from the mapped file; `progress(plane_name, bytes_done, bytes_total)` is called after each.
+    Raises UsageError (one line naming the file) for a missing, unreadable or damaged file."""
+    p = Path(path)
+    try:
+        mm, f = _mapped(p)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise UsageError(f"{p}: cannot read profile ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        if mm is None:
+            raise CorruptXSpace("empty file")
+        a = np.frombuffer(mm, dtype=np.uint8)
+        hostnames, errors, planes = [], [], []
+        try:
+            for num, wt, value in _fields(mm, 0, len(mm)):
+                if wt != 2:
+                    continue
+                if num == 1:
+                    planes.append(_plane(mm, a, *value))
+                    if progress:
+                        progress(planes[-1].name, value[1], len(mm))
+                elif num in (2, 4):
+                    text = mm[value[0]:value[1]].decode("utf-8")
+                    (errors if num == 2 else hostnames).append(text)
+        except (CorruptXSpace, UnicodeDecodeError, IndexError) as e:
+            raise UsageError(f"{p}: corrupt, not a readable XSpace profile ({e}); the file is damaged or not an "
+                             f".xplane.pb") from None
+        finally:
+            del a
+    finally:
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # an array still views the map: it is released when that array goes
+                pass
+        f.close()
+    if not planes:
+        said = f"; the profiler reported: {' '.join(errors[0].split())}" if errors else ""
+        raise UsageError(f"{p}: no profiler planes in this file (empty, corrupt or not an .xplane.pb){said}")
+    if any("\ufffd" in pl.name for pl in planes):
+        raise UsageError(f"{p}: corrupt, not a readable XSpace profile (U+FFFD in plane names); the file is "
+                         f"damaged")
+    return SpaceColumns(p, hostnames, errors, planes)
