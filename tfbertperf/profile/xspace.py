@@ -168,7 +168,7 @@ DEVICE_STATS = {"hlo_module": "str", "memcpy_details": "str", "program_id": "int
 """Device-plane stats the rules read: the XLA program a kernel belongs to (name, id) and a copy's details."""
 
 _DEVICE_PLANE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
-_CHUNK_EVENTS = 1 << 20  # events decoded at once: bounds the temporary arrays (~100 MB) whatever the file's size
+_CHUNK_EVENTS = 1 << 18  # events decoded at once: bounds the temporary arrays (~50 MB) whatever the file's size
 
 
 class CorruptXSpace(Exception):
@@ -262,22 +262,26 @@ def _fields(buf, p: int, end: int):
 
 
 def _nvarint(a: np.ndarray, p: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized varints: (values as uint64, positions after them) of the varints at positions p of the byte
-    array a; a varint that runs to `limit` (its message's end) or past 10 bytes is corrupt."""
+    """Vectorized varints: (values as int64 — two's complement, as protobuf writes negative int64s — and the
+    positions after them) of the varints at positions p of the byte array a; a varint that runs to `limit` (its
+    message's end) or past 10 bytes is corrupt."""
     if np.any(p >= limit):
         raise CorruptXSpace("field runs past its message")
     b = a[p]
-    value = (b & 0x7F).astype(np.uint64)
+    more = np.flatnonzero(b >= 0x80)
+    value = b.astype(np.int64)
     q = p + 1
-    more = np.flatnonzero(b & 0x80)
+    if not more.size:  # the common case: one-byte values (tags, small ids, short lengths)
+        return value, q
+    value &= 0x7F
     shift = 7
     while more.size:
         if shift > 63 or np.any(q[more] >= limit[more]):
             raise CorruptXSpace("truncated varint")
         b = a[q[more]]
-        value[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        value[more] |= (b & 0x7F).astype(np.int64) << shift
         q[more] += 1
-        more = more[(b & 0x80) != 0]
+        more = more[b >= 0x80]
         shift += 7
     return value, q
 
@@ -296,7 +300,7 @@ def _decode_messages(a: np.ndarray, start: np.ndarray, end: np.ndarray, varints:
     while idx.size:
         p, lim = pos[idx], end[idx]
         tag, p = _nvarint(a, p, lim)
-        num, wt = (tag >> np.uint64(3)).astype(np.int64), (tag & np.uint64(7)).astype(np.int64)
+        num, wt = tag >> 3, tag & 7
         if np.any((num == 0) | (wt == 3) | (wt == 4) | (wt > 5)):
             raise CorruptXSpace("bad field tag")
         m = wt == 0
@@ -311,7 +315,6 @@ def _decode_messages(a: np.ndarray, start: np.ndarray, end: np.ndarray, varints:
         m = wt == 2
         if m.any():
             n, q = _nvarint(a, p[m], lim[m])
-            n = n.astype(np.int64)
             qe = q + n
             p[m] = qe
             for f in np.unique(num[m]).tolist():
@@ -336,7 +339,7 @@ def _decode_messages(a: np.ndarray, start: np.ndarray, end: np.ndarray, varints:
     def cat(parts, dtype=np.int64):
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
-    varint_out = {f: (cat(i), cat(v, np.uint64)) for f, (i, v) in out.items()}
+    varint_out = {f: (cat(i), cat(v)) for f, (i, v) in out.items()}
     sub = (cat(sub_i), cat(sub_s), cat(sub_e))
     lens_out = {f: tuple(cat(x) for x in v) for f, v in lens.items()}
     fixed_out = {w: tuple(cat(x) for x in v) for w, v in fixed.items()}
@@ -345,7 +348,7 @@ def _decode_messages(a: np.ndarray, start: np.ndarray, end: np.ndarray, varints:
 
 def _last(n: int, idx: np.ndarray, values: np.ndarray, fill, dtype) -> np.ndarray:
     col = np.full(n, fill, dtype=dtype)
-    col[idx] = values.view(np.int64) if values.dtype == np.uint64 else values  # a repeated field: numpy assigns in order, so the last one wins, as protobuf's parser does
+    col[idx] = values  # a repeated field: numpy assigns in order, so the last one wins, as protobuf's parser does
     return col
 
 
@@ -365,25 +368,76 @@ class _Strings:
         return c
 
 
+def _canonical_events(a: np.ndarray, s: np.ndarray, e: np.ndarray):
+    """The fast path: events written in field-number order (what every protobuf serializer does) —
+    [1 metadata_id] [2 offset_ps] [3 duration_ps] [4 stats]* [5 num_occurrences].  Returns (meta, offset, dur,
+    aggregated, (stat event indices, payload starts, payload ends), ok) where ok marks the events this order
+    read to their end; the others go to the general decoder."""
+    n, top = len(s), len(a) - 1
+    pos = s.copy()
+    cols = [np.zeros(n, dtype=np.int64) for _ in range(3)]
+    for tag, col in zip((0x08, 0x10, 0x18), cols):
+        m = np.flatnonzero((pos < e) & (a[np.minimum(pos, top)] == tag))
+        if m.size:
+            v, q = _nvarint(a, pos[m] + 1, e[m])
+            col[m] = v
+            pos[m] = q
+    si, ss, se = [], [], []
+    m = np.flatnonzero((pos < e) & (a[np.minimum(pos, top)] == 0x22))
+    while m.size:
+        ln, q = _nvarint(a, pos[m] + 1, e[m])
+        end = q + ln
+        si.append(m)
+        ss.append(q)
+        se.append(end)
+        pos[m] = end
+        m = m[(end < e[m]) & (a[np.minimum(end, top)] == 0x22)]
+    aggregated = np.zeros(n, dtype=bool)
+    m = np.flatnonzero((pos < e) & (a[np.minimum(pos, top)] == 0x28))
+    if m.size:
+        _, pos[m] = _nvarint(a, pos[m] + 1, e[m])
+        aggregated[m] = True
+    cat = (lambda x: np.concatenate(x) if x else np.zeros(0, dtype=np.int64))
+    return (*cols, aggregated, (cat(si), cat(ss), cat(se)), pos == e)
+
+
+def _general_events(a: np.ndarray, s: np.ndarray, e: np.ndarray):
+    """Any field order (the slow path, for events the fast path could not read); same results."""
+    n = len(s)
+    var, stats, _, _ = _decode_messages(a, s, e, (1, 2, 3, 5), nested=4)
+    order = np.full(n, -1, dtype=np.int64)  # XEvent's `data` oneof: the later of offset_ps / num_occurrences wins
+    order[var[2][0]] = 2
+    order[var[5][0]] = 5
+    return (_last(n, *var[1], 0, np.int64), _last(n, *var[2], 0, np.int64), _last(n, *var[3], 0, np.int64),
+            order == 5, stats)
+
+
 def _decode_events(a: np.ndarray, mm, ev_s: np.ndarray, ev_e: np.ndarray, base_ps: int, wanted: dict,
                    strings: _Strings, drop_aggregated: bool):
     """One chunk of a line's events (payload starts/ends) → (start, dur, meta, stats) arrays."""
     n = len(ev_s)
-    var, (si, ss, se), _, fixed = _decode_messages(a, ev_s, ev_e, (1, 2, 3, 5), nested=4)
-    meta = _last(n, *var[1], 0, np.int64)
-    offset = _last(n, *var[2], 0, np.int64)
-    dur = _last(n, *var[3], 0, np.int64)
-    keep = None
-    if drop_aggregated and len(var[5][0]):
-        # XEvent's `data` oneof: num_occurrences (5) instead of offset_ps (2) marks an aggregated event that has
-        # no place in time; the later of the two in the bytes is the one set
-        order = np.full(n, -1, dtype=np.int64)
-        order[var[2][0]] = 2
-        order[var[5][0]] = 5
-        keep = order != 5
+    meta, offset, dur, aggregated, (si, ss, se), ok = _canonical_events(a, ev_s, ev_e)
+    if not ok.all():
+        bad = np.flatnonzero(~ok)
+        keep_stats = ~np.isin(si, bad)
+        si, ss, se = si[keep_stats], ss[keep_stats], se[keep_stats]
+        m2, o2, d2, g2, (i2, s2, e2) = _general_events(a, ev_s[bad], ev_e[bad])
+        meta[bad], offset[bad], dur[bad], aggregated[bad] = m2, o2, d2, g2
+        si, ss, se = np.concatenate([si, bad[i2]]), np.concatenate([ss, s2]), np.concatenate([se, e2])
+    keep = ~aggregated if drop_aggregated and aggregated.any() else None
     stats = {}
     ids = {mid: name for mid, name in strings.stat_names.items() if name in wanted}
     if ids and len(si):
+        # only the stats a rule reads are decoded: their metadata id is the payload's first field (0x08) in
+        # every serializer; a stat that starts otherwise is decoded in full
+        top = len(a) - 1
+        first = (ss < se) & (a[np.minimum(ss, top)] == 0x08)
+        m = np.flatnonzero(first)
+        sid = np.full(len(si), -1, dtype=np.int64)
+        if m.size:
+            sid[m] = _nvarint(a, ss[m] + 1, se[m])[0]
+        sel = ~first | np.isin(sid, np.array(sorted(ids), dtype=np.int64))
+        si, ss, se = si[sel], ss[sel], se[sel]
         sv, _, slen, sfixed = _decode_messages(a, ss, se, (1, 3, 4, 7), nested=None)
         m = len(si)
         mid = _last(m, *sv[1], 0, np.int64)
@@ -402,10 +456,12 @@ def _decode_events(a: np.ndarray, mm, ev_s: np.ndarray, ev_e: np.ndarray, base_p
                     continue
                 ev, v = si[j[sel]], v[sel]
                 if kind == "int" and f != 7:
-                    col[ev] = v.view(np.int64)
-                elif kind == "str":
-                    col[ev] = [strings.code(str(x) if f != 7 else strings.stat_names.get(int(x), ""))
-                               for x in v.tolist()]
+                    col[ev] = v
+                elif kind == "str":  # interned once per distinct value, not once per event
+                    u, inv = np.unique(v, return_inverse=True)
+                    codes = [strings.code(strings.stat_names.get(x, "") if f == 7 else
+                                          str(x if f == 4 or x >= 0 else x + (1 << 64))) for x in u.tolist()]
+                    col[ev] = np.array(codes, dtype=np.int64)[inv]
             if 1 in sfixed:  # double_value
                 j, pos, num = sfixed[1]
                 sel = rows[j] & (num == 2)
@@ -435,20 +491,17 @@ def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings:
     """One XLine → Columns, or None when keep_line(name) says no rule reads it (its events are not walked)."""
     lid = ts = 0
     name = display = ""
-    starts, ends = array.array("q"), array.array("q")
-    push_s, push_e = starts.append, ends.append
+    tags = array.array("q")  # where each event's field starts; the rest is found for all of them at once
+    push = tags.append
     while p < end:
-        tag = mm[p]
-        if tag == 0x22:  # an event: the one step per event done in Python (the hot loop)
+        if mm[p] == 0x22:  # an event: the one step per event done in Python (the hot loop)
+            push(p)
             b = mm[p + 1]
             if b < 0x80:
-                q = p + 2
-                p = q + b
+                p += 2 + b
             else:
                 n, q = _varint(mm, p + 1)
                 p = q + n
-            push_s(q)
-            push_e(p)
             continue
         (num, wt, value), = itertools.islice(_fields(mm, p, end), 1)
         p = _skip(mm, p)
@@ -471,8 +524,9 @@ def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings:
         raise CorruptXSpace(f"an event runs past its line at byte {p}")
     if not keep_line(name):
         return None
-    ev_s = np.frombuffer(starts, dtype=np.int64)
-    ev_e = np.frombuffer(ends, dtype=np.int64)
+    ev_t = np.frombuffer(tags, dtype=np.int64)
+    ln, ev_s = _nvarint(a, ev_t + 1, np.full(len(ev_t), end, dtype=np.int64))
+    ev_e = ev_s + ln
     lid, ts = (v - (1 << 64) if v >= 1 << 63 else v for v in (lid, ts))  # int64 fields: two's complement
     base = ts * 1000
     parts = [_decode_events(a, mm, ev_s[i:i + _CHUNK_EVENTS], ev_e[i:i + _CHUNK_EVENTS], base, wanted, strings,
