@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import numpy as np
+
 from tfbertperf.profile.trace import Trace
 from tfbertperf.profile.xspace import hlo_pb2
 
@@ -44,10 +46,13 @@ def xla_compiled(trace: Trace) -> bool | None:
     return any(d.hlo_modules for d in active)
 
 
+def _graph_launch(name: str) -> bool:
+    return name.startswith(("cuGraphLaunch", "command_buffer", "hipGraphLaunch"))
+
+
 def cuda_graphs(trace: Trace) -> bool:
     """The host launched work as CUDA graphs / XLA command buffers (cuGraphLaunch, command_buffer events)."""
-    return any(e.name.startswith(("cuGraphLaunch", "command_buffer", "hipGraphLaunch"))
-               for t in trace.threads for e in t.events)
+    return any(t.mask(_graph_launch).any() for t in trace.threads)
 
 
 def _hlo_precision(trace: Trace) -> str | None:
@@ -109,7 +114,8 @@ def profiler_cost(trace: Trace, steps, measured_step_ms: float | None) -> dict:
                 "added_fraction": round(added / captured, 4) if captured else None,
                 "basis": "measured: the captured step against the run's always-on step timer"}
     lo, hi = (steps[0].start, steps[-1].end) if steps else (0, 0)
-    events = sum(1 for t in trace.threads for e in t.events if lo <= e.start < hi)
+    events = sum(int(np.searchsorted(t.start, hi, "left") - np.searchsorted(t.start, lo, "left"))
+                 for t in trace.threads)  # events starting in [lo, hi): each thread's starts are sorted
     est_ms = events / max(1, n) * HOST_EVENT_COST_US / 1e3
     return {"captured_step_ms": round(captured, 3), "host_events_per_step": round(events / max(1, n)),
             "python_tracer": trace.python_tracer, "added_ms_per_step_estimate": round(est_ms, 3),

@@ -35,6 +35,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import contention, devices, intervals, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
@@ -149,18 +151,24 @@ INPUT_OP_PREFIXES = ("Iterator::", "MemcpyHToD", "InfeedEnqueue")
 IsInfeedEnqueueOp, IsMemcpyHToDOp)."""
 
 
+def _is_input_op(name: str) -> bool:
+    return name.startswith(INPUT_OP_PREFIXES)
+
+
 def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
     """The input-op figures per step the capture spans (steptable.input_ops_per_step): the capture's span and
     its wall time with an input op running are read from the host plane (union over threads)."""
     if not step_ms:  # no step to divide by (the caller fills them in once it has one)
         return {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
                 "input_ops_capture_steps": None}
-    events = [e for t in load_trace(xplanes).threads for e in t.events]
-    if not events:
+    trace = load_trace(xplanes)
+    span = trace.host_span()
+    if span is None:
         return input_ops_per_step(ipa, rows, None)
-    span_ps = max(e.end for e in events) - min(e.start for e in events)
-    wall_ps = intervals.length(intervals.union((e.start, e.end) for e in events
-                                               if e.name.startswith(INPUT_OP_PREFIXES)))
+    span_ps = span[1] - span[0]
+    ops = [(t, t.mask(_is_input_op)) for t in trace.threads]
+    wall_ps = intervals.length(intervals.union(np.concatenate(
+        [intervals.from_columns(t.start[m], t.end[m]) for t, m in ops] or [intervals.EMPTY])))
     return input_ops_per_step(ipa, max(rows, span_ps / 1e9 / step_ms), wall_ps / 1e6)
 
 
