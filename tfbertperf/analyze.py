@@ -50,11 +50,12 @@ def read_run_report(path) -> dict | None:
     return None
 
 
-def analyze(path, session: str | None = None, trace: bool = True) -> dict:
+def analyze(path, session: str | None = None, trace: bool = True, xprof: str = "auto") -> dict:
     """Attribution document for a profile PATH (see module docstring): attribution, verdict, AU, hosts.
 
     When PATH is one of our run directories, its report.json supplies the config (advice names its knobs),
-    the storage metrics, the steady step time and the what-if probe (input_cost_fraction)."""
+    the storage metrics, the steady step time and the what-if probe (input_cost_fraction).  xprof: when xprof's
+    converter runs ("auto" | "always" | "never"; profile/xprof_attribution.py XPROF_MODES)."""
     from tfbertperf.profile import attribution, devices, xprof_tools
 
     xplanes = xprof_tools.find_xplanes(path, session=session)
@@ -76,7 +77,7 @@ def analyze(path, session: str | None = None, trace: bool = True) -> dict:
             if icf is not None:
                 kw["compute_only_step_ms"] = T * (1.0 - icf)
     try:
-        doc = attribution.attribute(xplanes, trace=trace, **kw)
+        doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:
         if not any(d["events"] for d in devs):
             raise
@@ -103,6 +104,10 @@ def main(argv=None) -> int:
                    help="--validate: runs per configuration, interleaved round-robin (default 3)")
     p.add_argument("--advice", action="append", default=[], metavar="KEY=V[,KEY=V]",
                    help="--validate these overrides (repeatable: one advice each) instead of the verdict's advice")
+    p.add_argument("--xprof", choices=("auto", "always", "never"), default="auto",
+                   help="when xprof's input_pipeline_analyzer runs: auto (default) only where its figures are the "
+                        "answer or feed it — host compute, no device-idle reading, tf.data input ops; always; "
+                        "never. attribution.xprof in --json says whether it ran and why not")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
@@ -114,8 +119,8 @@ def main(argv=None) -> int:
         raise UsageError(f"{' '.join(a.path)}: give one logdir/session dir, or several .xplane.pb files")
     path = a.path if len(a.path) > 1 else a.path[0]
     if sys.stderr.isatty():  # progress for people; logs and error checks see only the result or one error line
-        print("tfbertperf analyze: converting the profile with xprof …", file=sys.stderr, flush=True)
-    doc = analyze(path, session=a.session, trace=not a.no_trace)
+        print("tfbertperf analyze: reading the profile …", file=sys.stderr, flush=True)
+    doc = analyze(path, session=a.session, trace=not a.no_trace, xprof=a.xprof)
     if a.validate:
         report = read_run_report(path)
         if not report:
