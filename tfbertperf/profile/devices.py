@@ -85,7 +85,8 @@ def h2d_intervals(paths: list[str], device: str | None = None) -> list[tuple[int
     With device=None the union over all device planes: the wall time during which at least one H2D copy was in
     flight (copies to 8 GPUs at once count once).  device="GPU:4" restricts it to one plane.
     """
-    return _union(np.concatenate([d["h2d"] for d in _select(paths, device)] or [np.zeros((0, 2), np.int64)]))
+    merged = _union(np.concatenate([d["h2d"] for d in _select(paths, device)] or [np.zeros((0, 2), np.int64)]))
+    return [(s, e) for s, e in merged.tolist()]
 
 
 def h2d_ms_between(paths: list[str], start_ps: int, end_ps: int, device: str | None = None) -> float:

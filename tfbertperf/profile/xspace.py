@@ -705,27 +705,26 @@ def read_columns(path, progress=None) -> SpaceColumns:
         mm, f = _mapped(p)
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise UsageError(f"{p}: cannot read profile ({getattr(e, 'strerror', None) or e})") from None
+    hostnames, errors, planes = [], [], []
     try:
-        if mm is None:
-            raise CorruptXSpace("empty file")
-        a = np.frombuffer(mm, dtype=np.uint8)
-        hostnames, errors, planes = [], [], []
-        try:
-            for num, wt, value in _fields(mm, 0, len(mm)):
-                if wt != 2:
-                    continue
-                if num == 1:
-                    planes.append(_plane(mm, a, *value))
-                    if progress:
-                        progress(planes[-1].name, value[1], len(mm))
-                elif num in (2, 4):
-                    text = mm[value[0]:value[1]].decode("utf-8")
-                    (errors if num == 2 else hostnames).append(text)
-        except (CorruptXSpace, UnicodeDecodeError, IndexError) as e:
-            raise UsageError(f"{p}: corrupt, not a readable XSpace profile ({e}); the file is damaged or not an "
-                             f".xplane.pb") from None
-        finally:
-            del a
+        if mm is not None:  # an empty file has no planes: said below
+            a = np.frombuffer(mm, dtype=np.uint8)
+            try:
+                for num, wt, value in _fields(mm, 0, len(mm)):
+                    if wt != 2:
+                        continue
+                    if num == 1:
+                        planes.append(_plane(mm, a, *value))
+                        if progress:
+                            progress(planes[-1].name, value[1], len(mm))
+                    elif num in (2, 4):
+                        text = mm[value[0]:value[1]].decode("utf-8")
+                        (errors if num == 2 else hostnames).append(text)
+            except (CorruptXSpace, UnicodeDecodeError, IndexError) as e:
+                raise UsageError(f"{p}: corrupt, not a readable XSpace profile ({e}); the file is damaged or not "
+                                 f"an .xplane.pb") from None
+            finally:
+                del a
     finally:
         if mm is not None:
             try:
