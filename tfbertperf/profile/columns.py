@@ -74,6 +74,30 @@ class Names:
         return self.table(rule)[codes]
 
 
+def parents(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent index or -1, depth) of each event of a thread sorted by (start, −end): the innermost earlier
+    event still open when it starts (a stack walk; chunked so that only one chunk's Python ints exist)."""
+    n = len(start)
+    parent = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    stack: list[int] = []
+    ends: list[int] = []
+    for lo in range(0, n, 1 << 18):
+        s_chunk, e_chunk = start[lo:lo + (1 << 18)].tolist(), end[lo:lo + (1 << 18)].tolist()
+        par, dep = [0] * len(s_chunk), [0] * len(s_chunk)
+        for j, (s, e) in enumerate(zip(s_chunk, e_chunk)):
+            while ends and ends[-1] <= s:
+                ends.pop()
+                stack.pop()
+            par[j] = stack[-1] if stack else -1
+            dep[j] = len(stack)
+            stack.append(lo + j)
+            ends.append(e)
+        parent[lo:lo + len(par)] = par
+        depth[lo:lo + len(dep)] = dep
+    return parent, depth
+
+
 @dataclass
 class HostEvent:
     """One host event as an object (for readers of a few events: markers, tests)."""
@@ -94,6 +118,7 @@ class HostThread:
     name_id: np.ndarray
     step_num: np.ndarray
     names: Names
+    _nesting: tuple | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -111,6 +136,13 @@ class HostThread:
     def events(self) -> list[HostEvent]:
         """Every event as an object — for small captures and tests; the rules read the columns."""
         return [self.event(i) for i in range(len(self))]
+
+    def nesting(self) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, depth) per event: the innermost earlier event still open when it starts (-1: none) and how
+        many are (columns.parents) — the call nesting of Python frames and TraceMe scopes, computed once."""
+        if self._nesting is None:
+            self._nesting = parents(self.start, self.end)
+        return self._nesting
 
     def marker_index(self) -> np.ndarray:
         """Indices of the step-marker events."""
@@ -157,6 +189,7 @@ class DevicePlane:
     kernel_names: dict  # kernel name → count
     hlo_modules: dict  # XLA program name (hlo_module stat) → kernel count
     program_ids: dict  # XLA program id (program_id stat) → kernel count
+    programs: dict  # (hlo_module name or None, program_id or None) → kernel count
     vendor: str | None
     compute_capability: str | None
     model: str | None
@@ -228,6 +261,13 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
             hlo[strings[i]] = hlo.get(strings[i], 0) + c
     u, n = np.unique(kp[kp != MISSING], return_counts=True)
     programs = dict(zip(u.tolist(), n.tolist()))
+    pairs: dict = {}  # (program name, program id) → kernels: one name may be compiled into several programs
+    has = (km >= 0) | (kp != MISSING)
+    if has.any():
+        u, n = np.unique(np.stack([km[has], kp[has]], axis=1), axis=0, return_counts=True)
+        for (mod, pid), c in zip(u.tolist(), n.tolist()):
+            key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else pid)
+            pairs[key] = pairs.get(key, 0) + c
     steps = []
     for line in (c for c in plane.lines if c.name == "Steps"):
         steps += [(names.get(m, ""), s, e) for m, s, e in zip(line.meta.tolist(), line.start.tolist(),
@@ -240,7 +280,7 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
         cc = f"{int(stats['compute_cap_major'])}.{int(stats.get('compute_cap_minor') or 0)}"
     return DevicePlane(host, plane.name, kind, index, counted, first, last,
                        iv.union(iv.from_columns(ks, ke)), iv.union(iv.from_columns(cs, ce)), h2d, d2h, steps, copies,
-                       kernel_names, hlo, programs, stats.get("device_vendor") or None, cc,
+                       kernel_names, hlo, programs, pairs, stats.get("device_vendor") or None, cc,
                        stats.get("device_name") or stats.get("gpu_device_name") or stats.get("device_type_string")
                        or None)
 

@@ -95,30 +95,6 @@ def _is_loader_frame(name: str) -> bool:
     return name.startswith("$") and bool(LOADER_LEAF.search(name.split(" ", 1)[-1]))
 
 
-def _parents(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(parent index or -1, depth) of each event of a thread sorted by (start, −end): the innermost earlier
-    event still open when it starts (a stack walk; chunked so that only one chunk's Python ints exist)."""
-    n = len(start)
-    parent = np.empty(n, dtype=np.int64)
-    depth = np.empty(n, dtype=np.int64)
-    stack: list[int] = []
-    ends: list[int] = []
-    for lo in range(0, n, 1 << 18):
-        s_chunk, e_chunk = start[lo:lo + (1 << 18)].tolist(), end[lo:lo + (1 << 18)].tolist()
-        par, dep = [0] * len(s_chunk), [0] * len(s_chunk)
-        for j, (s, e) in enumerate(zip(s_chunk, e_chunk)):
-            while ends and ends[-1] <= s:
-                ends.pop()
-                stack.pop()
-            par[j] = stack[-1] if stack else -1
-            dep[j] = len(stack)
-            stack.append(lo + j)
-            ends.append(e)
-        parent[lo:lo + len(par)] = par
-        depth[lo:lo + len(dep)] = dep
-    return parent, depth
-
-
 def _python_frames(thread: HostThread, markers) -> tuple[np.ndarray, np.ndarray]:
     """(input frames, other Python frames) of the training thread (module docstring, rule 3), as interval rows."""
     start, end = thread.start, thread.end
@@ -129,7 +105,7 @@ def _python_frames(thread: HostThread, markers) -> tuple[np.ndarray, np.ndarray]
     own = np.isin(kinds, [_KINDS.index(k) for k in _HANDOFF])
     handoff = own.copy()
     loader = thread.mask(_is_loader_frame)
-    parent, depth = _parents(start, end)
+    parent, depth = thread.nesting()
     for d in range(int(depth.max()), 0, -1):  # children after parents: fold the flags up, deepest level first
         at = np.flatnonzero(depth == d)
         handoff[parent[at[handoff[at]]]] = True

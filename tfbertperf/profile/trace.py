@@ -12,7 +12,8 @@ Times are picoseconds on the profile clock (host and device planes share it: an 
   - device kernel: an event on a device plane's counted line that is not a copy (profile/devices.py); a copy:
     one that is.  Copies carry bytes and the source memory kind when the tracer wrote a `memcpy_details` stat
     ("kind_src:pageable … size:50331648").  `hlo_modules`: the `hlo_module` stats of the kernels (XLA programs
-    that ran on the device, e.g. "jit_step"); `program_ids`: their `program_id` stats.
+    that ran on the device, e.g. "jit_step"); `program_ids`: their `program_id` stats; `programs`: the
+    (name, id) pairs — one name can be several compiled programs.
   - python_tracer: the host plane holds Python tracer frames (events named "$file.py:line function").
 """
 
@@ -40,6 +41,7 @@ class DeviceTrace:
     hlo_modules: Counter  # XLA program name → kernel count
     summary: dict  # devices.device_planes' row for this plane
     program_ids: Counter = field(default_factory=Counter)  # XLA program id → kernel count
+    programs: Counter = field(default_factory=Counter)  # (program name, program id) → kernel count
 
 
 @dataclass
@@ -92,7 +94,8 @@ def _build(stamps: tuple) -> Trace:
         for plane in d.devices:
             trace.devices.append(DeviceTrace(plane.host, plane.name, plane.busy, plane.copies,
                                              Counter(plane.kernel_names), Counter(plane.hlo_modules),
-                                             {**rows[plane.name], "path": str(path)}, Counter(plane.program_ids)))
+                                             {**rows[plane.name], "path": str(path)}, Counter(plane.program_ids),
+                                             Counter(plane.programs)))
         if d.hlo_protos:
             hlo = {**(hlo or {}), **d.hlo_protos}
     trace.hlo_protos = hlo or {}
