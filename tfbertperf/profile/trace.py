@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.profile import devices
-from tfbertperf.profile.columns import Copies, HostEvent, HostThread, digest, is_python_frame  # noqa: F401  (HostEvent: re-export)
-from tfbertperf.profile.xspace import MISSING  # noqa: F401  (the rules compare step_num with it)
+# HostEvent and MISSING are re-exported: readers of a few events and the rules compare with them
+from tfbertperf.profile.columns import Copies, HostEvent, HostThread, digest, is_python_frame  # noqa: F401
+from tfbertperf.profile.xspace import MISSING  # noqa: F401
 
 
 @dataclass

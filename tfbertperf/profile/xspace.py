@@ -17,7 +17,6 @@ import functools
 import gzip
 import importlib
 import importlib.util
-import itertools
 import mmap
 import os
 import re
@@ -209,7 +208,6 @@ class PlaneColumns:
     lines: list
     strings: list
     hlo_protos: dict = field(default_factory=dict)
-    python_frames: bool = False  # event metadata named "$file.py:line function" (Python tracer frames)
 
     def name_table(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """(codes, names): the events' metadata ids as indices into `names` (unknown ids → "", as a missing
@@ -239,25 +237,32 @@ def _varint(buf, p: int) -> tuple[int, int]:
             raise CorruptXSpace(f"varint too long at byte {p}")
 
 
+def _field_at(buf, p: int, end: int) -> tuple[int, int, object, int]:
+    """(field number, wire type, value — a number, (start, end) of a length-delimited payload, or None for a
+    fixed-size one —, position after it) of the one field at buf[p], inside a message ending at `end`."""
+    tag, p = _varint(buf, p)
+    num, wt = tag >> 3, tag & 7
+    if wt == 0:
+        value, p = _varint(buf, p)
+    elif wt == 2:
+        n, p = _varint(buf, p)
+        value = (p, p + n)
+        p += n
+    elif wt == 1:
+        value, p = None, p + 8
+    elif wt == 5:
+        value, p = None, p + 4
+    else:
+        raise CorruptXSpace(f"wire type {wt} at byte {p}")
+    if p > end or num == 0:
+        raise CorruptXSpace(f"field {num} runs past its message at byte {p}")
+    return num, wt, value, p
+
+
 def _fields(buf, p: int, end: int):
-    """(field number, wire type, value or (start, end) of a length-delimited payload) of a message's fields."""
+    """(field number, wire type, value) of each field of the message buf[p:end] (_field_at)."""
     while p < end:
-        tag, p = _varint(buf, p)
-        num, wt = tag >> 3, tag & 7
-        if wt == 0:
-            value, p = _varint(buf, p)
-        elif wt == 2:
-            n, p = _varint(buf, p)
-            value = (p, p + n)
-            p += n
-        elif wt == 1:
-            value, p = None, p + 8
-        elif wt == 5:
-            value, p = None, p + 4
-        else:
-            raise CorruptXSpace(f"wire type {wt} at byte {p}")
-        if p > end or num == 0:
-            raise CorruptXSpace(f"field {num} runs past its message at byte {p}")
+        num, wt, value, p = _field_at(buf, p, end)
         yield num, wt, value
 
 
@@ -453,8 +458,8 @@ def _general_events(a: np.ndarray, s: np.ndarray, e: np.ndarray):
             order == 5, stats)
 
 
-def _decode_events(a: np.ndarray, words: np.ndarray, mm, ev_s: np.ndarray, ev_e: np.ndarray, base_ps: int, wanted: dict,
-                   strings: _Strings, drop_aggregated: bool):
+def _decode_events(a: np.ndarray, words: np.ndarray, mm, ev_s: np.ndarray, ev_e: np.ndarray, base_ps: int,
+                   wanted: dict, strings: _Strings, drop_aggregated: bool):
     """One chunk of a line's events (payload starts/ends) → (start, dur, meta, stats) arrays."""
     n = len(ev_s)
     meta, offset, dur, aggregated, (si, ss, se), ok = _canonical_events(a, words, ev_s, ev_e)
@@ -544,8 +549,7 @@ def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings:
                 n, q = _varint(mm, p + 1)
                 p = q + n
             continue
-        (num, wt, value), = itertools.islice(_fields(mm, p, end), 1)
-        p = _skip(mm, p)
+        num, wt, value, p = _field_at(mm, p, end)
         if num == 1 and wt == 0:
             lid = value
         elif num == 3 and wt == 0:
@@ -584,22 +588,6 @@ def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings:
     return Columns(lid, name, display, start, dur, meta, stats)
 
 
-def _skip(buf, p: int) -> int:
-    """Position after the one field at buf[p]."""
-    tag, p = _varint(buf, p)
-    wt = tag & 7
-    if wt == 0:
-        return _varint(buf, p)[1]
-    if wt == 2:
-        n, p = _varint(buf, p)
-        return p + n
-    if wt == 1:
-        return p + 8
-    if wt == 5:
-        return p + 4
-    raise CorruptXSpace(f"wire type {wt} at byte {p}")
-
-
 def _plane_kind(name: str) -> str:
     """"host" (a /host:CPU plane: every line is a thread), "device" (an accelerator), or "other"."""
     if name.startswith("/host:CPU"):
@@ -612,16 +600,13 @@ def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
     """One XPlane's bytes → PlaneColumns.  Everything but the lines (names, metadata, plane stats: small) is
     parsed by protobuf; the lines are walked here, and only those a rule reads are decoded."""
     pb = xplane_pb2()
-    lines, rest = [], []
-    for num, wt, value in _fields(mm, p, end):
-        if num == 3 and wt == 2:
-            lines.append(value)
-    # the plane without its lines, re-framed field by field, for protobuf to check and parse
+    lines, rest = [], []  # the lines' payloads; the plane's other fields as written, for protobuf to parse
     q = p
     while q < end:
-        nxt = _skip(mm, q)
-        tag, _ = _varint(mm, q)
-        if tag >> 3 != 3:
+        num, wt, value, nxt = _field_at(mm, q, end)
+        if num == 3 and wt == 2:
+            lines.append(value)
+        else:
             rest.append(mm[q:nxt])
         q = nxt
     head = pb.XPlane()
@@ -655,8 +640,7 @@ def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
             for st in meta.stats:
                 if stat_names.get(st.metadata_id) == "Hlo Proto":
                     hlo[re.sub(r"\(\d+\)$", "", meta.name)] = st.bytes_value
-    frames = kind == "host" and any(n.startswith("$") for n in event_names.values())
-    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo, frames)
+    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo)
 
 
 def _line_name(mm, p: int, end: int) -> str:
