@@ -5,7 +5,8 @@ repeated k times, step numbers kept unique; 10 MB unpacked → k = 32: 132 MB, k
 
     python tools/bench/bench_analyze_scale.py [--k 1 8 32 250] [--reps 3] [--xprof-up-to-mb 200]
 
-Each measurement is its own process, timed and sized by /usr/bin/time (wall seconds, peak RSS of the process);
+Each measurement is its own process, timed and sized by /usr/bin/time (wall seconds, CPU seconds, peak RSS of the
+process — CPU seconds say more than wall time on a machine others load);
 the two tools alternate which goes first, and the ratios are per pair (analyze ÷ xprof of the same round), with
 their median and range.  analyze runs as users run it (`python -m tfbertperf analyze --json FILE`, default
 --xprof auto).  Scaled captures are written under --dir (default /tmp/tfbertperf-scale) and reused; never commit
@@ -59,16 +60,16 @@ def capture(k: int, folder: Path) -> Path:
     return out
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of one process."""
+def measure(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds — user + system) of one process."""
     with tempfile.NamedTemporaryFile("r") as stats:
-        p = subprocess.run(["/usr/bin/time", "-o", stats.name, "-f", "%e %M", *cmd], stdout=subprocess.DEVNULL,
+        p = subprocess.run(["/usr/bin/time", "-o", stats.name, "-f", "%e %M %U %S", *cmd], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT),
                                                                    "TF_CPP_MIN_LOG_LEVEL": "2"})
         if p.returncode != 0:
             raise SystemExit(f"{' '.join(cmd[:4])} … failed ({p.returncode}): {p.stderr.strip()[-500:]}")
-        wall, kb = stats.read().split()[-2:]
-    return float(wall), int(kb) / 1024
+        wall, kb, user, system = stats.read().split()[-4:]
+    return float(wall), int(kb) / 1024, float(user) + float(system)
 
 
 def _spread(xs: list[float], fmt: str) -> str:
@@ -103,27 +104,29 @@ def main() -> int:
                 if who == "xprof" and not with_xprof:
                     continue
                 got[who] = measure((ours_cmd if who == "ours" else xprof_cmd) + [str(path)])
-                print(f"k={k} {mb:.0f} MB round {r + 1} {who}: {got[who][0]:.2f} s, {got[who][1]:.0f} MB",
+                print(f"k={k} {mb:.0f} MB round {r + 1} {who}: {got[who][0]:.2f} s, {got[who][1]:.0f} MB, "
+                      f"{got[who][2]:.2f} s CPU",
                       file=sys.stderr, flush=True)
             ours.append(got["ours"])
             if "xprof" in got:
                 xprof.append(got["xprof"])
         load1 = os.getloadavg()
         rows.append((k, mb, ours, xprof, load0, load1))
-    print("| capture | analyze s | analyze peak RSS MB | analyze ms/MB | RSS MB/MB | xprof overview+input pipeline s"
-          " | xprof peak RSS MB | time ratio (per pair) | RSS ratio (per pair) | load avg (1 min) before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| capture | analyze s | analyze CPU s | analyze peak RSS MB | analyze ms/MB | RSS MB/MB "
+          "| xprof overview+input pipeline s | xprof CPU s | xprof peak RSS MB | time ratio (per pair) "
+          "| CPU ratio (per pair) | RSS ratio (per pair) | load avg (1 min) before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k, mb, ours, xprof, load0, load1 in rows:
         t = [x[0] for x in ours]
         m = [x[1] for x in ours]
-        cells = [f"k={k}, {mb:.0f} MB", _spread(t, ".2f"), _spread(m, ".0f"),
+        cells = [f"k={k}, {mb:.0f} MB", _spread(t, ".2f"), _spread([x[2] for x in ours], ".2f"), _spread(m, ".0f"),
                  _spread([1e3 * x / mb for x in t], ".0f"), _spread([x / mb for x in m], ".2f")]
         if xprof:
-            cells += [_spread([x[0] for x in xprof], ".2f"), _spread([x[1] for x in xprof], ".0f"),
-                      _spread([o[0] / x[0] for o, x in zip(ours, xprof)], ".2f") + "×",
-                      _spread([o[1] / x[1] for o, x in zip(ours, xprof)], ".2f") + "×"]
+            cells += [_spread([x[0] for x in xprof], ".2f"), _spread([x[2] for x in xprof], ".2f"),
+                      _spread([x[1] for x in xprof], ".0f")]
+            cells += [_spread([o[i] / x[i] for o, x in zip(ours, xprof)], ".2f") + "×" for i in (0, 2, 1)]
         else:
-            cells += ["not run", "—", "—", "—"]
+            cells += ["not run", "—", "—", "—", "—", "—"]
         cells.append(f"{load0[0]:.1f} → {load1[0]:.1f}")
         print("| " + " | ".join(cells) + " |")
     return 0
