@@ -212,37 +212,38 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
     kern_s, kern_e, kern_n, kern_mod, kern_pid = [], [], [], [], []
     cp = {"s": [], "e": [], "d": [], "b": [], "k": []}
     strings = plane.strings
-    sizes = {i: (int(m.group(1)) if (m := _SIZE_RE.search(t)) else 0) for i, t in enumerate(strings)}
-    kinds = {i: (m.group(1) if (m := _KIND_SRC_RE.search(t)) else None) for i, t in enumerate(strings)}
+    # per interned string (-1, no stat: the last entry): the copy's size and source memory kind
+    sizes = np.array([int(m.group(1)) if (m := _SIZE_RE.search(t)) else 0 for t in strings] + [0], dtype=np.int64)
+    kinds = [m.group(1) if (m := _KIND_SRC_RE.search(t)) else None for t in strings] + [None]
+    values: list = []
     for line in lines:
+        codes, values = plane.name_table(line.meta)  # per distinct name, not per event: is it a copy, which way
+        memcpy = np.array([v.startswith("Memcpy") for v in values], dtype=bool)
         tags = stream_tags(line.name)
         copy_only = bool(tags) and all(t.startswith("Memcpy") for t in tags)
         start, end = line.start, line.end
-        ids = np.unique(line.meta)
-        memcpy_ids = np.array([i for i in ids.tolist() if names.get(i, "").startswith("Memcpy")], dtype=np.int64)
-        is_copy = np.ones(len(line), dtype=bool) if copy_only else np.isin(line.meta, memcpy_ids)
+        is_copy = np.ones(len(line), dtype=bool) if copy_only else memcpy[codes]
         k = ~is_copy
         kern_s.append(start[k])
         kern_e.append(end[k])
-        kern_n.append(line.meta[k])
+        kern_n.append(codes[k])
         for stat, out in (("hlo_module", kern_mod), ("program_id", kern_pid)):
             col = line.stats.get(stat)
             out.append(col[k] if col is not None else np.full(int(k.sum()), -1 if stat == "hlo_module" else MISSING,
                                                              dtype=np.int64))
         if is_copy.any():
-            meta = line.meta[is_copy]
-            fallback = copy_direction(tags[0] if len(tags) == 1 else "")
-            direction = {i: DIRECTIONS.index(copy_direction(n) if (n := names.get(i, "")).startswith("Memcpy")
-                                             else fallback) for i in np.unique(meta).tolist()}
+            fallback = DIRECTIONS.index(copy_direction(tags[0] if len(tags) == 1 else ""))
+            direction = np.array([DIRECTIONS.index(copy_direction(v)) if m else fallback
+                                  for v, m in zip(values, memcpy)], dtype=np.int8)
             cp["s"].append(start[is_copy])
             cp["e"].append(end[is_copy])
-            cp["d"].append(np.array([direction[i] for i in meta.tolist()], dtype=np.int8))
+            cp["d"].append(direction[codes[is_copy]])
             det = line.stats.get("memcpy_details")
-            det = det[is_copy] if det is not None else np.full(len(meta), -1, dtype=np.int64)
-            cp["b"].append(np.array([sizes.get(i, 0) for i in det.tolist()], dtype=np.int64))
-            cp["k"].extend(kinds.get(i) for i in det.tolist())
+            det = det[is_copy] if det is not None else np.full(int(is_copy.sum()), -1, dtype=np.int64)
+            cp["b"].append(sizes[det])
+            cp["k"].extend(kinds[i] for i in det.tolist())
     cat = (lambda parts, dt=np.int64: np.concatenate(parts) if parts else np.zeros(0, dtype=dt))
-    ks, ke, kn, km, kp = cat(kern_s), cat(kern_e), cat(kern_n), cat(kern_mod), cat(kern_pid)
+    ks, ke, kn, km, kp = cat(kern_s), cat(kern_e), cat(kern_n, np.int32), cat(kern_mod), cat(kern_pid)
     cs, ce = cat(cp["s"]), cat(cp["e"])
     order = np.argsort(cs, kind="stable")
     copies = Copies(cs[order], ce[order], cat(cp["d"], np.int8)[order], cat(cp["b"])[order],
@@ -250,24 +251,26 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
     counted = sum(len(c) for c in lines)
     first = int(min(c.start.min() for c in lines if len(c))) if counted else None
     last = int(max(c.end.max() for c in lines if len(c))) if counted else None
-    u, n = np.unique(kn, return_counts=True)
     kernel_names: dict = {}
-    for i, c in zip(u.tolist(), n.tolist()):  # ids naming the same text (or none) count under one name
-        kernel_names[names.get(i, "")] = kernel_names.get(names.get(i, ""), 0) + c
-    u, n = np.unique(km[km >= 0], return_counts=True)
+    for code in np.flatnonzero(counts := np.bincount(kn, minlength=len(values))).tolist():
+        kernel_names[values[code]] = kernel_names.get(values[code], 0) + int(counts[code])  # same text, one name
     hlo = {}
-    for i, c in zip(u.tolist(), n.tolist()):
+    for i in np.flatnonzero(counts := np.bincount(km[km >= 0], minlength=len(strings))).tolist():
         if strings[i]:
-            hlo[strings[i]] = hlo.get(strings[i], 0) + c
-    u, n = np.unique(kp[kp != MISSING], return_counts=True)
-    programs = dict(zip(u.tolist(), n.tolist()))
+            hlo[strings[i]] = hlo.get(strings[i], 0) + int(counts[i])
+    programs: dict = {}
     pairs: dict = {}  # (program name, program id) → kernels: one name may be compiled into several programs
     has = (km >= 0) | (kp != MISSING)
     if has.any():
-        u, n = np.unique(np.stack([km[has], kp[has]], axis=1), axis=0, return_counts=True)
-        for (mod, pid), c in zip(u.tolist(), n.tolist()):
-            key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else pid)
-            pairs[key] = pairs.get(key, 0) + c
+        ids, inv = np.unique(kp[has], return_inverse=True)  # one sort: ids are arbitrary int64s
+        per_id = np.bincount(inv, minlength=len(ids))
+        programs = {pid: int(c) for pid, c in zip(ids.tolist(), per_id.tolist()) if pid != MISSING and c}
+        pair = (km[has] + 1) * len(ids) + inv  # no name (-1) → 0
+        counts = np.bincount(pair)
+        for code in np.flatnonzero(counts).tolist():
+            mod, pid = int(code // len(ids)) - 1, ids[code % len(ids)]
+            key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else int(pid))
+            pairs[key] = pairs.get(key, 0) + int(counts[code])
     steps = []
     for line in (c for c in plane.lines if c.name == "Steps"):
         steps += [(names.get(m, ""), s, e) for m, s, e in zip(line.meta.tolist(), line.start.tolist(),
@@ -286,8 +289,13 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
 
 
 def _thread(line, host: str, names: Names, table) -> HostThread:
-    order = np.lexsort((-line.end, line.start))  # by start, the longer first: a parent before its children
-    start, end = line.start[order], line.end[order]
+    start, end = line.start, line.end
+    step_gap = np.diff(start)
+    if np.all((step_gap > 0) | ((step_gap == 0) & (end[1:] <= end[:-1]))):
+        order = np.arange(len(start))  # written in that order already (a stable sort would keep it)
+    else:
+        order = np.lexsort((-end, start))  # by start, the longer first: a parent before its children
+    start, end = start[order], end[order]
     codes = table[order]
     step = line.stats.get("step_num")
     r = line.stats.get("_r")
