@@ -532,6 +532,19 @@ def _decode_events(a: np.ndarray, words: np.ndarray, mm, ev_s: np.ndarray, ev_e:
     return start, dur, meta, stats
 
 
+def _release(mm, start: int, end: int) -> None:
+    """Let the kernel drop the mapped file's pages of bytes already decoded: the capture's bytes are read once,
+    so a 1 GB file need not stay resident (they would only count as this process's memory; the file is
+    unchanged, and a page read again is read from it again)."""
+    page = mmap.PAGESIZE
+    lo = (start // page) * page
+    if end > lo and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, lo, end - lo)
+        except (OSError, ValueError):  # advice only
+            pass
+
+
 def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings: _Strings,
           drop_aggregated: bool) -> Columns | None:
     """One XLine → Columns, or None when keep_line(name) says no rule reads it (its events are not walked)."""
@@ -575,8 +588,11 @@ def _line(mm, a: np.ndarray, p: int, end: int, keep_line, wanted: dict, strings:
     lid, ts = (v - (1 << 64) if v >= 1 << 63 else v for v in (lid, ts))  # int64 fields: two's complement
     base = ts * 1000
     words = np.ndarray((max(0, len(a) - 7),), dtype="<u8", buffer=a, strides=(1,))
-    parts = [_decode_events(a, words, mm, ev_s[i:i + _CHUNK_EVENTS], ev_e[i:i + _CHUNK_EVENTS], base, wanted, strings,
-                            drop_aggregated) for i in range(0, len(ev_s), _CHUNK_EVENTS)]
+    parts = []
+    for i in range(0, len(ev_s), _CHUNK_EVENTS):
+        parts.append(_decode_events(a, words, mm, ev_s[i:i + _CHUNK_EVENTS], ev_e[i:i + _CHUNK_EVENTS], base, wanted,
+                                    strings, drop_aggregated))
+        _release(mm, int(ev_s[i]), int(ev_e[min(i + _CHUNK_EVENTS, len(ev_e)) - 1]))
     if parts:
         start, dur, meta = (np.concatenate([x[k] for x in parts]) for k in range(3))
         stats = {k: np.concatenate([x[3].get(k, np.full(len(x[0]), MISSING if wanted[k] == "int" else -1,
