@@ -402,11 +402,12 @@ class _Strings:
         return c
 
 
-def _canonical_events(a: np.ndarray, words: np.ndarray, s: np.ndarray, e: np.ndarray):
+def _canonical_events(a: np.ndarray, words: np.ndarray, s: np.ndarray, e: np.ndarray, wanted_ids: np.ndarray):
     """The fast path: events written in field-number order (what every protobuf serializer does) —
     [1 metadata_id] [2 offset_ps] [3 duration_ps] [4 stats]* [5 num_occurrences].  Returns (meta, offset, dur,
     aggregated, (stat event indices, payload starts, payload ends), ok) where ok marks the events this order
-    read to their end; the others go to the general decoder."""
+    read to their end; the others go to the general decoder.  wanted_ids: bool per one-byte stat metadata id
+    (0–127), True for the ids a rule reads: other stats are not returned."""
     n, top = len(s), len(a) - 1
     pos = s.copy()
     cols = [np.zeros(n, dtype=np.int64) for _ in range(3)]
@@ -419,25 +420,30 @@ def _canonical_events(a: np.ndarray, words: np.ndarray, s: np.ndarray, e: np.nda
             pos[m] = q
     si, ss, se = [], [], []
     m = np.flatnonzero((pos < e) & (a[np.minimum(pos, top)] == 0x22))
+    cur, em = pos[m], e[m]  # the active events' positions and ends, compressed along with m
     while m.size:
-        q = pos[m] + 1
+        q = cur + 1
         ln = a[q]
         if ln.max() < 0x80:  # one-byte lengths (stats under 128 bytes: nearly all of them) need no varint pass
             q = q + 1
             end = q + ln
         else:
-            ln, q = _nvarint(a, q, e[m])
+            ln, q = _nvarint(a, q, em)
             end = q + ln
-        em = e[m]
         if np.any(end > em):
             raise CorruptXSpace("a stat runs past its event")
-        si.append(m)
-        ss.append(q)
-        se.append(end)
-        pos[m] = end
+        # keep only the stats a rule may read: a payload that starts with a one-byte metadata id (0x08, id) not
+        # wanted is skipped here; anything else is kept for the exact decode
+        b1 = a[np.minimum(q + 1, top)]
+        keep = (end > q) & ((a[q] != 0x08) | (b1 >= 0x80) | wanted_ids[b1 & 0x7F])
+        si.append(m[keep])
+        ss.append(q[keep])
+        se.append(end[keep])
         more = end < em
-        m, end = m[more], end[more]
-        m = m[a[end] == 0x22]
+        more[more] = a[end[more]] == 0x22
+        done = ~more
+        pos[m[done]] = end[done]
+        m, cur, em = m[more], end[more], em[more]
     aggregated = np.zeros(n, dtype=bool)
     m = np.flatnonzero((pos < e) & (a[np.minimum(pos, top)] == 0x28))
     if m.size:
@@ -462,7 +468,10 @@ def _decode_events(a: np.ndarray, words: np.ndarray, mm, ev_s: np.ndarray, ev_e:
                    wanted: dict, strings: _Strings, drop_aggregated: bool):
     """One chunk of a line's events (payload starts/ends) → (start, dur, meta, stats) arrays."""
     n = len(ev_s)
-    meta, offset, dur, aggregated, (si, ss, se), ok = _canonical_events(a, words, ev_s, ev_e)
+    ids = {mid: name for mid, name in strings.stat_names.items() if name in wanted}
+    table = np.zeros(128, dtype=bool)
+    table[[i for i in ids if 0 <= i < 128]] = True
+    meta, offset, dur, aggregated, (si, ss, se), ok = _canonical_events(a, words, ev_s, ev_e, table)
     if not ok.all():
         bad = np.flatnonzero(~ok)
         keep_stats = ~np.isin(si, bad)
@@ -472,7 +481,6 @@ def _decode_events(a: np.ndarray, words: np.ndarray, mm, ev_s: np.ndarray, ev_e:
         si, ss, se = np.concatenate([si, bad[i2]]), np.concatenate([ss, s2]), np.concatenate([se, e2])
     keep = ~aggregated if drop_aggregated and aggregated.any() else None
     stats = {}
-    ids = {mid: name for mid, name in strings.stat_names.items() if name in wanted}
     if ids and len(si):
         # only the stats a rule reads are decoded: their metadata id is the payload's first field (0x08) in
         # every serializer; a stat that starts otherwise is decoded in full
