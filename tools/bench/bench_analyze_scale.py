@@ -112,15 +112,16 @@ def main() -> int:
                 xprof.append(got["xprof"])
         load1 = os.getloadavg()
         rows.append((k, mb, ours, xprof, load0, load1))
-    print("| capture | analyze s | analyze CPU s | analyze peak RSS MB | analyze ms/MB | RSS MB/MB "
+    print("| capture | analyze s | analyze CPU s | analyze peak RSS MB | analyze ms/MB | CPU ms/MB | RSS MB/MB "
           "| xprof overview+input pipeline s | xprof CPU s | xprof peak RSS MB | time ratio (per pair) "
           "| CPU ratio (per pair) | RSS ratio (per pair) | load avg (1 min) before → after |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for k, mb, ours, xprof, load0, load1 in rows:
         t = [x[0] for x in ours]
         m = [x[1] for x in ours]
         cells = [f"k={k}, {mb:.0f} MB", _spread(t, ".2f"), _spread([x[2] for x in ours], ".2f"), _spread(m, ".0f"),
-                 _spread([1e3 * x / mb for x in t], ".0f"), _spread([x / mb for x in m], ".2f")]
+                 _spread([1e3 * x / mb for x in t], ".0f"), _spread([1e3 * x[2] / mb for x in ours], ".0f"),
+                 _spread([x / mb for x in m], ".2f")]
         if xprof:
             cells += [_spread([x[0] for x in xprof], ".2f"), _spread([x[2] for x in xprof], ".2f"),
                       _spread([x[1] for x in xprof], ".0f")]
