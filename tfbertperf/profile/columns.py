@@ -150,6 +150,16 @@ class HostThread:
 
 
 @dataclass
+class Copy:
+    """One device copy as an object: start, end (ps), direction, bytes (None when not recorded), src_kind."""
+    start: int
+    end: int
+    direction: str
+    bytes: int | None
+    src_kind: str | None
+
+
+@dataclass
 class Copies:
     """A device's copy events as columns, sorted by start: direction ("h2d" | "d2h" | "other"), bytes (0 when
     the tracer wrote no memcpy_details size) and the source memory kind ("pageable", "pinned", … or None)."""
@@ -161,6 +171,13 @@ class Copies:
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def __iter__(self):
+        """Each copy as a Copy object (for readers of a few copies; the rules read the columns)."""
+        for i in range(len(self)):
+            n = int(self.bytes[i])
+            yield Copy(int(self.start[i]), int(self.end[i]), DIRECTIONS[self.direction[i]], n or None,
+                       self.src_kind[i])
 
     def of(self, direction: str) -> np.ndarray:
         return self.direction == DIRECTIONS.index(direction)

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.profile import devices
-# HostEvent and MISSING are re-exported: readers of a few events and the rules compare with them
-from tfbertperf.profile.columns import Copies, HostEvent, HostThread, digest, is_python_frame  # noqa: F401
+# HostEvent, Copy and MISSING are re-exported: readers of a few events or copies, and rules comparing with MISSING
+from tfbertperf.profile.columns import Copies, Copy, HostEvent, HostThread, digest, is_python_frame  # noqa: F401
 from tfbertperf.profile.xspace import MISSING  # noqa: F401
 
 
