@@ -42,11 +42,15 @@ def flatten(doc, prefix: str = "") -> dict:
 
 def figures(path: Path) -> dict:
     """analyze(path)'s document flattened, without where the file lies; a refused file gives {"error": line}."""
+    import inspect
+
     from tfbertperf.analyze import analyze
     from tfbertperf.errors import UsageError
 
+    # every figure, xprof's own included: code from issue 32 on runs xprof only where it adds something
+    kw = {"xprof": "always"} if "xprof" in inspect.signature(analyze).parameters else {}
     try:
-        doc = analyze(str(path))
+        doc = analyze(str(path), **kw)
     except UsageError as e:
         return {"error": str(e).replace(str(path), "<capture>")}
     doc.pop("profile", None)
