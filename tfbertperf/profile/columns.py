@@ -336,7 +336,7 @@ def _progress(path: Path, size: int):
     return say
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=32)  # a session's hosts (one file each) all stay digested for the combined view
 def _digest(path: str, _mtime_ns: int, size: int) -> FileDigest:
     p = Path(path)
     space = read_columns(p, progress=_progress(p, size))
