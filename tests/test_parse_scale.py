@@ -249,3 +249,21 @@ def test_xprof_never_refuses_a_capture_whose_answer_is_xprofs_step_table(tmp_pat
                                               for i in range(3)]})
     with pytest.raises(UsageError, match=r"--xprof never.*xprof's step table"):
         analyze(str(host_only), xprof="never")
+
+
+@needs_fixtures
+def test_the_json_says_when_xprof_was_not_run_and_the_flag_runs_it(captures):
+    import subprocess
+    import sys
+
+    def run(*flags):
+        p = subprocess.run([sys.executable, "-m", "tfbertperf", "analyze", "--json", *flags,
+                            str(captures["h100-h2d"])], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["attribution"]
+
+    auto, always = run(), run("--xprof", "always")
+    assert auto["xprof"]["ran"] is False and "--xprof always" in auto["xprof"]["skipped"]
+    assert always["xprof"] == {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}
+    assert auto["xprof_step_time_ms"] is None and always["xprof_step_time_ms"] > 0
+    assert auto["fractions"] == always["fractions"]
