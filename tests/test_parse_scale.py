@@ -175,7 +175,7 @@ def test_a_large_capture_says_what_it_reads_on_stderr(captures, monkeypatch, cap
     columns.digest(captures["h100-h2d"])
     err = capsys.readouterr().err
     assert f"reading {captures['h100-h2d']} (7 MB)" in err
-    assert "plane 3 '/device:GPU:0' read" in err and "of 7 MB" in err
+    assert "plane 3 of 5, '/device:GPU:0' (0 MB)" in err and "plane 5 of 5" in err
 
 
 @needs_fixtures

@@ -326,12 +326,10 @@ def _thread(line, host: str, names: Names, table) -> HostThread:
 def _progress(path: Path, size: int):
     if size < PROGRESS_FROM_BYTES:
         return None
-    count = [0]
     print(f"tfbertperf: reading {path} ({size / 1e6:.0f} MB)", file=sys.stderr, flush=True)
 
-    def say(plane: str, done: int, total: int):
-        count[0] += 1
-        print(f"tfbertperf: {path.name}: plane {count[0]} {plane!r} read ({done / 1e6:.0f} of {total / 1e6:.0f} MB)",
+    def say(plane: str, number: int, planes: int, nbytes: int):
+        print(f"tfbertperf: {path.name}: plane {number} of {planes}, {plane!r} ({nbytes / 1e6:.0f} MB)",
               file=sys.stderr, flush=True)
     return say
 

@@ -668,11 +668,11 @@ def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
 
 
 def _line_name(mm, p: int, end: int) -> str:
-    """An XLine's name (field 2) without walking its events (it is written before them)."""
+    """An XLine's (or XPlane's) name, field 2, without walking its events or lines (written after it)."""
     for num, wt, value in _fields(mm, p, end):
         if num == 2 and wt == 2:
             return bytes(mm[value[0]:value[1]]).decode("utf-8", errors="replace")
-        if num == 4:
+        if num in (3, 4) and wt == 2:  # an XPlane's lines, an XLine's events
             break
     return ""
 
@@ -706,7 +706,8 @@ def _mapped(path: Path):
 def read_columns(path, progress=None) -> SpaceColumns:
     """The capture at `path` (`.xplane.pb`, or `.xplane.pb.gz`) as SpaceColumns: every /host:CPU line (threads)
     and each accelerator plane's counted lines and Steps line as arrays, other planes' metadata only.  Planes are
-    read one at a time from the mapped file; `progress(plane_name, bytes_done, bytes_total)` is called after each.
+    read one at a time from the mapped file; `progress(plane_name, plane_number, planes, plane_bytes)` is called
+    before each.
     Raises UsageError (one line naming the file) for a missing, unreadable or damaged file."""
     p = Path(path)
     try:
@@ -718,13 +719,13 @@ def read_columns(path, progress=None) -> SpaceColumns:
         if mm is not None:  # an empty file has no planes: said below
             a = np.frombuffer(mm, dtype=np.uint8)
             try:
-                for num, wt, value in _fields(mm, 0, len(mm)):
-                    if wt != 2:
-                        continue
+                top = [(num, value) for num, wt, value in _fields(mm, 0, len(mm)) if wt == 2]  # a few fields
+                count = sum(1 for num, _ in top if num == 1)
+                for num, value in top:
                     if num == 1:
+                        if progress:  # before the plane: a large one takes a while
+                            progress(_line_name(mm, *value), len(planes) + 1, count, value[1] - value[0])
                         planes.append(_plane(mm, a, *value))
-                        if progress:
-                            progress(planes[-1].name, value[1], len(mm))
                     elif num in (2, 4):
                         text = mm[value[0]:value[1]].decode("utf-8")
                         (errors if num == 2 else hostnames).append(text)
