@@ -133,6 +133,9 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
         "verdict": attribution_doc.get("verdict"),
         "artifacts": {"tensorboard": "tensorboard", "plots": plots},
     }
+    w = cfg.profile_window
+    report["profile_window"] = {"steps": list(w) if w else None, "chosen": "auto" if cfg.window_is_auto else "user",
+                                "note": cfg.window_choice()}
     if "hosts" in attribution_doc:
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
