@@ -76,6 +76,8 @@ PLOT_ALT = {  # each plot's alt text says what it shows
 
 
 def _au(r: dict) -> str:
+    if r.get("device") == "cpu":
+        return "— (the CPU is the device)"
     if r["stats"].get("accelerator_utilization") is None:
         return "—"
     runs = r.get("au_pass_runs")
