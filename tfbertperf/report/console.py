@@ -284,9 +284,13 @@ def print_analysis(doc: dict) -> None:
     warning = att.get("hardware_warning")
     if warning:
         print(f"warning: {warning}")
-    print(f"{au_line(doc)}   verdict: {doc['verdict']['summary']}")
+    if att.get("compute_on") == "accelerator":
+        line = f"{au_line(doc)}   verdict: {doc['verdict']['summary']}"
+    else:  # the CPU is the device: no accelerator utilization beside the verdict (issue 30)
+        line = f"verdict: {_AU_CLAUSE.sub('', doc['verdict']['summary'])}"
+    print("\n".join(wrap(line)))
     for r in doc["verdict"]["recommendations"]:
-        print(f"  → {r}")
+        print("\n".join(wrap(f"  → {r}", "    ")))
     v = doc.get("validation")
     if v:
         from tfbertperf.report.stats import fmt
