@@ -68,8 +68,7 @@ def _user_data_long_verdict() -> dict:
     r = _load("emulated-slow-storage")
     r["data"] = {"origin": "user", "summary": "your data: 2 files, 1.3 MB, google-research pretraining features, "
                                               "no manifest (described from the data)"}
-    r["verdict"]["summary"] += "; " + "; ".join(["the pipeline's reads wait 200.123456 ms each"] * 10)
-    r["headroom"] = 421.98765
+    r["verdict"]["summary"] += "; " + "; ".join(["the pipeline's reads wait 200.123456 ms each, 421.99× a step"] * 8)
     return r
 
 
@@ -237,3 +236,11 @@ def test_a_real_short_run_with_the_data_service_follows_the_rules_end_to_end(tmp
     assert report["profile_window"]["chosen"] == "auto" and "chosen to fit the 12-step run" in p.stderr
     assert f"**Answer:** {report['headline']['line']}" in (run_dir / "report.md").read_text()
     assert list((run_dir / "tensorboard" / "answer").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("name", REPORTS)
+def test_a_figure_said_twice_reads_the_same_both_times(name):
+    """Headroom appears in the verdict's reasoning and the ceiling line: one value, not two roundings of it."""
+    _, lines, _ = _outputs(name)
+    text = " ".join(" ".join(lines).split())
+    assert len(set(re.findall(r"headroom ([\d.,]+)", text))) <= 1, re.findall(r"headroom [\d.,]+", text)

@@ -167,7 +167,7 @@ def regime_lines(report: dict) -> list[str]:
     if c:
         h = report.get("headroom")
         out.append(f"input ceiling: {sig(c['examples_per_sec'])} examples/s, {sig(c['mb_per_sec'])} MB/s (pipeline alone, "
-                   f"{c['seconds']:.1f} s)" + (f"; headroom {sig(h)}× the demand" if h is not None else "")
+                   f"{c['seconds']:.1f} s)" + (f"; headroom {_headroom(h)}× the demand" if h is not None else "")
                    + ("; below 1: the pipeline alone cannot feed the step" if h is not None and h < 1 else ""))
     line = storage_line(report.get("storage") or {})
     if line:
@@ -188,6 +188,12 @@ def regime_lines(report: dict) -> list[str]:
         out.append(f"max accelerators: N = {m['n']} (AU {pct(m['au_at_n'])} at N, {pct(m['au_at_n_plus_1'])} at N+1; "
                    f"{sig(m['examples_per_sec_at_n'] or 0)} examples/s at N; {len(m['trials'])} short runs)")
     return ["", *out] if out else []
+
+
+def _headroom(h: float) -> str:
+    """Headroom as the verdict words it (two decimals up to its thin-margin mark, so both lines say the same
+    figure), 3 significant digits above."""
+    return f"{h:.2f}" if h < 10 else sig(h)
 
 
 def _whole_run_io(u: dict) -> str:
