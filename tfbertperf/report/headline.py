@@ -207,7 +207,8 @@ def used_lines(report: dict) -> list[str]:
                     else "", f", reads capped at {sig(data['read_bandwidth_mbps'])} MB/s"
                     if data.get("read_bandwidth_mbps") else ""])
     out = [f"data: {data_words(report)}",
-           f"storage: {sto.get('backend', 'local')}, mode {sto.get('mode', 'local')}{slow}, {sto.get('uri') or '—'}",
+           f"storage: {sto.get('backend', 'local')}, mode {sto.get('mode', 'local')}{slow}, {sto.get('uri') or '—'}"
+           + (" (shard reads in the tf.data service workers)" if sto.get("shard_reads_in") else ""),
            f"pipeline: {pipe.get('preset', 'tuned')} preset; data service: {service_words(report)}",
            f"emulation: {e['accelerators']} × {e['device']}, {sig(e['step_ms'])} ms per step, global batch "
            f"{e.get('global_batch_size')}, demand {sig(e.get('demand_examples_per_sec'))} examples/s" if e else
