@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.report.headline import (au_explained, headline, input_figure, pct, sig, tidy_numbers,
-                                       used_lines, verdict_words, wrap)
+from tfbertperf.report.headline import (au_explained, headline, input_figure, pct, probe_ran_slower, sig,
+                                       tidy_numbers, used_lines, verdict_words, wrap)
 from tfbertperf.report.plots import CATEGORY_ORDER
 
 LABELS = {
@@ -45,7 +45,8 @@ def attribution_table(report: dict) -> str:
     lines.append(f"{'step time (profiled window, ' + str(att.get('steps_profiled', 0)) + ' steps)':<40} "
                  f"{float(att.get('step_time_ms', 0.0)):9.2f} {_pct(1.0):>8}")
     lines.append("")
-    lines.append(f"input cost, what-if ((T - T_c) / T, probe):     {_pct(att.get('input_cost_fraction'))}")
+    lines.append(f"input cost, what-if ((T - T_c) / T, probe):     {_pct(att.get('input_cost_fraction'))}"
+                 + ("   (the probe ran slower than training: see the caveat)" if probe_ran_slower(att) else ""))
     if att.get("input_cost_fraction") is None and att.get("input_cost_estimate_fraction") is not None:
         lines.append(f"input cost, estimated (wait + stolen CPU):      {_pct(att['input_cost_estimate_fraction'])}")
     lines.append(f"input-bound, direct (xprof input + h2d share):  {_pct(att.get('input_bound_fraction'))}")

@@ -75,12 +75,21 @@ def input_figure(report: dict) -> tuple[float | None, str]:
     wait + CPU the pipeline took from compute), else the blocked wait (xprof's, or the step timer's whole run)."""
     att = report.get("attribution") or {}
     for key, words in INPUT_SOURCE.items():
-        if att.get(key) is not None:
+        if att.get(key) is not None and not (key == "input_cost_fraction" and probe_ran_slower(att)):
             return float(att[key]), words
     st = report.get("step_timer") or {}
     if st.get("input_wait_fraction") is not None:
         return float(st["input_wait_fraction"]), "blocked wait only"
     return None, "blocked wait only"
+
+
+def probe_ran_slower(att: dict) -> bool:
+    """The compute-only probe's step was slower than the pipeline-fed one (report/caveats.py PROBE_SLOWER): the
+    what-if then reads 0 % because the machine slowed, and the caveat says so — the answer takes the next figure."""
+    from tfbertperf.report.caveats import PROBE_SLOWER
+
+    tc, t = att.get("compute_only_step_ms"), att.get("steady_step_time_ms")
+    return bool(tc and t and tc >= (1 + PROBE_SLOWER) * t)
 
 
 def verdict_words(report: dict) -> str:
