@@ -177,6 +177,7 @@ def _section(group: str, rows: list[tuple]) -> list[tuple[str, str, list[str], E
 
 
 S, N, SN = ["speed"], ["numerics"], ["speed", "numerics"]
+_ORIGIN = {"user": "the user's own TFRecords", "prepared": "data prepared by tfbertperf"}
 CFG = "run config {key} = {a} vs {b}: "  # config.* rows: the key without "config." and why that setting matters
 
 # (key regex, group, affects, explain) — explain returns (sentence, score[, affects]) or None for noise.
@@ -303,6 +304,12 @@ RULES: list[tuple[str, str, list[str], Explain]] = [
     ]),
     # data location
     *_section("data", [
+        # what the data set is (a run's environment.json, `env --data`): the user's own or one we prepared
+        (r"data\.dataset\.origin", SN, lambda k, a, b: (
+            f"A trains on {_ORIGIN.get(a, fmt(a))}, B on {_ORIGIN.get(b, fmt(b))}: different records", 75)),
+        (r"data\.dataset\.(format|compression)", SN, "data {key} {a} vs {b}: records decoded differently", 60),
+        (r"data\.dataset\.(files|bytes)", S, "data set {key} {a} vs {b}: a different amount of data to read", 35),
+        (r"data\.dataset\.(summary|manifest)", S, lambda k, a, b: None),  # restates origin, format, files, bytes
         (r"data\.scheme", S,
          lambda k, a, b: (f"data on {fmt(a)}:// on A vs {fmt(b)}:// on B: local file reads vs HTTP range "
                           f"requests" if "file" in (a, b) else f"data on {fmt(a)}:// vs {fmt(b)}://", 90)),

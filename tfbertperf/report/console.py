@@ -192,12 +192,24 @@ def storage_line(sto: dict) -> str | None:
             f"{sto.get('retries', 0)}, errors {sto.get('errors', 0)}")
 
 
+def data_line(report: dict) -> str | None:
+    """Where the run's data came from, in one line (report.json `data`; None for a report without it)."""
+    d = report.get("data") or {}
+    if not d.get("summary"):
+        return None
+    tail = ("; no checksums to verify (sizes from the storage listing)" if d.get("origin") == "user"
+            else "; checksums verified" if d.get("checksums_verified") else "")
+    return f"data: {d['summary']} at {d.get('uri')}{tail}"
+
+
 def print_run_summary(run_dir, report: dict) -> None:
     """What `tfbertperf run` prints at the end: headline, attribution table, verdict, where the files are."""
     tp = report["throughput"]
     print(f"\nBERT-{report['model'].get('size')} {report['model'].get('task')}: "
           f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
           f"{tp['examples_per_sec']:.1f} examples/s, step time mean {tp['step_time_ms']['mean']:.1f} ms")
+    if data_line(report):
+        print(data_line(report))
     if report.get("incomplete"):
         planned = ((report.get("config") or {}).get("train") or {}).get("steps")
         print(f"INCOMPLETE: interrupted (Ctrl-C) after step {report.get('interrupted_at_step')} of {planned}; "

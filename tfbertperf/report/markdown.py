@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfbertperf.report.console import attribution_table, regime_lines, verdict_line
+from tfbertperf.report.console import attribution_table, data_line, regime_lines, verdict_line
 from tfbertperf.report.plots import CATEGORY_ORDER
 from tfbertperf.report.stats import fmt, fmt_ratio
 
@@ -24,6 +24,7 @@ def run_markdown(report: dict) -> str:
         f"L{m.get('layers')}/H{m.get('hidden')}/A{m.get('heads')}",
         f"- data: `{sto.get('uri', '')}` (backend {sto.get('backend')}, mode {sto.get('mode')}), "
         f"pipeline preset `{(cfg.get('pipeline') or {}).get('preset')}`",
+        *[f"- {line}" for line in [data_line(report)] if line],
         f"- training: {tp.get('steps')} steps, global batch {tr.get('global_batch_size')}, "
         f"{tr.get('replicas')} replica(s), final loss "
         + (f"{tr['final_loss']:.4f}" if isinstance(tr.get("final_loss"), (int, float)) else "n/a"),
@@ -143,7 +144,9 @@ def comparison_markdown(doc: dict) -> str:
         out += [f"  - {x}" for x in r.get("recommendations") or []]
     out += ["", "## Runs", ""]
     for r in doc["rows"]:
-        dirs = ", ".join(f"`{d}`" for d in r.get("run_dirs") or []) or f"none — {r.get('error')}"
+        data = list(r.get("data") or [])
+        dirs = ", ".join(f"`{d}`" + (f" ({data[i]})" if i < len(data) and data[i] else "")
+                         for i, d in enumerate(r.get("run_dirs") or [])) or f"none — {r.get('error')}"
         out.append(f"- {r['label']}: {dirs}")
     if doc.get("environment_diff"):
         out += ["", "## Environment differences, slowest vs fastest (ranked by likely impact)", ""]
