@@ -135,3 +135,10 @@ def with_feature(record: bytes, name: str, feature=None) -> bytes:
 
 
 int_feature, float_feature = _int, _float
+
+
+def write_vocab(path, size: int) -> None:
+    """A vocab.txt of `size` tokens laid out as BERT's: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103."""
+    special = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]"}
+    with open(path, "w") as f:
+        f.write("".join(f"{special.get(i, f't{i}')}\n" for i in range(size)))
