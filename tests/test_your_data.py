@@ -62,7 +62,7 @@ def test_a_glob_a_file_and_a_comma_list_name_exactly_those_files(user_set):
 
 
 def test_glob_stars_stay_in_one_folder_and_double_stars_cross_them():
-    from tfbertperf.data.described import glob_regex
+    from tfbertperf.storage.listing import glob_regex
 
     assert glob_regex("gs://b/x/*.tfrecord").match("gs://b/x/a.tfrecord")
     assert not glob_regex("gs://b/x/*.tfrecord").match("gs://b/x/sub/a.tfrecord")
@@ -137,7 +137,7 @@ def test_a_large_set_is_described_from_a_sample_and_says_so(user_set, monkeypatc
 
 
 def test_the_data_block_names_the_origin_in_the_contracts_words(user_set):
-    from tfbertperf.data.described import data_block
+    from tfbertperf.data.origin import data_block
 
     block = data_block(_open(str(user_set)))
     assert block["summary"].startswith("your data: 2 files, ")
@@ -236,8 +236,8 @@ def test_a_bad_record_met_only_in_training_is_named_by_file_and_index(tmp_path):
     """A record past the checked sample: TensorFlow's parse error becomes the one line naming file and record."""
     import tensorflow as tf
 
-    import tfbertperf.data.described as described
     from tfbertperf.data.features import feature_spec
+    from tfbertperf.data.records import data_errors
     from tfbertperf.storage import open_backend
 
     good = userdata.pretrain_records(30, seed=4)
@@ -248,7 +248,7 @@ def test_a_bad_record_met_only_in_training_is_named_by_file_and_index(tmp_path):
     userdata.write_records(tmp_path / "wiki_00.tfrecord", bad)
     cfg = load_config(data_uri=str(tmp_path))
     with pytest.raises(UsageError) as e:
-        with described.data_errors(m, open_backend(str(tmp_path)), cfg):
+        with data_errors(m, open_backend(str(tmp_path)), cfg):
             tf.io.parse_example(tf.constant(bad), feature_spec("pretrain", 64, 10))
     assert str(e.value) == (f"shard {tmp_path}/wiki_00.tfrecord: record 23 has no feature 'next_sentence_labels' "
                             "(google-research pretraining features need input_ids, input_mask, segment_ids, "
@@ -258,7 +258,7 @@ def test_a_bad_record_met_only_in_training_is_named_by_file_and_index(tmp_path):
 def test_other_tensorflow_errors_pass_through_data_errors(user_set):
     import tensorflow as tf
 
-    from tfbertperf.data.described import data_errors
+    from tfbertperf.data.records import data_errors
     from tfbertperf.storage import open_backend
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes|required broadcastable"):
@@ -351,7 +351,7 @@ def test_prepare_out_into_a_folder_of_user_tfrecords_refuses_and_leaves_it_byte_
 
 
 def test_a_half_written_folder_of_our_own_shards_is_not_foreign(tmp_path):
-    from tfbertperf.data.described import foreign_tfrecords
+    from tfbertperf.data.origin import foreign_tfrecords
     from tfbertperf.storage.local import LocalBackend
 
     records = userdata.pretrain_records(3)
@@ -365,7 +365,7 @@ def test_a_half_written_folder_of_our_own_shards_is_not_foreign(tmp_path):
 # ---- the origin on env, env --diff and compare ----------------------------------------------------------------
 def test_env_describes_a_local_user_folder_and_env_diff_says_each_sides_data(user_set, tmp_path):
     from tfbertperf.envinfo import explain, format_diff
-    from tfbertperf.envinfo.datalocation import describe_dataset
+    from tfbertperf.data.origin import describe_dataset
 
     ds = describe_dataset(str(user_set))
     assert ds["origin"] == "user" and ds["summary"].startswith("your data: 2 files")
@@ -401,7 +401,7 @@ def test_compare_shows_each_runs_data_origin(tmp_path):
 
 
 def test_console_and_report_md_print_the_origin_in_one_line(user_set):
-    from tfbertperf.data.described import data_block
+    from tfbertperf.data.origin import data_block
     from tfbertperf.report.console import data_line
 
     block = data_block(_open(str(user_set)))

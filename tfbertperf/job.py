@@ -69,29 +69,21 @@ class Inputs:
         from tfbertperf.data.described import fit_config
         from tfbertperf.data.manifest import shard_hashes, shard_uris
         from tfbertperf.storage import open_backend
+        from tfbertperf.storage.listing import is_glob, split_spec
 
-        self.backend = open_backend(cfg.resolved_data_uri().split(",")[0].strip(), cfg.data)
+        self.backend = open_backend(split_spec(cfg.resolved_data_uri())[0], cfg.data)
         self.uri, self.manifest = ensure_data(cfg, self.backend, progress=progress)
         self.cfg = fit_config(cfg, self.manifest)
         self.shard_uris, self.record_bytes_hint = shard_uris(self.cfg, self.manifest, self.backend)
         self.hashes = shard_hashes(self.cfg, self.manifest, self.backend)  # {uri: sha256}; {} for older/user sets
         self.compression = self.manifest.get("compression") or "none"
+        items = split_spec(self.uri)  # the fingerprint looks at a folder, else at a glob's or a list's first file
+        self.location = items[0] if len(items) == 1 and not is_glob(items[0]) else self.shard_uris[0]
 
     def checksums_verified(self, cfg: RunConfig, mode: str) -> bool:
         """Whether the shards' bytes were checked against manifest.json's sha256 (data.verify=sha256, or stage
         mode, which checks every download)."""
         return bool(self.hashes) and (cfg.data.verify == "sha256" or (self.backend.name != "local" and mode == "stage"))
-
-
-def location_of(inputs: Inputs) -> str:
-    """Where the fingerprint looks for the data's filesystem: the data URI, or for a glob or a list of the user's
-    files, the first file."""
-    from tfbertperf.data.described import is_glob, split_spec
-
-    items = split_spec(inputs.uri)
-    if len(items) == 1 and not is_glob(items[0]):
-        return items[0]
-    return inputs.shard_uris[0]
 
 
 def _close(sources: list) -> None:
@@ -109,7 +101,9 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first).
     `checkpoints`: save/resume checkpoints under out_dir (train/checkpoint.py)."""
     quiet_tf()
-    from tfbertperf.data.described import data_block, data_errors, fit_config
+    from tfbertperf.data.described import fit_config
+    from tfbertperf.data.origin import data_block
+    from tfbertperf.data.records import data_errors
     from tfbertperf.data.pipeline import build_dataset, effective_pipeline, runs_ahead
     from tfbertperf.envinfo import fingerprint
     from tfbertperf.profile.attribution import attribute, step_timer_summary
@@ -132,7 +126,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     backend, manifest = inputs.backend, inputs.manifest
     cfg = fit_config(cfg, manifest)  # the data's task, sizes, label count (the user's data: described from them)
     tb_dir.mkdir(parents=True, exist_ok=True)
-    environment = fingerprint(data_uri=location_of(inputs), probe=True, dataset=False)  # `data` said below
+    environment = fingerprint(data_uri=inputs.location, probe=True, dataset=False)  # `data` said below
 
     sources = []
     service = data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here

@@ -310,40 +310,6 @@ def _remote_location(scheme: str, bucket: str, prefix: str) -> dict:
     return info
 
 
-def describe_dataset(uri: str) -> dict:
-    """What the data set at `uri` is, as a run's report.json `data` block says it (origin, summary, files, bytes,
-    format, compression, manifest): a local folder with our manifest.json, or the user's TFRecords described from
-    their first records (data/described.py, light).  Remote URIs are not read (no network calls here)."""
-    import json
-
-    from tfbertperf.data.described import data_block, describe
-    from tfbertperf.errors import UsageError
-
-    keys = ("origin", "summary", "files", "bytes", "format", "compression", "manifest")
-    if "://" in uri and not uri.startswith("file://"):
-        return {"summary": "not described: remote data are not read by the fingerprint (a run's "
-                           "environment.json says what it trained on)"}
-    path = os.path.expanduser(uri[len("file://"):] if uri.startswith("file://") else uri)
-    manifest = os.path.join(path, "manifest.json")
-    if os.path.isfile(manifest):
-        try:
-            m = json.loads(Path(manifest).read_text(encoding="utf-8"))
-            return {k: v for k, v in data_block(dict(m, uri=uri)).items() if k in keys}
-        except (OSError, ValueError, TypeError, AttributeError) as e:
-            return {"summary": f"not readable: {manifest}: {type(e).__name__}"}
-    if not os.path.exists(path) and not any(c in path for c in "*?["):
-        return {"summary": "not prepared yet (prepared on first run)"}
-    from tfbertperf.config import load_config
-    from tfbertperf.storage import open_backend
-
-    try:
-        cfg = load_config(data_uri=uri)
-        return {k: v for k, v in data_block(describe(uri, open_backend(uri, cfg.data), cfg, light=True)).items()
-                if k in keys}
-    except UsageError as e:
-        return {"summary": f"not usable as training data: {redact_text(str(e))}"}
-
-
 def describe_location(uri: str, probe: bool = True) -> dict:
     """Describe the data location `uri` (a path, file://, gs://…, az://…).
 

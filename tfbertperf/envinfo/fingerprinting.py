@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tfbertperf.envinfo import hardware, software
-from tfbertperf.envinfo.datalocation import describe_dataset, describe_location
+from tfbertperf.envinfo.datalocation import describe_location
 from tfbertperf.redact import redact_obj, redact_text
 
 SCHEMA = "tfbertperf.env/1"
@@ -72,6 +72,8 @@ def fingerprint(data_uri: str | None = None, probe: bool = True, dataset: bool =
         "data": _section(describe_location, str(data_uri), probe),
     }
     if dataset and isinstance(doc["data"], dict) and "error" not in doc["data"]:
+        from tfbertperf.data.origin import describe_dataset
+
         doc["data"]["dataset"] = _section(describe_dataset, str(data_uri))
     doc["collect_ms"] = round((time.perf_counter() - t0) * 1e3, 1)  # excludes the TF import
     doc["tf_import_ms"] = round((t0 - t_import) * 1e3, 1)  # ~0 when TF was already imported
