@@ -79,7 +79,7 @@ class RecordChecker:
                 raise UsageError(f"{where} has no feature '{name}' ({fmt} need {', '.join(self.shapes)})")
             kind, values = feats[name]
             if kind != _KIND[dtype]:
-                raise UsageError(f"{where}: feature '{name}' is a {kind}, expected a {_KIND[dtype]} ({fmt})")
+                raise UsageError(f"{where}: feature '{name}' is a {kind}, expected {_KIND[dtype]} ({fmt})")
             want = shape[0] if shape else 1
             if len(values) != want:
                 what = {"input_ids": "data.seq_len", "masked_lm_positions": "data.max_predictions"}.get(
