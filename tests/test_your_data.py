@@ -351,7 +351,7 @@ def test_prepare_out_into_a_folder_of_user_tfrecords_refuses_and_leaves_it_byte_
 
 
 def test_a_half_written_folder_of_our_own_shards_is_not_foreign(tmp_path):
-    from tfbertperf.data.origin import foreign_tfrecords
+    from tfbertperf.data.manifest import foreign_tfrecords
     from tfbertperf.storage.local import LocalBackend
 
     records = userdata.pretrain_records(3)
@@ -420,3 +420,20 @@ def test_schema_and_help_document_the_new_key():
     with pytest.raises(UsageError, match="data.compression='zip': expected one of auto, none, gzip"):
         load_config(sets=["data.compression=zip"])
     random.seed(0)
+
+
+def test_advice_for_our_damaged_folder_never_sends_prepare_among_the_users_files(tmp_path):
+    import json
+
+    from tfbertperf.data.manifest import MANIFEST_SCHEMA, REQUIRED_KEYS, load_manifest
+    from tfbertperf.storage.local import LocalBackend
+
+    manifest = {k: 1 for k in REQUIRED_KEYS}
+    manifest.update(schema=MANIFEST_SCHEMA, task="pretrain", shards=[{"name": "pretrain-00000-of-00001.tfrecord"}])
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UsageError, match=r"listed in manifest.json but missing \(run `tfbertperf prepare --out"):
+        load_manifest(str(tmp_path), LocalBackend())
+    userdata.write_records(tmp_path / "wiki_00.tfrecord", userdata.pretrain_records(2))
+    with pytest.raises(UsageError) as e:
+        load_manifest(str(tmp_path), LocalBackend())
+    assert "prepare --out" not in str(e.value) and "TFRecords tfbertperf did not write" in str(e.value)

@@ -5,13 +5,11 @@
 from __future__ import annotations
 
 import os
-import re
 
 from tfbertperf.data.records import FORMATS
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
-from tfbertperf.storage.base import split_uri
-from tfbertperf.storage.listing import KIND_BYTES, base_uri, data_name, file_kind, human_bytes, read_head
+from tfbertperf.storage.listing import human_bytes
 
 
 def data_block(manifest: dict, cfg=None, checksums_verified: bool = False) -> dict:
@@ -70,32 +68,3 @@ def describe_dataset(uri: str) -> dict:
                 if k in keys}
     except UsageError as e:
         return {"summary": f"not usable as training data: {redact_text(str(e))}"}
-
-
-# ---- `prepare --out` never lands in the user's data -------------------------------------------------------
-_OURS = re.compile(r"^(pretrain|classify)(-text)?-(\d{5}-of-\d{5}|chunk-\d{5}-.+)\.tfrecord$")
-
-
-def foreign_tfrecords(uri: str, backend) -> list[str]:
-    """The TFRecord files under the folder `uri` that tfbertperf did not write (names other than our shards'),
-    checked by their first bytes; [] for a folder that does not exist, is empty, or holds only ours."""
-    if backend.name == "local":
-        path = os.path.expanduser(split_uri(uri)[2])
-        if not os.path.isdir(path):
-            return []
-        listed = backend.list(path)
-    else:
-        listed = backend.list(base_uri(uri).rstrip("/") + "/")
-    maybe = [o for o in listed if o.size > 0 and data_name(o.uri)
-             and not _OURS.match(o.uri.rstrip("/").rsplit("/", 1)[-1])]
-    return [o.uri for o in maybe if file_kind(read_head(backend, o, KIND_BYTES)) is not None]
-
-
-def refuse_foreign(uri: str, backend, label: str = "prepare --out") -> None:
-    """One line, before anything is written, when `uri` holds TFRecords that are not ours (foreign_tfrecords)."""
-    found = foreign_tfrecords(uri, backend)
-    if found:
-        names = ", ".join(f.rstrip("/").rsplit("/", 1)[-1] for f in found[:3]) + (", …" if len(found) > 3 else "")
-        raise UsageError(f"{label} {redact_text(uri)}: holds {len(found)} TFRecord file(s) tfbertperf did not write "
-                         f"({names}); nothing is written there — train on them as they are with --set "
-                         f"data.uri={redact_text(uri)}, or give prepare an empty folder")

@@ -95,7 +95,7 @@ def to_uri(out_uri: str, data_cfg, build, progress: bool = True, label: str = "-
     """Run `build(local_dir)` into `out_uri`: a local path / file:// URI directly; gs://… / az://… into a local
     temporary directory, then uploaded (storage/upload.py: parallel, idempotent, manifest.json last).  Returns
     what `build` returns."""
-    from tfbertperf.data.origin import refuse_foreign
+    from tfbertperf.data.manifest import refuse_foreign
 
     scheme, _, path = split_uri(out_uri)
     if scheme == "file":
