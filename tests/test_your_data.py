@@ -437,3 +437,10 @@ def test_advice_for_our_damaged_folder_never_sends_prepare_among_the_users_files
     with pytest.raises(UsageError) as e:
         load_manifest(str(tmp_path), LocalBackend())
     assert "prepare --out" not in str(e.value) and "TFRecords tfbertperf did not write" in str(e.value)
+
+
+def test_an_empty_length_feature_is_one_line_not_a_traceback(tmp_path):
+    rec = userdata.with_feature(userdata.pretrain_records(1)[0], "masked_lm_positions", userdata.int_feature([]))
+    userdata.write_records(tmp_path / "wiki_00.tfrecord", [rec])
+    with pytest.raises(UsageError, match=r"record 0: 'masked_lm_positions' holds 0 value\(s\)"):
+        _open(str(tmp_path))

@@ -128,6 +128,11 @@ def describe(uri: str, backend, cfg, say=lambda m: None, light: bool = False) ->
     seq_len = len(feats.get("input_ids", ("", []))[1])
     max_pred = len(feats["masked_lm_positions"][1]) if task == "pretrain" and "masked_lm_positions" in feats \
         else int(cfg.data.max_predictions)
+    short = [(k, n) for k, n, least in (("input_ids", seq_len, 2), ("masked_lm_positions", max_pred, 1))
+             if k in feats and n < least]
+    if short:
+        key, n = short[0]
+        raise UsageError(f"{first_where}: '{key}' holds {n} value(s); BERT features are padded to a fixed length")
     if cfg.pipeline.tokenize == "inline":
         raise UsageError(f"--set pipeline.tokenize=inline: needs raw text, and the data at {redact_text(uri)} are "
                          f"pre-tokenized ({FORMATS[task]}); use pipeline.tokenize=pretokenized")
