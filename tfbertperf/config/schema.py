@@ -74,7 +74,10 @@ DEFAULT_NUM_LABELS = 2  # classify labels where no prepared data says how many (
 
 @dataclass(frozen=True)
 class DataConfig:
-    uri: str = ""  # path | file:// | gs://… | az://… ; "" = embedded default, prepared on first use
+    # path | file:// | gs://… | az://… ; "" = embedded default, prepared on first use.  A folder with our
+    # manifest.json, or the user's TFRecords as they are: a folder, a glob (gs://b/wiki/*.tfrecord), one file or a
+    # comma list, described from the records (data/described.py; docs/your-data.md) and never written to
+    uri: str = ""
     mode: str = "local"  # local|native|stream|stage (how remote shards are read)
     seq_len: int = 128  # tokens per example
     max_predictions: int = 20  # masked positions per example (google-research/bert max_predictions_per_seq)
@@ -99,6 +102,8 @@ class DataConfig:
     # "sha256": hash every shard against manifest.json before training (local, native, stream; stage mode
     # always checks the shards it downloads); "none" = sizes only
     verify: str = "none"
+    # the user's TFRecords: auto = detect GZIP per file (magic bytes 1f 8b); none | gzip = insist on that
+    compression: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,7 @@ CHOICES = {
     ("model", "task"): ("pretrain", "classify"),
     ("data", "mode"): ("local", "native", "stream", "stage"),
     ("data", "verify"): ("none", "sha256"),
+    ("data", "compression"): ("auto", "none", "gzip"),
     ("pipeline", "preset"): ("tuned", "naive"),
     ("pipeline", "cache"): ("none", "memory", "disk"),
     ("pipeline", "tokenize"): ("pretokenized", "inline"),

@@ -201,6 +201,10 @@ def tokenizer_block(manifest: dict) -> dict:
     the tokenizer the run's data were made with (env --diff ranks a difference as a numerics cause)."""
     from tfbertperf.data.tokcheck import manifest_tokenizer
 
+    if manifest.get("origin") == "user":  # tokenized by whoever wrote the records: only the vocab size is known
+        return {"name": "unknown (the data came pre-tokenized)", "library": None, "version": None,
+                "vocab_sha256": None, "lower_case": None, "vocab_size": manifest.get("vocab_size"),
+                "vocab_source": manifest.get("vocab_source")}
     return manifest_tokenizer(manifest)
 
 

@@ -104,6 +104,8 @@ def cell_row(cell: dict) -> dict:
         "status": "failed" if not reps else ("partial" if errors else "ok"),
         "error": errors[0] if errors else None, "errors": errors,
         "repeats": len(reps), "run_dirs": [d for _, d in runs],
+        # where each run's data came from (report.json data.summary), in the order of run_dirs; None: an older report
+        "data": [_get(r, "data", "summary") for r in reps],
         "run_dir": runs[len(runs) // 2][1] if runs else None,
         **{name: _median(s) for name, s in stats.items() if "." not in name},
         "breakdown_ms": {c: _median(stats[f"breakdown_ms.{c}"]) or 0.0 for c in CATEGORY_ORDER if reps},

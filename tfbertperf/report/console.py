@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.report.headline import (au_explained, headline, input_figure, pct, probe_ran_slower, sig,
+from tfbertperf.report.headline import (au_explained, data_line, headline, input_figure, pct, probe_ran_slower, sig,
                                        tidy_numbers, used_lines, verdict_words, wrap)
 from tfbertperf.report.plots import CATEGORY_ORDER
 

@@ -185,6 +185,16 @@ def data_words(report: dict) -> str:
     return "prepared by tfbertperf (manifest.json)"
 
 
+def data_line(report: dict) -> str | None:
+    """Where the run's data came from, in one line (report.json `data`; None for a report without it)."""
+    d = report.get("data") or {}
+    if not d.get("summary"):
+        return None
+    tail = ("; no checksums to verify (sizes from the storage listing)" if d.get("origin") == "user"
+            else "; checksums verified" if d.get("checksums_verified") else "")
+    return f"data: {d['summary']} at {d.get('uri')}{tail}"
+
+
 def service_words(report: dict) -> str:
     """The tf.data service: mode, workers, wait per step, clean shutdown — or "off"."""
     s = report.get("data_service")
@@ -215,7 +225,7 @@ def used_lines(report: dict) -> list[str]:
     slow = "".join([f", emulated latency {sig(data['read_latency_ms'])} ms per read" if data.get("read_latency_ms")
                     else "", f", reads capped at {sig(data['read_bandwidth_mbps'])} MB/s"
                     if data.get("read_bandwidth_mbps") else ""])
-    out = [f"data: {data_words(report)}",
+    out = [data_line(report) or f"data: {data_words(report)}",
            f"storage: {sto.get('backend', 'local')}, mode {sto.get('mode', 'local')}{slow}, {sto.get('uri') or '—'}"
            + (" (shard reads in the tf.data service workers)" if sto.get("shard_reads_in") else ""),
            f"pipeline: {pipe.get('preset', 'tuned')} preset; data service: {service_words(report)}",

@@ -153,8 +153,10 @@ def comparison_page(doc: dict, out_dir: str | None = None) -> str:
                      f"<ul>{recs}</ul></li>")
     parts.append("</ul><h2>Runs</h2><ul>")
     for r in doc["rows"]:
+        data = list(r.get("data") or [])
         runs = "".join(f"<li>{_link(out_dir, d)} — <code>tensorboard --logdir {e(str(Path(d) / 'tensorboard'))}"
-                       f"</code></li>" for d in r.get("run_dirs") or [])
+                       f"</code>" + (f" — {e(data[i])}" if i < len(data) and data[i] else "") + "</li>"
+                       for i, d in enumerate(r.get("run_dirs") or []))
         parts.append(f"<li>{e(r['label'])}: " + (f"<ul>{runs}</ul>" if runs else e(f"none — {r.get('error')}"))
                      + "</li>")
     parts.append(f"</ul><p>TensorBoard (every run, scalars and the Profile tab): "

@@ -143,7 +143,9 @@ def comparison_markdown(doc: dict) -> str:
         out += [f"  - {x}" for x in r.get("recommendations") or []]
     out += ["", "## Runs", ""]
     for r in doc["rows"]:
-        dirs = ", ".join(f"`{d}`" for d in r.get("run_dirs") or []) or f"none — {r.get('error')}"
+        data = list(r.get("data") or [])
+        dirs = ", ".join(f"`{d}`" + (f" ({data[i]})" if i < len(data) and data[i] else "")
+                         for i, d in enumerate(r.get("run_dirs") or [])) or f"none — {r.get('error')}"
         out.append(f"- {r['label']}: {dirs}")
     if doc.get("environment_diff"):
         out += ["", "## Environment differences, slowest vs fastest (ranked by likely impact)", ""]
