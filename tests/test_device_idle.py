@@ -354,3 +354,34 @@ def test_two_variants_that_both_ran_are_named_with_their_share_of_device_time(tm
     assert att["matmul_precision"] == "f32"  # most of the device time
     summary = verdict(att, att["device_busy_fraction"])["summary"]
     assert "jit_step ran as 2 compiled programs (#9 f32 91%, #7 bf16 9% of device time)" in summary, summary
+
+
+# ---- loader work inside the frame that hands the batch to the device (issue 29)
+
+def _hand_off_frame(tmp_path):
+    """`def next_batch(i): x = augment(batches[i]); return jax.device_put(x)`: 4 ms of the frame's own time (NumPy
+    work the Python tracer records no frame for), then the device_put hand-off (0.5 ms) inside the same frame,
+    the step's launch, and 5 ms of kernels — the device idles while the loader works."""
+    return _steps(tmp_path, lambda t: [("python3", "$loader.py:12 next_batch", t, 4_500),
+                                       ("python3", "$api.py:2400 device_put", t + 4_000, 500),
+                                       ("python3", "PjRtStreamExecutorClient::BufferFromHostBuffer", t + 4_050, 400),
+                                       ("python3", "PjitFunction(step)", t + 4_500, 300)],
+                  lambda t: [("fusion", t + 4_800, 5_000)], copies=lambda t: [(t + 4_100, 300, 4_000_000)])
+
+
+def test_rule_input_loader_work_before_the_hand_off_inside_the_same_frame(tmp_path):
+    att = _hand_off_frame(tmp_path)
+    assert att["fractions"]["input"] == pytest.approx(0.40, abs=0.01), att["fractions"]
+    assert att["fractions"]["host_to_device"] == pytest.approx(0.05, abs=0.01)
+    assert idle_bottleneck(att) == "input"
+
+
+def test_loader_work_in_a_hand_off_frame_gets_the_loaders_advice_not_the_batch_size(tmp_path):
+    from tfbertperf.profile.verdict import verdict
+
+    att = _hand_off_frame(tmp_path)
+    att["hardware_type"] = "GPU"
+    v = verdict(att, att["device_busy_fraction"])
+    advice = " ".join(v["recommendations"])
+    assert v["bottleneck"] == "input" and "off that thread" in advice, v
+    assert not re.search(r"batch size|steps_per_execution", advice), advice
