@@ -59,7 +59,8 @@ comes from that CPU and not from wall time:
 
   each input thread's measured CPU is spread over the capture in proportion to its activity (the union of its
   events; evenly over the capture where it shows none), the part falling in a step's compute phase is the
-  input CPU X that competed with the compute, and with k̄ the mean number of input threads active in the
+  input CPU X that competed with the compute (less the profiler's own cost on the thread: its recorded events ×
+  program_facts.HOST_EVENT_COST_US, which a per-example map pays hundreds of times a step), and with k̄ the mean number of input threads active in the
   phase (≥ 1), stolen = X × (W + k̄ − C) / (k̄ × C), at least 0 — the fair-share loss per core-millisecond the
   input threads used: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores
   and the compute loses 1 − C/(W+k) of its progress; for W = C every input core-millisecond costs the step
@@ -89,6 +90,7 @@ import re
 from collections import defaultdict
 
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
+from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
 # Thread-name prefixes (xprof's trace names threads "<pool name>/<id>").
 INPUT_THREAD_PREFIXES = ("tf_data",)
@@ -271,7 +273,9 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     for key, evs in by_thread.items():
         name = threads.get(key, "")
         if is_input_thread(name) and line_id(name) in cpu_us:
-            measured[key] = (_union([_span(e) for e in evs]), cpu_us[line_id(name)])
+            # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
+            own = max(0.0, cpu_us[line_id(name)] - len(evs) * HOST_EVENT_COST_US)
+            measured[key] = (_union([_span(e) for e in evs]), own)
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,

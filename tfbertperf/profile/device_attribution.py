@@ -128,7 +128,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),
         "device_busy_fraction": round(busy, 6),
         "transfer": _transfer(trace, rows, hw),
-        "xla_compiled": program_facts.xla_compiled(trace),
+        "xla_compiled": program_facts.xla_compiled(trace, programs),
         "cuda_graphs": program_facts.cuda_graphs(trace),
         "matmul_precision": precision,
         "matmul_precision_basis": precision_basis,

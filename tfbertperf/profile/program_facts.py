@@ -47,10 +47,14 @@ _KERNEL_PRECISION = (("bf16", re.compile(r"bf16|bfloat16", re.I)),
                      ("f32", re.compile(r"sgemm|tf32|(^|_)f32", re.I)))
 
 
-def xla_compiled(trace: Trace) -> bool | None:
+def xla_compiled(trace: Trace, programs: list[dict] | None = None) -> bool | None:
+    """True when XLA programs ran on a device that ran kernels — inside the steps where `programs`
+    (programs_ran) says so — False when it ran kernels and none were XLA's, None without such a device."""
     active = trace.active_devices()
     if not active:
         return None
+    if programs and any(p["device_ms"] > 0 for p in programs):
+        return True
     return any(d.hlo_modules for d in active)
 
 

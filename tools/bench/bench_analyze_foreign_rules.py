@@ -55,6 +55,8 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--baseline", default="", help="another checkout whose analyze is run on the same captures")
     p.add_argument("--sleep-ms", type=float, default=1.0)
+    p.add_argument("--steps", type=int, default=80, help="fit steps of the profiled run")
+    p.add_argument("--window", default="30:70", help="its profiled steps START:STOP")
     a = p.parse_args(argv)
     here = str(ROOT)
     rows = []
@@ -64,7 +66,8 @@ def main(argv=None) -> int:
             out = tempfile.mkdtemp(prefix="bench-rules-")
             print(f"[bench] {shape}: repetition {k + 1}/{a.reps} …", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, str(PROGRAM), "--out", out, "--shape", shape,
-                                   "--sleep-ms", str(a.sleep_ms)], capture_output=True, text=True,
+                                   "--sleep-ms", str(a.sleep_ms), "--steps", str(a.steps), "--window", a.window],
+                                  capture_output=True, text=True,
                                   env={**os.environ, "PYTHONPATH": here}, timeout=1200)
             if proc.returncode != 0:
                 raise SystemExit(f"{shape}: the program failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -74,6 +77,7 @@ def main(argv=None) -> int:
             rows.append({"shape": shape, "rep": k + 1, "truth": res["truth"]["input_cost_fraction"],
                          "T": res["truth"]["step_time_ms"], "T_c": res["truth"]["compute_only_step_ms"],
                          "profiled_ms": res["profiled"]["step_time_ms"], "ours": ours, "base": base,
+                         "logdir": res["profiled"]["logdir"],
                          "load": os.getloadavg()[0]})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print("| program | rep | T / T_c ms (unprofiled) | truth | analyze (this) | error | verdict | "
