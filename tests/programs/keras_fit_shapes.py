@@ -16,7 +16,9 @@ Modes (--modes, comma-separated; one JSON line each on stdout):
   truth     no profiler: fit blocks on the pipeline alternate with fit blocks on one cached batch
             (`Dataset.from_tensors(batch).repeat()`), in one process; step time = time between consecutive
             on_train_batch_begin calls (next() runs inside train_function), the first SETTLE of each block
-            dropped; medians: {"mode", "step_time_ms" (T), "compute_only_step_ms" (T_c), "input_cost_fraction"}.
+            dropped, a block's median; {"mode", "step_time_ms" (T), "compute_only_step_ms" (T_c): medians over
+            the blocks, "input_cost_fraction": the median over adjacent block pairs of (T − T_c) / T, so that a
+            load change on a shared machine hits both figures of a pair}.
 """
 
 from __future__ import annotations
@@ -150,19 +152,21 @@ class _BeginTimes(keras.callbacks.Callback):
         self.t.append(time.perf_counter())
 
 
-def truth(shape: str, sleep_ms: float, blocks: int = 5, block_steps: int = 20) -> dict:
+def truth(shape: str, sleep_ms: float, blocks: int = 10, block_steps: int = 14) -> dict:
     model, ds = make(shape, sleep_ms)
     mem = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
-    times = {"pipeline": [], "memory": []}
+    pairs = []  # (T, T_c) of adjacent blocks: a load change on a shared machine hits both of a pair
     for b in range(blocks + 1):  # block 0 of each kind: warm-up (tracing)
+        med = {}
         for kind, feed in (("pipeline", ds), ("memory", mem)):
             cb = _BeginTimes()
             model.fit(feed, steps_per_epoch=block_steps, epochs=1, verbose=0, callbacks=[cb])
-            if b > 0:
-                times[kind] += [(b2 - a) * 1e3 for a, b2 in zip(cb.t[SETTLE:-2], cb.t[SETTLE + 1:-1])]
-    T, T_c = float(np.median(times["pipeline"])), float(np.median(times["memory"]))
+            med[kind] = float(np.median([(b2 - a) * 1e3 for a, b2 in zip(cb.t[SETTLE:-2], cb.t[SETTLE + 1:-1])]))
+        if b > 0:
+            pairs.append((med["pipeline"], med["memory"]))
+    T, T_c = (float(np.median([p[i] for p in pairs])) for i in (0, 1))
     return {"mode": "truth", "shape": shape, "step_time_ms": T, "compute_only_step_ms": T_c,
-            "input_cost_fraction": (T - T_c) / T}
+            "input_cost_fraction": float(np.median([(t - c) / t for t, c in pairs]))}
 
 
 def profiled(shape: str, sleep_ms: float, logdir: str, steps: int, window: str) -> dict:

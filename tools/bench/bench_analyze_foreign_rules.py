@@ -80,17 +80,22 @@ def main(argv=None) -> int:
                          "logdir": res["profiled"]["logdir"],
                          "load": os.getloadavg()[0]})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| program | rep | T / T_c ms (unprofiled) | truth | analyze (this) | error | verdict | "
+    print("| program | rep | T / T_c ms (unprofiled) | profiled step ms | truth | analyze (this) | error | "
+          "analyze ms ÷ T | error | verdict | "
           + ("baseline analyze | baseline error | baseline verdict | " if a.baseline else "") + "load (1 min) |")
-    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if a.baseline else "") + "---|")
-    errs, base_errs = [], []
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if a.baseline else "") + "---|")
+    errs, base_errs, ms_errs = [], [], []
     for r in rows:
         right = (r["ours"]["bottleneck"] == "input") == (r["truth"] >= INPUT_BOUND)
         err = (r["ours"]["estimate"] or 0.0) - r["truth"]
+        # the same estimate in ms (of the profiled step) over the unprofiled step: what a step-time file beside
+        # the capture (issue 29 part A) lets analyze divide by
+        of_t = (r["ours"]["estimate"] or 0.0) * r["profiled_ms"] / r["T"]
         errs.append(abs(err))
-        line = (f"| {r['shape']} | {r['rep']} | {r['T']:.1f} / {r['T_c']:.1f} | {r['truth']:.0%} | "
-                f"{r['ours']['estimate'] or 0:.0%} | {err * 100:+.1f} pp | {r['ours']['bottleneck']} "
-                f"{'✓' if right else '✗'} | ")
+        ms_errs.append(abs(of_t - r["truth"]))
+        line = (f"| {r['shape']} | {r['rep']} | {r['T']:.1f} / {r['T_c']:.1f} | {r['profiled_ms']:.1f} | "
+                f"{r['truth']:.0%} | {r['ours']['estimate'] or 0:.0%} | {err * 100:+.1f} pp | {of_t:.0%} | "
+                f"{(of_t - r['truth']) * 100:+.1f} pp | {r['ours']['bottleneck']} {'✓' if right else '✗'} | ")
         if r["base"]:
             b_right = (r["base"]["bottleneck"] == "input") == (r["truth"] >= INPUT_BOUND)
             b_err = (r["base"]["estimate"] or 0.0) - r["truth"]
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
             line += (f"{r['base']['estimate'] or 0:.0%} | {b_err * 100:+.1f} pp | {r['base']['bottleneck']} "
                      f"{'✓' if b_right else '✗'} | ")
         print(line + f"{r['load']:.1f} |")
-    print(f"\nmean |error|: this {statistics.fmean(errs) * 100:.1f} pp"
+    print(f"\nmean |error|: this {statistics.fmean(errs) * 100:.1f} pp (÷ T: {statistics.fmean(ms_errs) * 100:.1f} pp)"
           + (f", baseline {statistics.fmean(base_errs) * 100:.1f} pp" if base_errs else "")
           + f"; {len(rows)} pairs in {time.time() - t0:.0f} s")
     return 0
