@@ -371,3 +371,29 @@ def test_thread_cpu_record_names_the_captures_input_threads_by_line_id(tmp_path)
     measured = {r["line_id"] for r in record["threads"]}
     assert data_lines and data_lines <= measured, (lines, record["threads"])
     assert sum(r["cpu_ms"] for r in record["threads"] if r["line_id"] in data_lines) > 0
+
+
+@pytest.mark.slow
+def test_profile_callback_writes_the_threads_cpu_beside_the_capture_and_analyze_reads_it(tmp_path):
+    import json
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfbertperf.analyze import analyze
+    from tfbertperf.keras import ProfileCallback
+    from tfbertperf.profile import threadcpu
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    xs = np.random.default_rng(0).standard_normal((512, 64)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((xs, (xs[:, 0] > 0).astype("int64"))).repeat()
+    ds = ds.map(lambda x, y: (tf.tanh(x) * 2.0, y)).batch(16).prefetch(2)
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0, callbacks=[ProfileCallback(str(tmp_path), "10:25")])
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    assert record["schema"] == threadcpu.SIDECAR_SCHEMA and record["seconds"] > 0
+    assert any(r["line_id"] is not None for r in record["threads"])
+    att = analyze(str(tmp_path))["attribution"]
+    assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] is not None

@@ -157,8 +157,8 @@ def read_beside(xplane) -> dict | None:
 # ident), while the kernel counts CPU by tid.  glibc keeps a thread's descriptor (pthread_t is its address) at
 # the top of the thread's stack mapping, with the tid inside it; both offsets are learned from a Python thread
 # whose pthread_t and tid are known, then every stack mapping's candidate descriptor is read through
-# /proc/self/mem (an unmapped address is an error there, never a crash) and kept where it holds one of this
-# process's tids.  Any step that does not hold (another libc, no /proc) gives no mapping: analyze then says the
+# /proc/self/mem (an unmapped address is an error there, never a crash) and kept where it points to itself
+# (glibc's x86-64 descriptor starts with its own address) and holds one of this process's tids.  Any step that does not hold (another libc, no /proc) gives no mapping: analyze then says the
 # input threads' CPU was not measured.
 _HASH_SEED = 0xC70F6907
 
@@ -185,7 +185,17 @@ def _maps() -> list[tuple[int, int, str]]:
     return out
 
 
-def _layout(mem_fd: int, maps) -> tuple[int, int] | None:
+def _is_descriptor(mem_fd: int, pd: int) -> bool:
+    """glibc's x86-64 thread descriptor begins with a pointer to itself (tcbhead_t.tcb)."""
+    import struct
+
+    try:
+        return struct.unpack("<Q", os.pread(mem_fd, 8, pd))[0] == pd
+    except (OSError, struct.error):
+        return False
+
+
+def _layout(mem_fd: int) -> tuple[int, int] | None:
     """(descriptor offset below its stack mapping's end, tid offset inside the descriptor), learned from a
     Python thread; None when its descriptor is not where glibc puts it."""
     import struct
@@ -204,10 +214,11 @@ def _layout(mem_fd: int, maps) -> tuple[int, int] | None:
     try:
         if not ready.wait(5):
             return None
-        maps = _maps()
         ident = seen["ident"]
-        hi = next((h for lo, h, perm in maps if lo <= ident < h), None)
+        hi = next((h for lo, h, _ in _maps() if lo <= ident < h), None)
         if hi is None:
+            return None
+        if not _is_descriptor(mem_fd, ident):
             return None
         block = os.pread(mem_fd, 0x1000, ident)
         offs = [o for o in range(0, len(block) - 4, 4) if struct.unpack_from("<i", block, o)[0] == seen["tid"]]
@@ -229,7 +240,7 @@ def line_ids(tids) -> dict[int, int]:
     except (OSError, AttributeError):
         return {}
     try:
-        layout = _layout(fd, None)
+        layout = _layout(fd)
         if layout is None:
             return {}
         below, tid_off = layout
@@ -242,7 +253,7 @@ def line_ids(tids) -> dict[int, int]:
                 tid = struct.unpack("<i", os.pread(fd, 4, pd + tid_off))[0]
             except OSError:
                 continue
-            if tid in tids and tid not in out:
+            if tid in tids and tid not in out and _is_descriptor(fd, pd):
                 out[tid] = line_id(pd)
         main = os.getpid()
         if main in tids:
