@@ -169,6 +169,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
         bottleneck = "compute"
     label = {"input_cost_fraction": "what-if probe", "input_cost_estimate_fraction": "wait + stolen CPU",
              "input_bound_fraction": "blocked wait"}[source]
+    if source == "input_cost_estimate_fraction" and att.get("input_cpu_basis"):
+        # whether the input threads' CPU was read off their clocks or estimated from their busy periods
+        label += f", {str(att['input_cpu_basis']).split(':')[0]}"
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
     copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""
