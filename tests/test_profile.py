@@ -397,3 +397,22 @@ def test_profile_callback_writes_the_threads_cpu_beside_the_capture_and_analyze_
     assert any(r["line_id"] is not None for r in record["threads"])
     att = analyze(str(tmp_path))["attribution"]
     assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] is not None
+
+
+def test_a_compute_in_parallel_regions_loses_more_than_its_fair_share():
+    # the same 4 ms of input CPU in the compute phase; the compute's CPU: 30 ms on pool threads the capture
+    # records no event for (oneDNN/OpenMP, Eigen intra-op), 10 ms on its traced inter-op thread → p = 0.75, and a
+    # preempted part of a parallel region holds up the others: 4 × 1/2 × (1 + 0.75) = 3.5 ms
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/11"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/12"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/14"}},  # C = 2
+          {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+           "args": {"step_num": "5", "group_id": "0"}},
+          {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+          {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+          {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 3000, "dur": 4000}]
+    record = _measured({11: 4.0, 12: 10.0, 13: 30.0})
+    s = contention.step_contention({"traceEvents": ev}, thread_cpu=record)["steps"][5]
+    assert s["stolen_ms"] == pytest.approx(4.0 * 0.5 * 1.75, abs=0.01)
+    assert contention.pool_share(record, {11, 12}, {11}) == pytest.approx(0.75)

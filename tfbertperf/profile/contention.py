@@ -61,10 +61,20 @@ comes from that CPU and not from wall time:
   events; evenly over the capture where it shows none), the part falling in a step's compute phase is the
   input CPU X that competed with the compute (less the profiler's own cost on the thread: its recorded events ×
   program_facts.HOST_EVENT_COST_US, which a per-example map pays hundreds of times a step), and with k̄ the mean number of input threads active in the
-  phase (≥ 1), stolen = X × (W + k̄ − C) / (k̄ × C), at least 0 — the fair-share loss per core-millisecond the
-  input threads used: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores
-  and the compute loses 1 − C/(W+k) of its progress; for W = C every input core-millisecond costs the step
-  1/C ms, however the work hides behind prefetch.
+  phase (≥ 1), the fair-share loss per core-millisecond the input threads used is f = (W + k̄ − C) / (k̄ × C), at
+  least 0: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores and the
+  compute loses 1 − C/(W+k) of its progress; for W = C every input core-millisecond costs the step 1/C ms,
+  however the work hides behind prefetch.  A compute that runs in parallel regions (oneDNN's OpenMP threads,
+  Eigen's intra-op pool: an op split in C equal parts that all must finish) loses more: a part whose thread
+  the input preempts holds up the region while the other parts' threads wait (OpenMP spins), so each input
+  core-millisecond costs up to a whole millisecond (the lock-step limit).  So
+      stolen = X × f × (1 + (C − 1) × p),
+  p the share of the compute's measured CPU on threads the capture records no event for (those pools; the
+  training thread and the inter-op threads have events) — 1/C per core-ms for a compute of independent
+  inter-op ops (p = 0), 1 for one wholly in parallel regions (p = 1).  Seen on tests/programs/keras_fit_shapes.py:
+  a per-example parse beside a small MLP whose ops run on the inter-op threads (p ≈ 0.15) cost the step about
+  half its input CPU, a tokenizer beside an embedding + dense model computing on the pools (p ≈ 0.8) more than
+  its input CPU (BENCHMARKS.md, issue 29).
 
 Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
 BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing for
@@ -199,6 +209,25 @@ def measured_cpu_us(thread_cpu: dict | None) -> dict[int, float]:
     return out
 
 
+def pool_share(thread_cpu: dict | None, traced: set[int], inputs: set[int]) -> float:
+    """Share of the compute's measured CPU that ran on threads the capture records no event for (TF's intra-op
+    Eigen pool and oneDNN's OpenMP threads: parallel regions), against those it records (inter-op ops, the
+    training thread); 0 without a record.  The input threads and the profiler's own thread are left out."""
+    rows = (thread_cpu or {}).get("threads") or ()
+    # the training (main) thread: its tid is the process id, the smallest tid of the process
+    pid = (thread_cpu or {}).get("pid") or min((r.get("tid") or 0 for r in rows), default=None)
+    pool = named = 0.0
+    for r in rows:
+        lid = r.get("line_id")
+        if lid is None or lid in inputs or str(r.get("name", "")).startswith("tfbertperf"):
+            continue
+        if lid in traced or r.get("tid") == pid:
+            named += float(r["cpu_ms"])
+        else:
+            pool += float(r["cpu_ms"])
+    return pool / (pool + named) if pool + named > 0 else 0.0
+
+
 def _length(ivs) -> float:
     return sum(b - a for a, b in ivs)
 
@@ -270,12 +299,15 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
     cpu_us = measured_cpu_us(thread_cpu)
     measured = {}  # thread key → (activity intervals, CPU µs)
+    measured_ids = []
     for key, evs in by_thread.items():
         name = threads.get(key, "")
         if is_input_thread(name) and line_id(name) in cpu_us:
             # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
             own = max(0.0, cpu_us[line_id(name)] - len(evs) * HOST_EVENT_COST_US)
             measured[key] = (_union([_span(e) for e in evs]), own)
+            measured_ids.append(line_id(name))
+    pool = pool_share(thread_cpu, {line_id(n) for n in threads.values()} - {None}, set(measured_ids))
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
@@ -329,7 +361,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 cpu_in += cpu * share
                 active += _overlap(activity, phase)
             k_bar = max(1.0, active / max(1e-9, _length(phase)))
-            stolen += cpu_in * max(0.0, width + k_bar - C) / (k_bar * C)
+            fair = max(0.0, width + k_bar - C) / (k_bar * C)
+            stolen += cpu_in * fair * (1.0 + (C - 1) * pool)
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,

@@ -90,7 +90,8 @@ SIDECAR_SCHEMA = "tfbertperf.threadcpu/1"
 
 def window_record(a: dict, b: dict) -> dict:
     """The sidecar's content for the span between snapshots a (capture start) and b (capture stop):
-    {"schema", "seconds" (wall), "cores" (the cores this process may run on), "clock" ("schedstat": CPU and
+    {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
+    "clock" ("schedstat": CPU and
     run-queue wait from the kernel's per-thread counters), "threads": [{"tid", "line_id" (the thread's line id in
     the capture's host plane, line_ids; None where unknown), "name", "cpu_ms", "runqueue_ms"}]} — threads that ended inside the span are not in it, threads that started inside count
     from 0."""
@@ -107,6 +108,7 @@ def window_record(a: dict, b: dict) -> dict:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return {"schema": SIDECAR_SCHEMA, "seconds": round(b["t"] - a["t"], 6), "cores": cores, "clock": "schedstat",
+            "pid": os.getpid(),
             "threads": sorted(threads, key=lambda r: -r["cpu_ms"])}
 
 
