@@ -415,4 +415,6 @@ def test_a_compute_in_parallel_regions_loses_more_than_its_fair_share():
     record = _measured({11: 4.0, 12: 10.0, 13: 30.0})
     s = contention.step_contention({"traceEvents": ev}, thread_cpu=record)["steps"][5]
     assert s["stolen_ms"] == pytest.approx(4.0 * 0.5 * 1.75, abs=0.01)
-    assert contention.pool_share(record, {11, 12}, {11}) == pytest.approx(0.75)
+    from tfbertperf.profile import threadcpu
+
+    assert threadcpu.pool_share(record, {11, 12}, {11}) == pytest.approx(0.75)

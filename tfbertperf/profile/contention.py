@@ -99,6 +99,8 @@ import os
 import re
 from collections import defaultdict
 
+from tfbertperf.profile import intervals as iv
+from tfbertperf.profile import threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
 from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
@@ -190,61 +192,6 @@ def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple =
     return out
 
 
-def line_id(name: str) -> int | None:
-    """The capture's host line id a thread name carries ("tf_data_private_threadpool/-7007595809401127394"); None
-    for a name without one (the main "python" thread)."""
-    tail = name.rsplit("/", 1)[-1] if "/" in name else ""
-    try:
-        return int(tail)
-    except ValueError:
-        return None
-
-
-def measured_cpu_us(thread_cpu: dict | None) -> dict[int, float]:
-    """line id → CPU µs over the capture window, from a threadcpu.json record (profile/threadcpu.py); {} without."""
-    out: dict[int, float] = {}
-    for r in (thread_cpu or {}).get("threads") or ():
-        if r.get("line_id") is not None:
-            out[int(r["line_id"])] = out.get(int(r["line_id"]), 0.0) + float(r["cpu_ms"]) * 1e3
-    return out
-
-
-def pool_share(thread_cpu: dict | None, traced: set[int], inputs: set[int]) -> float:
-    """Share of the compute's measured CPU that ran on threads the capture records no event for (TF's intra-op
-    Eigen pool and oneDNN's OpenMP threads: parallel regions), against those it records (inter-op ops, the
-    training thread); 0 without a record.  The input threads and the profiler's own thread are left out."""
-    rows = (thread_cpu or {}).get("threads") or ()
-    # the training (main) thread: its tid is the process id, the smallest tid of the process
-    pid = (thread_cpu or {}).get("pid") or min((r.get("tid") or 0 for r in rows), default=None)
-    pool = named = 0.0
-    for r in rows:
-        lid = r.get("line_id")
-        if lid is None or lid in inputs or str(r.get("name", "")).startswith("tfbertperf"):
-            continue
-        if lid in traced or r.get("tid") == pid:
-            named += float(r["cpu_ms"])
-        else:
-            pool += float(r["cpu_ms"])
-    return pool / (pool + named) if pool + named > 0 else 0.0
-
-
-def _length(ivs) -> float:
-    return sum(b - a for a, b in ivs)
-
-
-def _overlap(ivs, cut) -> float:
-    """Length of the intersection of two sorted, disjoint interval lists."""
-    got, j = 0.0, 0
-    for a, b in ivs:
-        while j < len(cut) and cut[j][1] <= a:
-            j += 1
-        k = j
-        while k < len(cut) and cut[k][0] < b:
-            got += max(0.0, min(b, cut[k][1]) - max(a, cut[k][0]))
-            k += 1
-    return got
-
-
 def _peak(per_thread: list, lo: float, hi: float) -> int:
     """Most threads of `per_thread` busy at one instant within [lo, hi)."""
     edges = sorted((x, d) for ivs in per_thread for a, b in _clip(ivs, lo, hi) for x, d in ((a, 1), (b, -1)))
@@ -297,17 +244,18 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 continue
 
     # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
-    cpu_us = measured_cpu_us(thread_cpu)
+    cpu_us = threadcpu.measured_cpu_us(thread_cpu)
     measured = {}  # thread key → (activity intervals, CPU µs)
     measured_ids = []
     for key, evs in by_thread.items():
         name = threads.get(key, "")
-        if is_input_thread(name) and line_id(name) in cpu_us:
+        if is_input_thread(name) and threadcpu.line_id(name) in cpu_us:
             # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
-            own = max(0.0, cpu_us[line_id(name)] - len(evs) * HOST_EVENT_COST_US)
+            own = max(0.0, cpu_us[threadcpu.line_id(name)] - len(evs) * HOST_EVENT_COST_US)
             measured[key] = (_union([_span(e) for e in evs]), own)
-            measured_ids.append(line_id(name))
-    pool = pool_share(thread_cpu, {line_id(n) for n in threads.values()} - {None}, set(measured_ids))
+            measured_ids.append(threadcpu.line_id(name))
+    traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
+    pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids))
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
@@ -355,12 +303,12 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         if measured:
             cpu_in = active = 0.0
             for activity, cpu in measured.values():
-                total = _length(activity)
-                share = _overlap(activity, phase) / total if total > 0 else \
-                    _length(phase) / max(1.0, span[1] - span[0])
+                total = iv.length(activity)
+                share = iv.length(iv.intersect(activity, phase)) / total if total > 0 else \
+                    iv.length(phase) / max(1.0, span[1] - span[0])
                 cpu_in += cpu * share
-                active += _overlap(activity, phase)
-            k_bar = max(1.0, active / max(1e-9, _length(phase)))
+                active += iv.length(iv.intersect(activity, phase))
+            k_bar = max(1.0, active / max(1e-9, iv.length(phase)))
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             stolen += cpu_in * fair * (1.0 + (C - 1) * pool)
         wait_us = sum(b - a for a, b in waits)

@@ -267,3 +267,44 @@ def line_ids(tids) -> dict[int, int]:
         return {}
     finally:
         os.close(fd)
+
+
+# ---- reading the record against a capture's thread names (profile/contention.py) -----------------------------
+
+def line_id(name: str) -> int | None:
+    """The capture's host line id a thread name carries ("tf_data_private_threadpool/-7007595809401127394"); None
+    for a name without one (the main "python" thread)."""
+    tail = name.rsplit("/", 1)[-1] if "/" in name else ""
+    try:
+        return int(tail)
+    except ValueError:
+        return None
+
+
+def measured_cpu_us(record: dict | None) -> dict[int, float]:
+    """line id → CPU µs over the capture window, from a SIDECAR record; {} without one."""
+    out: dict[int, float] = {}
+    for r in (record or {}).get("threads") or ():
+        if r.get("line_id") is not None:
+            out[int(r["line_id"])] = out.get(int(r["line_id"]), 0.0) + float(r["cpu_ms"]) * 1e3
+    return out
+
+
+def pool_share(record: dict | None, traced: set[int], inputs: set[int]) -> float:
+    """Share of the compute's measured CPU that ran on threads the capture records no event for (TF's intra-op
+    Eigen pool and oneDNN's OpenMP threads: parallel regions), against those it records (`traced` line ids: the
+    inter-op threads, the training thread); 0 without a record.  The input threads (`inputs`) and this module's
+    own thread are left out."""
+    rows = (record or {}).get("threads") or ()
+    # the training (main) thread: its tid is the process id, the smallest tid of the process
+    pid = (record or {}).get("pid") or min((r.get("tid") or 0 for r in rows), default=None)
+    pool = named = 0.0
+    for r in rows:
+        lid = r.get("line_id")
+        if lid is None or lid in inputs or str(r.get("name", "")).startswith("tfbertperf"):
+            continue
+        if lid in traced or r.get("tid") == pid:
+            named += float(r["cpu_ms"])
+        else:
+            pool += float(r["cpu_ms"])
+    return pool / (pool + named) if pool + named > 0 else 0.0
