@@ -11,7 +11,10 @@ device's kernels) and idle.  Every idle picosecond is charged to the first of th
      training thread (the one holding the step markers or launches) an outermost Python frame that hands
      nothing to the device (no transfer, launch or compile inside it) and either runs inside a step marker
      before the marker's first hand-off, or ends in loader work (a sleep, a read, NumPy/PIL/tokenizer code,
-     `next`/`__next__`, a queue get);
+     `next`/`__next__`, a queue get); and of a Python frame that does hand work to the device (a
+     `next_batch` that ends in `device_put`), the part before its first hand-off — its own time included,
+     which the tracer records no child frame for (NumPy indexing, the loop itself): the loader preparing
+     what it hands over;
   4. compile: XLA/JIT compilation;
   5. kernel_launch: the host issuing work — op dispatch, executable launch, `cuLaunchKernel`/`cuGraphLaunch`
      (HTA's kernel wait: the device waits for the host to issue the next kernel);
@@ -113,7 +116,13 @@ def _python_frames(thread: HostThread, markers) -> tuple[list, list]:
                                           and not handoff[parent[i]]):
             continue  # not Python, or inside a frame already judged whole
         if handoff[i]:
-            python.append((e.start, e.end))
+            # a frame that hands work to the device: the part before its first hand-off (its own time included,
+            # which the tracer records no child frame for) is the loader preparing what it hands over
+            k = bisect.bisect_left(starts, e.start)
+            first = min(e.end, starts[k]) if k < len(starts) else e.end
+            if first > e.start:
+                inputs.append((e.start, first))
+            python.append((first, e.end))
             continue
         k = bisect.bisect_right(marker_starts, e.start) - 1  # the marker this frame starts in, if any
         before = k >= 0 and e.end <= first_handoff[marker_starts[k]][1]

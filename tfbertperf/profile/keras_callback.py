@@ -15,6 +15,10 @@ Usage:
     # then: tfbertperf analyze logs/run1   (or TensorBoard → Profile)
 
 With `steps_per_execution=k` one marker spans k steps (xprof then reports k-step "steps").
+
+Beside the capture (same session folder) it writes `threadcpu.json`: the CPU each thread of the process used over
+the profiled window, with the capture's line id of each thread (profile/threadcpu.py), so that `analyze` counts
+the input pipeline's measured CPU, not the wall time of its waits (profile/contention.py).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from tfbertperf.config import parse_window
-from tfbertperf.profile import capture
+from tfbertperf.profile import capture, threadcpu
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -63,11 +67,13 @@ class ProfileCallback(keras.callbacks.Callback):
         self._trace = None
         self._t0 = 0.0
         self._profiling = False
+        self._cpu_at_start = None
 
     # Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
     def on_train_batch_begin(self, batch, logs=None):
         if self.window and self._step == self.window[0] and not self._profiling:
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
+            self._cpu_at_start = threadcpu.snapshot()  # the threads' CPU over the window: analyze's input CPU
             self._profiling = True
         if self.window and self._step == self.window[1] and self._profiling:
             self._stop()
@@ -92,5 +98,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._stop()
 
     def _stop(self):
+        cpu_at_stop = threadcpu.snapshot()
         tf.profiler.experimental.stop()
         self._profiling = False
+        threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)

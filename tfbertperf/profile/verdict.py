@@ -101,6 +101,19 @@ def _profiler_words(att: dict) -> str:
     return ""
 
 
+def _variant_words(att: dict) -> str:
+    """"; jit_step ran as 2 compiled programs: #7 f32 80 % of device time, #3 bf16 20 %" for each module name that
+    ran as several programs (device_attribution xla_program_variants), "" when none did."""
+    names = set(att.get("xla_program_variants") or ())
+    words = ""
+    for name in sorted(names):
+        rows = [p for p in att.get("xla_programs") or () if p["module"] == name]
+        parts = ", ".join(f"#{p['program_id']} {p['precision'] or 'no matmul'} {p['device_share']:.0%}"
+                          for p in rows)
+        words += f"; {name} ran as {len(rows)} compiled programs ({parts} of device time)"
+    return words
+
+
 def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, discounted: dict | None) -> str:
     fr, tr = att["fractions"], att.get("transfer") or {}
     launch_bound = bottleneck == "other" and fr["kernel_launch"] >= fr["other"] + fr["compile"] + fr["output"]
@@ -117,6 +130,7 @@ def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, di
             f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
             f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
             f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    text += _variant_words(att)
     if discounted:
         text += f"; {_discount_words(discounted)}"
     elif bottleneck in ("other", "input"):
@@ -155,6 +169,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
         bottleneck = "compute"
     label = {"input_cost_fraction": "what-if probe", "input_cost_estimate_fraction": "wait + stolen CPU",
              "input_bound_fraction": "blocked wait"}[source]
+    if source == "input_cost_estimate_fraction" and att.get("input_cpu_basis"):
+        # whether the input threads' CPU was read off their clocks or estimated from their busy periods
+        label += f", {str(att['input_cpu_basis']).split(':')[0]}"
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
     copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""
