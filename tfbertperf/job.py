@@ -141,6 +141,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         return build_dataset(data_cfg, manifest, source, input_context, service=service)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
+    say(cfg.window_choice())  # which steps are traced, and whether the user or the run's length chose them
     sampler = start_sampler(cfg)
     try:
         # damaged shards and TF filesystem errors; a record that breaks the data's layout

@@ -30,9 +30,10 @@ import itertools
 import time
 from typing import Callable
 
+from tfbertperf.config.schema import warmup_for
+
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
-WARMUP_SHARE = 4  # warm-up takes at most 1/4 of a run's steps
 PROBE_SHARE = 2  # the probe times at most 1/2 as many steps as the run has
 
 
@@ -45,7 +46,7 @@ def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[i
     steps as the run has (and at least 1 when it is on): with the default 20 a 3-step BERT-base run spent 260 s
     of 367 in the probe (issue 17).  report/caveats.py says when the figures then rest on too few steps.
     """
-    warmup = max(0, min(int(warmup_steps), max(1, steps // WARMUP_SHARE), steps - 1))
+    warmup = warmup_for(steps, warmup_steps)
     probe = 0 if probe_steps <= 0 else max(1, min(int(probe_steps), steps // PROBE_SHARE))
     return warmup, probe
 
