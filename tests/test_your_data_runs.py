@@ -80,7 +80,7 @@ def test_the_one_command_trains_on_the_folder_and_says_whose_data_it_was(user, r
     assert d["bytes"] == sum((user["plain"] / n).stat().st_size for n in NAMES)
     assert r["config"]["data"]["seq_len"] == 64 and r["config"]["data"]["max_predictions"] == 10
     assert r["throughput"]["steps"] == 6 and r["training"]["final_loss"] > 0
-    assert [ln for ln in p.stdout.splitlines() if ln.startswith("data: your data: 2 files")]
+    assert [ln for ln in p.stdout.splitlines() if ln.strip().startswith("data: your data: 2 files")]
     md = (reference["dir"] / "report.md").read_text()
     assert d["summary"] in md
     env = json.loads((reference["dir"] / "environment.json").read_text())
