@@ -398,6 +398,10 @@ def test_compare_shows_each_runs_data_origin(tmp_path):
                                                ["prepared by tfbertperf from pydoc_data.topics"]]
     md = comparison_markdown(doc)
     assert "`/r/a` (your data: 2 files, 1.3 MB, …)" in md and "`/r/b` (prepared by tfbertperf from" in md
+    from tfbertperf.report.html import comparison_page
+
+    page = comparison_page(doc, str(tmp_path))
+    assert "— your data: 2 files, 1.3 MB, …</li>" in page and "— prepared by tfbertperf from pydoc_data.topics" in page
 
 
 def test_console_and_report_md_print_the_origin_in_one_line(user_set):
@@ -444,3 +448,25 @@ def test_an_empty_length_feature_is_one_line_not_a_traceback(tmp_path):
     userdata.write_records(tmp_path / "wiki_00.tfrecord", [rec])
     with pytest.raises(UsageError, match=r"record 0: 'masked_lm_positions' holds 0 value\(s\)"):
         _open(str(tmp_path))
+
+
+def test_an_id_past_an_inferred_vocabulary_met_in_training_names_its_record(tmp_path):
+    """The embedding lookup's complaint (a real gather on the CPU) becomes the line naming file and record."""
+    import tensorflow as tf
+
+    from tfbertperf.data.records import data_errors
+    from tfbertperf.storage import open_backend
+
+    good = userdata.pretrain_records(12, seed=8)
+    userdata.write_records(tmp_path / "part-r-00000", good)
+    m = _open(str(tmp_path))
+    bad = list(good)
+    ids = [101] + [m["vocab_size"] + 50] + [104] * 62
+    bad[9] = userdata.with_feature(bad[9], "input_ids", userdata.int_feature(ids))
+    userdata.write_records(tmp_path / "part-r-00000", bad)
+    with pytest.raises(UsageError) as e:
+        with data_errors(m, open_backend(str(tmp_path)), load_config(data_uri=str(tmp_path))):
+            tf.gather(tf.zeros([m["vocab_size"], 2]), tf.constant([m["vocab_size"] + 50]))
+    assert str(e.value).startswith(f"shard {tmp_path}/part-r-00000: record 9: input_ids holds id "
+                                   f"{m['vocab_size'] + 50} ≥ the vocabulary size {m['vocab_size']} (inferred: ")
+    assert str(e.value).endswith("; name the vocabulary the data were made with: --set data.vocab=PATH/vocab.txt")

@@ -80,7 +80,7 @@ def test_the_one_command_trains_on_the_folder_and_says_whose_data_it_was(user, r
     assert d["bytes"] == sum((user["plain"] / n).stat().st_size for n in NAMES)
     assert r["config"]["data"]["seq_len"] == 64 and r["config"]["data"]["max_predictions"] == 10
     assert r["throughput"]["steps"] == 6 and r["training"]["final_loss"] > 0
-    assert [ln for ln in p.stdout.splitlines() if ln.startswith("data: your data: 2 files")]
+    assert [ln for ln in p.stdout.splitlines() if ln.strip().startswith("data: your data: 2 files")]
     md = (reference["dir"] / "report.md").read_text()
     assert d["summary"] in md
     env = json.loads((reference["dir"] / "environment.json").read_text())
@@ -172,3 +172,25 @@ def test_two_workers_split_the_users_files(user):
     r = json.loads(report.read_text())
     assert len(r["workers"]) == 2 and r["data"]["origin"] == "user"
     assert _digest(user["plain"]) == user["before"]
+
+
+def test_native_mode_trains_on_the_users_gzip_shards_through_tfs_own_gs_filesystem(remote, user, reference,
+                                                                                    fake_gcs):
+    """TF's gs:// filesystem (a fresh process: TF reads https_proxy / CURL_CA_BUNDLE from its environment) reads
+    the GZIP files a glob names; the listing and the description go through the SDK."""
+    from tfbertperf.testing.emulators import native_env
+    from tfbertperf.testing.proxy import FaultProxy
+
+    runs = user["runs"] / "native"
+    with FaultProxy(connect_target=f"127.0.0.1:{fake_gcs.tls_port}") as proxy:
+        env = {**os.environ, **native_env(proxy.url, fake_gcs.certs["ca"]), "STORAGE_EMULATOR_HOST": fake_gcs.url,
+               "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--set", f"data.uri=gs://{BUCKET}/wiki-gz/*",
+                            "--set", "data.mode=native", *[x for s in SHORT_RUN for x in ("--set", s)],
+                            "--set", f"run.out={runs}"], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=900)
+        tunnels = proxy.stats["tunnels"]
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(next(runs.glob("*/report.json")).read_text())
+    assert r["storage"]["mode"] == "native" and tunnels > 0 and r["data"]["compression"] == "gzip"
+    assert r["training"]["loss_trajectory"] == reference["report"]["training"]["loss_trajectory"]

@@ -184,7 +184,8 @@ def shard_uris(cfg, manifest: dict, backend) -> tuple[list[str], int]:
             )
         return [backend.join(uri, s["name"]) for s in text], int(manifest.get("text_record_bytes_mean") or 1024)
     # the user's files are named by their full URIs (data/described.py); ours by name inside the data dir
-    return [s.get("uri") or backend.join(uri, s["name"]) for s in manifest["shards"]], int(manifest["record_bytes_mean"])
+    uris = [s.get("uri") or backend.join(uri, s["name"]) for s in manifest["shards"]]
+    return uris, int(manifest["record_bytes_mean"])
 
 
 def load_vocab(manifest: dict, backend) -> list[str]:

@@ -34,7 +34,8 @@ def data_block(manifest: dict, cfg=None, checksums_verified: bool = False) -> di
     return {"origin": "prepared", "summary": f"prepared by tfbertperf from {corpus}", "files": len(shards),
             "bytes": int(sum(int(s.get("bytes") or 0) for s in shards)),
             "format": FORMATS.get(manifest.get("task"), manifest.get("task")), "compression": "none",
-            "manifest": True, "checksums_verified": bool(checksums_verified), "uri": redact_text(manifest.get("uri", ""))}
+            "manifest": True, "checksums_verified": bool(checksums_verified),
+            "uri": redact_text(manifest.get("uri", ""))}
 
 
 def describe_dataset(uri: str) -> dict:

@@ -92,8 +92,10 @@ class RecordChecker:
             raise UsageError(f"{where}: a negative token id ({lo})")
         if self.vocab_size is not None and hi >= self.vocab_size:
             key = "input_ids" if hi in feats["input_ids"][1] else "masked_lm_ids"
+            fix = ("name the vocabulary the data were made with: --set data.vocab=PATH/vocab.txt"
+                   if self.vocab_source.startswith("inferred") else "the data were made with a larger vocabulary")
             raise UsageError(f"{where}: {key} holds id {hi} ≥ the vocabulary size {self.vocab_size} "
-                             f"({self.vocab_source}); the data were made with a larger vocabulary")
+                             f"({self.vocab_source}); {fix}")
         self.max_id = max(self.max_id, hi)
         if self.task == "pretrain":
             pos = feats["masked_lm_positions"][1]

@@ -11,6 +11,7 @@ are the training's reads).
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 
@@ -89,18 +90,16 @@ def list_files(uri: str, backend) -> list[ObjectInfo]:
         if backend.name == "local":
             base = os.path.expanduser(split_uri(base)[2])
         elif split_uri(base)[:2] != first:
+            where = "bucket" if first[0] == "gs" else "container"
             raise UsageError(f"--set data.uri={redact_text(uri)}: every item of a list must be in "
-                             f"{first[0]}://{first[1]} (the first item's {'bucket' if first[0] == 'gs' else 'container'})")
+                             f"{first[0]}://{first[1]} (the first item's {where})")
         if is_glob(base):
-            cut = min(base.index(c) for c in GLOB_CHARS if c in base)
-            prefix = base[:cut]
-            if backend.name == "local":
-                prefix = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else "./"
-                rx = glob_regex(os.path.normpath(base) if not base.startswith("./") else base)
-                hits = [o for o in backend.list(prefix) if rx.match(os.path.normpath(o.uri))]
-            else:
+            if backend.name == "local":  # the same rules as glob_regex, without walking the tree above the glob
+                hits = [ObjectInfo(p, os.path.getsize(p)) for p in glob.glob(base, recursive=True) if os.path.isfile(p)]
+            else:  # list what the part before the first wildcard prefixes, keep the names the glob matches
                 rx = glob_regex(base)
-                hits = [o for o in backend.list(prefix) if rx.match(o.uri)]
+                hits = [o for o in backend.list(base[:min(base.index(c) for c in GLOB_CHARS if c in base)])
+                        if rx.match(o.uri)]
             hits = [o for o in hits if data_name(o.uri) and o.size > 0]
             if not hits:
                 raise UsageError(f"data.uri {shown}: the glob matches no data file")

@@ -50,6 +50,7 @@ def _as_google_research(ours_dir: str, theirs_dir: str, shard_uris: list[str]) -
 
 
 def _pipeline_rate(uri: str, batches: int, sets: list[str]) -> float:
+    """examples/s of the run's tuned input pipeline alone, `batches` batches after 10 of warm-up."""
     from tfbertperf.config import load_config
     from tfbertperf.data.pipeline import build_dataset
     from tfbertperf.job import Inputs
@@ -69,13 +70,14 @@ def _pipeline_rate(uri: str, batches: int, sets: list[str]) -> float:
     return rate
 
 
-def _training_rate(uri: str, runs: str, steps: int) -> float:
+def _training_rate(uri: str, runs: str, steps: int, sets: list[str]) -> float:
+    """examples/s of a short training run (report.json throughput: steady steps only)."""
     from tfbertperf.config import load_config
     from tfbertperf.job import run
 
     cfg = load_config(data_uri=uri, sets=PREP + [f"train.steps={steps}", "profile.steps=none", "profile.probe_steps=0",
                                                  "profile.ceiling_seconds=0", "profile.utilization_hz=0",
-                                                 f"run.out={runs}"])
+                                                 f"run.out={runs}", *sets])
     return float(run(cfg, progress=False)[1]["throughput"]["examples_per_sec"])
 
 
@@ -112,17 +114,19 @@ def main(argv=None) -> None:
           f"({t.manifest['format']}, vocab {t.manifest['vocab_source']})")
     with open("/proc/loadavg") as f:
         print(f"load average before: {f.read().split()[:3]}")
+    # the same model on both sides: the user's set told our vocabulary (else its size is inferred from the ids)
+    cells = (("ours", ours, []), ("theirs", theirs, [f"data.vocab={os.path.join(ours, 'vocab.txt')}"]))
     pipe = {"ours": [], "theirs": []}
-    _pipeline_rate(ours, 50, []), _pipeline_rate(theirs, 50, [])  # warm the page cache and tf.data
+    _pipeline_rate(ours, 50, []), _pipeline_rate(theirs, 50, cells[1][2])  # warm the page cache and tf.data
     for _ in range(a.reps):
-        for k, uri in (("ours", ours), ("theirs", theirs)):
-            pipe[k].append(_pipeline_rate(uri, a.batches, []))
+        for k, uri, sets in cells:
+            pipe[k].append(_pipeline_rate(uri, a.batches, sets))
     print(_pairs("pipeline", pipe["ours"], pipe["theirs"]))
     if a.train_reps:
         train = {"ours": [], "theirs": []}
         for _ in range(a.train_reps):
-            for k, uri in (("ours", ours), ("theirs", theirs)):
-                train[k].append(_training_rate(uri, os.path.join(work, "runs"), a.steps))
+            for k, uri, sets in cells:
+                train[k].append(_training_rate(uri, os.path.join(work, "runs"), a.steps, sets))
         print(_pairs("training", train["ours"], train["theirs"]))
     with open("/proc/loadavg") as f:
         print(f"load average after: {f.read().split()[:3]}")
