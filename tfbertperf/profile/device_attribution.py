@@ -15,6 +15,8 @@ Definitions (means over the steps; milliseconds):
     rate is below half the device's measured pinned rate (train/devices.yaml; the copy engines' own rate when
     the table has none) else "pinned"; copy_engine_gb_per_s = bytes ÷ the device copies' own time.
     Judged only from BANDWIDTH_FROM_BYTES a step.
+  - unprofiled (with measured_step_ms, the step measured outside the capture): the same step as the program runs
+    without the profiler (profile/unprofiled.py); None without it.
   - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
     of the step is device idle with no host event at all).
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 
-from tfbertperf.profile import idle, intervals, program_facts
+from tfbertperf.profile import idle, intervals, program_facts, unprofiled
 from tfbertperf.profile.accelerator_facts import measured_facts
 from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
 from tfbertperf.profile.steptable import CATEGORIES
@@ -111,7 +113,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
     precision, precision_basis = program_facts.matmul_precision(trace)
     # the host's unexplained idle needs Python frames to be named; without them say how to get them
     missing = [RECAPTURE_PYTHON] if not trace.python_tracer and named["idle"] >= UNEXPLAINED_SHARE * wall else []
-    return {
+    att = {
         "source": "device_idle",
         "step_source": source,
         "steps_profiled": len(steps),
@@ -132,3 +134,5 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "missing": missing,
         "step_markers": source == SOURCE_MARKERS,
     }
+    att["unprofiled"] = unprofiled.view(att, measured_step_ms)  # the program without the profiler (verdict reads it)
+    return att
