@@ -169,3 +169,53 @@ def test_analyze_cli_takes_steps_and_prints_the_measured_cost(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "tfbertperf.analyze", str(capture), "--steps",
                               str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nope.json: no such file" in missing.stderr
+
+
+def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_path):
+    # JAX is not installed here: jax.profiler's three calls and block_until_ready are stood in for by plain
+    # callables that do what they do to the file system and the clock (a capture folder with an XSpace in it).
+    import time
+
+    from tfbertperf.jax_steps import StepTimer
+
+    calls = []
+
+    def start_trace(logdir, **kw):
+        calls.append(("start", kw))
+
+    def stop_trace():
+        calls.append(("stop",))
+        _launch_heavy_capture(tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00")
+
+    class Annotation:
+        def __init__(self, name, step_num):
+            calls.append(("step", name, step_num))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    waited = []
+    timer = StepTimer(tmp_path / "logs", profile_steps="3:5", warmup_steps=1, start_trace=start_trace,
+                      stop_trace=stop_trace, annotation=Annotation, wait=waited.append, profiler_options="opts")
+    for i in range(8):
+        with timer.step() as step:
+            time.sleep(0.002)
+            step.result = i
+    path = timer.close()
+    assert calls[:4] == [("step", "train", 0), ("step", "train", 1), ("step", "train", 2),
+                         ("start", {"profiler_options": "opts"})]
+    assert ("stop",) in calls and calls.index(("stop",)) == calls.index(("step", "train", 5)) - 1
+    assert waited == list(range(8)) and len(timer.step_times_ms) == 8 and min(timer.step_times_ms) >= 2.0
+    assert path == tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00" / stepfile.STEP_FILE
+    s = stepfile.read(path)
+    assert s.profiled_steps == [3, 5] and s.unprofiled_steps == 5  # 8 − warm-up 1 − profiled 2
+    assert analyze(str(tmp_path / "logs"))["step_file"]["file"] == str(path)
+
+
+def test_importing_the_jax_helper_imports_neither_jax_nor_tensorflow():
+    code = "import sys, tfbertperf.jax_steps; print(sorted(m for m in ('jax', 'tensorflow') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -173,7 +173,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.window and self._step == self.window[0] and not self._profiling:
-            self._sessions_before = _sessions(self.logdir)
+            self._sessions_before = stepfile.sessions(self.logdir)
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
             self._profiling = True
         if self.window and self._step == self.window[1] and self._profiling:
@@ -207,8 +207,7 @@ class ProfileCallback(keras.callbacks.Callback):
         tf.profiler.experimental.stop()
         self._profiling = False
         self._profiled = (self.window[0], self._step)
-        new = sorted(_sessions(self.logdir) - self._sessions_before)
-        self._session = Path(self.logdir) / "plugins" / "profile" / new[-1] if new else None
+        self._session = stepfile.session_dir(self.logdir, self._sessions_before)
 
     def _write_steps(self) -> None:
         what_if, excluded = None, []
@@ -229,11 +228,6 @@ class ProfileCallback(keras.callbacks.Callback):
         if s.get("input_cost_fraction") is not None:
             self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                             "input_cost_fraction": s["input_cost_fraction"]}
-
-
-def _sessions(logdir: str) -> set[str]:
-    d = Path(logdir) / "plugins" / "profile"
-    return {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
 
 
 def _read_back(logs) -> None:

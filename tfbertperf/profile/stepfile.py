@@ -168,6 +168,19 @@ def read(path) -> StepSummary:
     return summarize(doc, str(p))
 
 
+def sessions(logdir) -> set[str]:
+    """The capture session folders under `logdir/plugins/profile` now (a writer lists them before it starts the
+    profiler and after it stops it: the new one is the capture's, `session_dir`)."""
+    d = Path(logdir) / "plugins" / "profile"
+    return {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
+
+
+def session_dir(logdir, before: set[str]) -> Path | None:
+    """The session folder a capture added to `logdir` since `before` (sessions()), newest first; None if none."""
+    new = sorted(sessions(logdir) - before)
+    return Path(logdir) / "plugins" / "profile" / new[-1] if new else None
+
+
 def beside(directory) -> Path | None:
     """The step file in a capture's session directory, or None."""
     f = Path(directory) / STEP_FILE
