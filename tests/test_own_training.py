@@ -116,6 +116,16 @@ def test_step_file_summary_leaves_out_warmup_window_and_probe_steps_and_measures
     assert doc["summary"]["input_cost_fraction"] == pytest.approx(0.5)
 
 
+def test_the_what_if_compares_a_block_with_the_real_steps_around_it_on_a_drifting_machine():
+    # the machine is twice as slow for the first 20 steps; the one probe block ran then, at half the step
+    times = [20.0] * 20 + [10.0] * 20
+    doc = stepfile.document(times, excluded_steps=[10, 11, 12, 13],
+                            what_if={"compute_only_step_ms": [10.0] * 4, "blocks": [[10, 4]]})
+    s = stepfile.summarize(doc, "t")
+    assert s.unprofiled_step_ms == pytest.approx((16 * 20 + 20 * 10) / 36)  # the run's step: all unprofiled
+    assert s.T_blocks_ms == [pytest.approx(20.0)] and s.input_cost_fraction == pytest.approx(0.5)
+
+
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):
     capture = _launch_heavy_capture(tmp_path / "s")
     steps = tmp_path / "steps.json"

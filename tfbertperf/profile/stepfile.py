@@ -25,10 +25,12 @@ Definitions (`summarize`):
   profiled_step_ms: the mean of the profiled steps as the helper timed them (the capture's own step, read from the
     trace, is what analyze compares with T).
   compute_only_step_ms = T_c: the mean of what_if.compute_only_step_ms.
-  input_cost_fraction = (T − T_c) / T, clipped to [0, 1]: how much shorter the step would be with free input.
-  T_blocks_ms / T_c_blocks_ms: T over the unprofiled steps around each what-if block (from the block before it
-    to the block after it; the first from step 0, the last to the end) and T_c per block, so a reader can see
-    both sampled side by side in time.
+  input_cost_fraction = (T − T_c) / T, clipped to [0, 1]: how much shorter the step would be with free input —
+    with each block paired with the real steps around it in time: T_blocks_ms[k] = the mean of the
+    max(n_k, BRACKET_MIN) unprofiled steps right before block k and as many right after it (n_k its timed steps),
+    T_c_blocks_ms[k] = the block's mean, and input_cost_fraction = (Σ n_k T_k − Σ n_k T_c,k) ÷ Σ n_k T_k.  On a
+    machine whose speed drifts (a shared host, thermal limits) a block is then compared with the stretch it sat
+    in, not with the whole run; without block positions, (T − T_c) / T.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from tfbertperf.errors import UsageError
 
 STEP_FILE = "tfbertperf_steps.json"
 SCHEMA = "tfbertperf.steps/1"
+BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
 
 
 @dataclass
@@ -134,26 +137,34 @@ def summarize(doc: dict, where: str) -> StepSummary:
         if probe and T:
             s.compute_only_step_ms = statistics.fmean(probe)
             s.compute_only_steps = len(probe)
-            s.input_cost_fraction = max(0.0, min(1.0, (T - s.compute_only_step_ms) / T))
-            s.T_blocks_ms, s.T_c_blocks_ms = _blocks(steps, unprofiled, probe, blocks)
+            s.T_blocks_ms, s.T_c_blocks_ms, sizes = _blocks(steps, unprofiled, probe, blocks)
+            if sizes:  # paired in time: each block against the real steps around it
+                t = sum(x * n for x, n in zip(s.T_blocks_ms, sizes))
+                tc = sum(x * n for x, n in zip(s.T_c_blocks_ms, sizes))
+                s.input_cost_fraction = max(0.0, min(1.0, (t - tc) / t)) if t > 0 else None
+            else:
+                s.input_cost_fraction = max(0.0, min(1.0, (T - s.compute_only_step_ms) / T))
     return s
 
 
-def _blocks(steps, unprofiled, probe, blocks) -> tuple[list[float], list[float]]:
-    """T over the unprofiled steps between consecutive blocks, T_c per block (module docstring)."""
+def _blocks(steps, unprofiled, probe, blocks) -> tuple[list[float], list[float], list[int]]:
+    """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps, and its size
+    (module docstring); ([], [], []) when the blocks do not account for the probe's steps."""
     at = [int(b[0]) for b in blocks if isinstance(b, list) and len(b) == 2]
     sizes = [int(b[1]) for b in blocks if isinstance(b, list) and len(b) == 2]
     if not at or sum(sizes) != len(probe):
-        return [], []
-    edges = [0, *at[1:], len(steps) + 1]
-    T = [statistics.fmean(steps[i] for i in unprofiled if lo <= i < hi)
-         for lo, hi in zip(edges, edges[1:]) if any(lo <= i < hi for i in unprofiled)]
-    Tc, k = [], 0
-    for n in sizes:
-        if n:
+        return [], [], []
+    T, Tc, n_used, k = [], [], [], 0
+    for pos, n in zip(at, sizes):
+        m = max(n, BRACKET_MIN)
+        before = [i for i in unprofiled if i < pos][-m:]
+        after = [i for i in unprofiled if i >= pos][:m]
+        if n and before + after:
+            T.append(statistics.fmean(steps[i] for i in before + after))
             Tc.append(statistics.fmean(probe[k:k + n]))
+            n_used.append(n)
         k += n
-    return T, Tc
+    return T, Tc, n_used
 
 
 def read(path) -> StepSummary:

@@ -251,9 +251,10 @@ def measured_lines(doc: dict) -> list[str]:
     else:
         out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
     if sf.get("input_cost_fraction") is not None:
-        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T: T "
-                   f"{sf['unprofiled_step_ms']:.2f} ms on the real pipeline, T_c {sf['compute_only_step_ms']:.2f} ms "
-                   f"on one cached batch, {sf['compute_only_steps']} probe steps)")
+        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T, each probe "
+                   f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
+                   f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
+                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks)")
         if att.get("input_cost_estimate_fraction") is not None:
             out.append(f"input cost (estimated from the capture alone): "
                        f"{100 * att['input_cost_estimate_fraction']:.1f} %")
