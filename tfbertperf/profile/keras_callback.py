@@ -37,6 +37,7 @@ Usage:
     # then: tfbertperf analyze logs/run1   (or TensorBoard → Profile)
 
 With `steps_per_execution=k` one marker spans k steps (xprof then reports k-step "steps").
+docs/own-training.md: the arguments, what the probe costs, the step file and what analyze does with it.
 """
 
 from __future__ import annotations
