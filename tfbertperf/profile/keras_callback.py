@@ -112,6 +112,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._warmup = 0
         self._runner: Probe | None = None
         self._batch = None
+        self._grabbed_at: int | None = None  # the step whose batch the probe caches
         self._block_ms = 0.0
         self._train_function = None
 
@@ -215,7 +216,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._runner is not None:
             ran = [(p, n) for p, n in self._plan if p < self._step]
             excluded = [p for p, _ in ran] + recovery_steps(ran, self._step)
-            if getattr(self, "_grabbed_at", None) is not None:
+            if self._grabbed_at is not None:
                 excluded.append(self._grabbed_at)
             what_if = {"compute_only_step_ms": [round(x, 4) for x in self._runner.step_times_ms],
                        "blocks": [[p, n] for p, n in self._plan if p <= self._step]}
