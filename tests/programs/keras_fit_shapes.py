@@ -108,14 +108,18 @@ def _tokenize():
     return _mlp(inputs, x, 512, 2), ds
 
 
-def _timed(step, source, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
+def _timed(step, source, n: int, settle_ms: float = 0.0) -> list[float]:
+    """n − SETTLE timed steps, after SETTLE untimed ones and at least settle_ms of wall time (as the probe does:
+    train/probe.py run_block, keras_callback.SETTLE_REAL_STEPS)."""
+    out, start, j = [], time.perf_counter(), 0
+    while len(out) < n - SETTLE:
         t0 = time.perf_counter()
         logs = step(source)
         float(logs["loss"])
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out[SETTLE:]
+        if j >= SETTLE and (t0 - start) * 1e3 >= settle_ms:
+            out.append((time.perf_counter() - t0) * 1e3)
+        j += 1
+    return out
 
 
 class Truth:
@@ -134,8 +138,10 @@ class Truth:
 
     def blocks(self, rounds: int) -> None:
         for _ in range(rounds):
-            self.T += _timed(self.step, self.real, self.block)
-            self.Tc += _timed(self.step, self.cached, self.block)
+            real = _timed(self.step, self.real, self.block)
+            self.T += real
+            # the real pipeline refills its buffers while the cached steps start: wait as the probe does
+            self.Tc += _timed(self.step, self.cached, self.block, settle_ms=3 * statistics.fmean(real))
 
     def result(self, lo: int = 0, hi: int | None = None) -> tuple[float, float, float]:
         """(input cost, T, T_c) over the timed steps lo:hi of each kind (all by default)."""

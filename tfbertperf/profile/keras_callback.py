@@ -25,7 +25,7 @@ from exactly where it was: the loss trajectory with and without the probe is the
 deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
 What it costs: probe_steps + 2 + (blocks − 1) extra steps (the first block's first 2 and each later block's
-first step are not timed), one more tracing of the step function (the cached batch's fixed shapes), and per block
+first step are not timed; a later block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time), one more tracing of the step function (the cached batch's fixed shapes), and per block
 a snapshot and restore of the state (on the CPU a checkpoint written to and read from a temporary directory, on a
 GPU a device copy); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
 of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
@@ -51,6 +51,12 @@ import tensorflow as tf
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile
 from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
+
+
+SETTLE_REAL_STEPS = 3
+"""A later probe block times its steps only after as much wall time as 3 recent real steps: the time an input-bound
+pipeline with a prefetch of 2 (and one batch in the making) takes to refill, on the cores the probe's steps want
+(train/probe.py Probe.run_block)."""
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -138,7 +144,9 @@ class ProfileCallback(keras.callbacks.Callback):
     def _run_block(self, n: int) -> None:
         # the state is listed now, not at on_train_begin: the optimizer creates its slots at its first step
         self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
-        self._runner.run_block(self._batch, n)
+        recent = self.step_times_ms[max(self._warmup, len(self.step_times_ms) - 5):]
+        settle = SETTLE_REAL_STEPS * sum(recent) / len(recent) if recent else 0.0
+        self._runner.run_block(self._batch, n, settle_ms=settle)
 
     def _train_with_probe(self, iterator):
         """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,

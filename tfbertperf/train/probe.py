@@ -135,21 +135,29 @@ class Probe:
         self.blocks = 0
         self._iter = None
 
-    def run_block(self, first_batch, n_timed: int) -> None:
+    def run_block(self, first_batch, n_timed: int, settle_ms: float = 0.0) -> None:
+        """n_timed timed compute-only steps, after the untimed ones (PROBE_WARMUP_STEPS in the first block,
+        PROBE_SETTLE_STEPS in later ones) and, in later blocks, for at least `settle_ms` of wall time: an
+        input-bound pipeline refills its buffers (prefetch, parallel map) when a block starts, on the cores the
+        block's steps want, for about as long as it takes to produce those batches."""
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
         untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
+        settle_ms = settle_ms if self.blocks else 0.0
         saved = Snapshot(self.state)
-        last = untimed + n_timed - 1
-        for j in range(untimed + n_timed):
+        start, j, timed = time.perf_counter(), 0, 0
+        while timed < n_timed:
             if self.hook is not None:
                 self.hook("probe")
             t0 = time.perf_counter()
+            settling = j < untimed or (t0 - start) * 1e3 < settle_ms
             out = self.step_fn(self._iter if self.feed_iterator else next(self._iter))
-            if j < untimed or j == last or self.wait_each:  # warm-up steps and the block's end wait for the device
+            if settling or timed == n_timed - 1 or self.wait_each:  # untimed steps and the block's end wait
                 self.wait(out)
-            if j >= untimed:
+            if not settling:
                 self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
+                timed += 1
+            j += 1
         saved.restore()
         self.blocks += 1
 
