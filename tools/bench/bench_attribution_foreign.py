@@ -9,7 +9,8 @@ image and text were written and measured before any change to the attribution mo
   fit:SHAPE  tests/programs/keras_fit_shapes.py: a user's own Keras `model.fit` (SHAPE: wait_serial, wait_parallel,
          parse, tokenize, compute; `fit` = all five) with ProfileCallback(probe=True) — reported as truth, the
          callback's measured what-if (the step file) and analyze's estimate from the capture alone (the step file
-         moved aside), with both verdicts and the load (issue 29).
+         moved aside), with both verdicts, the load, and the truth's two halves (measured before and after the
+         fit: how far the truth itself moves on this machine) (issue 29).
 Per repetition, in a fresh interpreter:
   truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
   xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
@@ -71,21 +72,22 @@ def own_fit(programs: list[str], reps: int) -> int:
                                    "--shape", shape, "--out", out], capture_output=True, text=True, check=True)
             res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
             measured, alone = _analyze_fit(res["logdir"], res["step_file"])
-            rows.append({"shape": shape, "truth": res["truth"], "probe": res["probe"]["input_cost_fraction"],
+            rows.append({"shape": shape, "truth": res["truth"], "halves": res["truth_halves"],
+                         "probe": res["probe"]["input_cost_fraction"],
                          "estimate": alone["attribution"]["input_cost_estimate_fraction"],
                          "v_alone": alone["verdict"]["bottleneck"], "v_measured": measured["verdict"]["bottleneck"],
                          "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
                          "pT": res["probe"]["step_ms"], "pTc": res["probe"]["compute_only_step_ms"],
                          "cost": (measured["attribution"].get("profiler_cost") or {}).get("added_ms_per_step")})
     print("\n**own Keras fit (ProfileCallback(probe=True)), per repetition**\n")
-    print("| shape | rep | truth (T / T_c ms) | measured what-if (T / T_c ms) | capture alone | verdict alone → "
-          "with step file | profiler cost ms/step | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | rep | truth (T / T_c ms) | truth before / after the fit | measured what-if (T / T_c ms) | "
+          "capture alone | verdict alone → with step file | profiler cost ms/step | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows):
         pct = lambda v: "—" if v is None else f"{v * 100:.1f} % ({(v - r['truth']) * 100:+.1f} pp)"  # noqa: E731
         cost = "—" if r["cost"] is None else f"{r['cost']:+.2f}"
         print(f"| {r['shape']} | {i // len(programs) + 1} | {r['truth'] * 100:.1f} % ({r['T']:.1f} / {r['Tc']:.1f}) | "
-              f"{pct(r['probe'])} ({r['pT']:.1f} / {r['pTc']:.1f}) | {pct(r['estimate'])} | {r['v_alone']} → "
+              f"{r['halves'][0] * 100:.0f} / {r['halves'][1] * 100:.0f} % | {pct(r['probe'])} ({r['pT']:.1f} / {r['pTc']:.1f}) | {pct(r['estimate'])} | {r['v_alone']} → "
               f"{r['v_measured']} | {cost} | {r['load']:.1f} |")
     for program in programs:
         shape = program.split(":", 1)[1]
@@ -95,7 +97,9 @@ def own_fit(programs: list[str], reps: int) -> int:
             if err:
                 print(f"\n{shape} {name}: mean |error| {statistics.fmean(err) * 100:.1f} pp, max "
                       f"{max(err) * 100:.1f} pp over {len(err)}", end="")
-    print()
+    spread = [abs(r["halves"][0] - r["halves"][1]) for r in rows]
+    print(f"\n\nthe truth's own spread (|before − after the fit|, the noise floor at this load): mean "
+          f"{statistics.fmean(spread) * 100:.1f} pp, max {max(spread) * 100:.1f} pp")
     return len(rows)
 
 
