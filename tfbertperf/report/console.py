@@ -123,7 +123,8 @@ def au_line(doc: dict) -> str:
     att = doc.get("attribution") or {}
     au = doc["accelerator_utilization"]
     if att.get("compute_on") == "accelerator":
-        text = f"AU {au:.1%} (device busy ÷ wall over the profiled steps)"
+        over = "the unprofiled step (step file)" if att.get("unprofiled") else "wall over the profiled steps"
+        text = f"AU {au:.1%} (device busy ÷ {over})"
     else:
         text = f"AU {au:.1%}"
     if att.get("au_compute_only_ratio") is not None and att.get("compute_on") == "accelerator":
