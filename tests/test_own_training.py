@@ -229,3 +229,21 @@ def test_importing_the_jax_helper_imports_neither_jax_nor_tensorflow():
     code = "import sys, tfbertperf.jax_steps; print(sorted(m for m in ('jax', 'tensorflow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_analyze_says_which_input_cost_is_measured_and_which_estimated():
+    from tfbertperf.report.console import measured_lines
+
+    doc = stepfile.document([10.0] * 20, excluded_steps=[10, 11],
+                            what_if={"compute_only_step_ms": [6.0, 6.0], "blocks": [[10, 2]]})
+    summary = stepfile.summarize(doc, "steps.json").as_dict()
+    lines = measured_lines({"step_file": summary, "attribution": {
+        "input_cost_estimate_fraction": 0.25,
+        "profiler_cost": {"added_ms_per_step": 1.0, "added_fraction": 0.09, "captured_step_ms": 11.0}}})
+    assert lines[0] == "step file steps.json: 18 unprofiled steps, 10.00 ms/step"
+    assert lines[1].startswith("profiler cost (measured): +1.00 ms a step")
+    assert lines[2].startswith("input cost (measured): 40.0 %")
+    assert lines[3] == "input cost (estimated from the capture alone): 25.0 %"
+    alone = measured_lines({"step_file": None, "attribution": {"profiler_cost": {"added_ms_per_step_estimate": 6.0}}})
+    assert alone == ["profiler cost: ~6.0 ms a step, estimated (no step file beside the capture: "
+                     "tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
