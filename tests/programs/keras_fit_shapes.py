@@ -1,24 +1,22 @@
-"""Foreign Keras `model.fit` programs of several input shapes, profiled with ProfileCallback, with their what-if
-truth — the programs issue 29 judges `tfbertperf analyze` on (tools/bench/bench_analyze_foreign_rules.py).
+"""A user's own Keras `model.fit`, in one of several input shapes, profiled with `ProfileCallback(probe=True)`, next
+to the what-if truth measured in the same process (issue 29's targets; tools/bench/bench_attribution_foreign.py).
 
-Shapes (--shape; each the same small Keras MLP classifier unless said, fed by tf.data):
-  sleep_serial    a map whose `tf.py_function` waits SLEEP ms per example (a slow lookup: no CPU used), serial
-                  (no num_parallel_calls), batch, prefetch 2;
-  sleep_parallel  the same wait with num_parallel_calls=4;
-  parse           serialized tf.train.Examples parsed one by one (`parse_single_example`, no parallel calls), batch,
-                  prefetch 2: the parse competes with the model for the same cores;
-  tokenize        raw sentences through keras-hub's BertTextClassifierPreprocessor (WordPiece from a vocabulary
-                  list, no download) in a map (num_parallel_calls=2), prefetch 2, in front of an embedding model;
-  compute         a cheap pipeline (batch of in-memory tensors, prefetch) in front of a larger MLP.
-Modes (--modes, comma-separated; one JSON line each on stdout):
-  profiled  model.fit over --steps steps with ProfileCallback(profile_steps=--window) → OUT/<shape>/profiled;
-            {"mode", "logdir", "step_time_ms" (mean of the window's steps)};
-  truth     no profiler: fit blocks on the pipeline alternate with fit blocks on one cached batch
-            (`Dataset.from_tensors(batch).repeat()`), in one process; step time = time between consecutive
-            on_train_batch_begin calls (next() runs inside train_function), the first SETTLE of each block
-            dropped, a block's median; {"mode", "step_time_ms" (T), "compute_only_step_ms" (T_c): medians over
-            the blocks, "input_cost_fraction": the median over adjacent block pairs of (T − T_c) / T, so that a
-            load change on a shared machine hits both figures of a pair}.
+Shapes (the input pipeline in front of a small Keras model, all on this host's CPU):
+  wait_serial    a per-example map that waits on a slow lookup (`tf.py_function` around a sleep), no parallel calls
+  wait_parallel  the same map with num_parallel_calls=4
+  parse          per-example `tf.io.parse_single_example` of serialized tf.Examples (no parallel calls, prefetch 2)
+                 in front of an MLP that wants the same cores
+  tokenize       keras-hub's BertTextClassifierPreprocessor (WordPiece from a vocabulary list) mapped per example
+                 over English sentences (Python's pydoc topics), embedding + pooling classifier
+  compute        batches from memory in front of a wider MLP: compute-bound
+
+Truth (no profiler, no callback): (T − T_c) / T, T the step on the real pipeline and T_c the same step fed the
+same batches from memory (CACHED of the pipeline's batches, `Dataset.from_tensor_slices(batches).repeat()`), in
+alternating blocks through `model.train_function` (the step `fit` runs), each block's first SETTLE steps left out;
+half the blocks before and half after `model.fit` with ProfileCallback(probe=True) on the real pipeline.  Prints one JSON line:
+{"shape", "truth", "T_ms", "T_c_ms", "probe": callback.what_if, "logdir", "step_file"}.
+
+    python tests/programs/keras_fit_shapes.py --shape parse --out /tmp/x
 """
 
 from __future__ import annotations
@@ -26,178 +24,163 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
+import re
+import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
 
-FEATURES, BATCH, SEQ = 256, 64, 64
-SETTLE = 6
+BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
+SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
 
 
-def _mlp(hidden: int, layers: int, dtype="float32") -> keras.Model:
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((FEATURES,), dtype=dtype)
-    x = inputs
+def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
     for _ in range(layers):
         x = keras.layers.Dense(hidden, activation="relu")(x)
-    model = keras.Model(inputs, keras.layers.Dense(10)(x))
-    model.compile(optimizer=keras.optimizers.SGD(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    return keras.Model(inputs, keras.layers.Dense(2)(x))
 
 
-def _features(n=4096):
+def _examples(n: int):
     rng = np.random.default_rng(0)
-    return (rng.standard_normal((n, FEATURES)).astype("float32"), rng.integers(0, 10, size=(n,)).astype("int64"))
+    return rng.standard_normal((n, FEATURES)).astype("float32"), rng.integers(0, 2, size=n).astype("int32")
 
 
-def _sleep_map(sleep_ms: float):
-    def wait(x):
-        time.sleep(sleep_ms / 1000.0)  # a slow lookup: the thread blocks, no CPU
-        return x
+def build(shape: str, wait_ms: float):
+    """(model, dataset of (x, y) batches repeating forever) for a shape (module docstring)."""
+    if shape == "tokenize":
+        return _tokenize()
+    xs, ys = _examples(2048)
+    inputs = keras.Input((FEATURES,))
+    if shape == "parse":
+        records = [tf.train.Example(features=tf.train.Features(feature={
+            **{f"f{k}": tf.train.Feature(float_list=tf.train.FloatList(value=x[k * 8:(k + 1) * 8])) for k in range(8)},
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))})).SerializeToString()
+            for x, y in zip(xs, ys)]
+        spec = {**{f"f{k}": tf.io.FixedLenFeature((8,), tf.float32) for k in range(8)},
+                "label": tf.io.FixedLenFeature((), tf.int64)}
 
-    def f(x, y):
-        x = tf.py_function(wait, [x], tf.float32)
-        x.set_shape((FEATURES,))
-        return x, y
+        def parse(r):
+            f = tf.io.parse_single_example(r, spec)
+            return tf.concat([f[f"f{k}"] for k in range(8)], 0), tf.cast(f["label"], tf.int32)
 
-    return f
+        ds = tf.data.Dataset.from_tensor_slices(records).repeat().map(parse).batch(BATCH, drop_remainder=True)
+        return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
+    if shape.startswith("wait"):
+        def lookup(x):
+            time.sleep(wait_ms / 1e3)  # a blocking lookup: the thread waits, it takes no core
+            return x
+
+        def slow(x, y):
+            x = tf.py_function(lookup, [x], tf.float32)
+            x.set_shape((FEATURES,))
+            return x, y
+
+        ds = ds.map(slow, num_parallel_calls=4 if shape == "wait_parallel" else None)
+        return _mlp(inputs, inputs, 256, 2), ds.batch(BATCH, drop_remainder=True).prefetch(2)
+    return _mlp(inputs, inputs, 1024, 4), ds.batch(BATCH, drop_remainder=True).prefetch(2)
 
 
-def _serialized():
-    xs, ys = _features(2048)
-    out = []
-    for x, y in zip(xs, ys):
-        ex = tf.train.Example(features=tf.train.Features(feature={
-            "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
-            "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))}))
-        out.append(ex.SerializeToString())
+def _tokenize():
+    import pydoc_data.topics as topics
+    from collections import Counter
+
+    import keras_hub
+
+    text = " ".join(topics.topics.values())
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w, _ in Counter(re.findall(r"[a-z]+", text.lower()))
+                                                               .most_common(4000)]
+    pre = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer=keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True), sequence_length=128)
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
+    # shuffled once: the topics run from prose to code listings, so in their own order a batch's tokenizing cost
+    # depends on where the iterator is, and T measured at one place would not be T at another
+    np.random.default_rng(0).shuffle(sentences)
+    labels = np.arange(len(sentences)) % 2
+    ds = tf.data.Dataset.from_tensor_slices((sentences, labels.astype("int32"))).repeat()
+    ds = ds.map(lambda s, y: (pre(s)["token_ids"], y)).batch(BATCH, drop_remainder=True).prefetch(2)
+    inputs = keras.Input((128,), dtype="int32")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 128)(inputs))
+    return _mlp(inputs, x, 512, 2), ds
+
+
+def _timed(step, source, n: int, settle_ms: float = 0.0) -> list[float]:
+    """n − SETTLE timed steps, after SETTLE untimed ones and at least settle_ms of wall time (as the probe does:
+    train/probe.py run_block, keras_callback.SETTLE_REAL_STEPS)."""
+    out, start, j = [], time.perf_counter(), 0
+    while len(out) < n - SETTLE:
+        t0 = time.perf_counter()
+        logs = step(source)
+        float(logs["loss"])
+        if j >= SETTLE and (t0 - start) * 1e3 >= settle_ms:
+            out.append((time.perf_counter() - t0) * 1e3)
+        j += 1
     return out
 
 
-SPEC = {"x": tf.io.FixedLenFeature([FEATURES], tf.float32), "y": tf.io.FixedLenFeature([1], tf.int64)}
+class Truth:
+    """Alternating unprofiled blocks on the real pipeline and on CACHED of its batches (module docstring); call
+    `blocks(n)` before and after the profiled fit, so that both halves of a shared machine's drift are in it."""
+
+    def __init__(self, model, ds, block: int) -> None:
+        model.make_train_function()
+        self.step, self.block, self.T, self.Tc = model.train_function, block, [], []
+        self.real = iter(ds)
+        batches = [next(self.real) for _ in range(CACHED)]
+        stacked = tf.nest.map_structure(lambda *b: tf.stack(b), *batches)
+        self.cached = iter(tf.data.Dataset.from_tensor_slices(stacked).repeat())
+        _timed(self.step, self.real, SETTLE + 2)  # tracing for both sources, off the clock
+        _timed(self.step, self.cached, SETTLE + 2)
+
+    def blocks(self, rounds: int) -> None:
+        for _ in range(rounds):
+            real = _timed(self.step, self.real, self.block)
+            self.T += real
+            # the real pipeline refills its buffers while the cached steps start: wait as the probe does
+            self.Tc += _timed(self.step, self.cached, self.block, settle_ms=3 * statistics.fmean(real))
+
+    def result(self, lo: int = 0, hi: int | None = None) -> tuple[float, float, float]:
+        """(input cost, T, T_c) over the timed steps lo:hi of each kind (all by default)."""
+        t, tc = statistics.fmean(self.T[lo:hi]), statistics.fmean(self.Tc[lo:hi])
+        return max(0.0, (t - tc) / t), t, tc
 
 
-def _parse(rec):
-    ex = tf.io.parse_single_example(rec, SPEC)
-    return ex["x"], ex["y"][0]
-
-
-def _vocabulary() -> list[str]:
-    from collections import Counter
-
-    from pydoc_data.topics import topics
-
-    words = Counter(w for t in topics.values() for w in t.lower().split() if w.isalpha())
-    chars = sorted({c for w in words for c in w})
-    return (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + ["##" + c for c in chars]
-            + [w for w, _ in words.most_common(3000) if len(w) > 1])
-
-
-def _sentences() -> list[str]:
-    from pydoc_data.topics import topics
-
-    words = " ".join(topics.values()).split()
-    return [" ".join(words[i:i + 60]) for i in range(0, len(words) - 60, 29)][:4096]
-
-
-def make(shape: str, sleep_ms: float):
-    """(model, the pipeline's dataset) for one shape."""
-    if shape == "tokenize":
-        import keras_hub
-
-        tok = keras_hub.models.BertTokenizer(vocabulary=_vocabulary(), lowercase=True)
-        pre = keras_hub.models.BertTextClassifierPreprocessor(tok, sequence_length=SEQ)
-        xs = _sentences()
-        ys = np.array([len(s) % 2 for s in xs], dtype="int64")
-        ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat().batch(BATCH, drop_remainder=True)
-        ds = ds.map(lambda x, y: (pre(x)["token_ids"], y), num_parallel_calls=2)
-        keras.utils.set_random_seed(0)
-        inputs = keras.Input((SEQ,), dtype="int32")
-        h = keras.layers.Embedding(len(_vocabulary()), 64)(inputs)
-        h = keras.layers.Flatten()(h)
-        h = keras.layers.Dense(512, activation="relu")(h)
-        model = keras.Model(inputs, keras.layers.Dense(2)(h))
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model, ds.prefetch(2)
-    if shape == "parse":
-        ds = tf.data.Dataset.from_tensor_slices(_serialized()).repeat().map(_parse)
-        return _mlp(512, 3), ds.batch(BATCH, drop_remainder=True).prefetch(2)
-    ds = tf.data.Dataset.from_tensor_slices(_features()).repeat()
-    if shape == "sleep_serial":
-        ds = ds.map(_sleep_map(sleep_ms))
-    elif shape == "sleep_parallel":
-        ds = ds.map(_sleep_map(sleep_ms), num_parallel_calls=4)
-    elif shape != "compute":
-        raise SystemExit(f"--shape {shape!r}: one of sleep_serial, sleep_parallel, parse, tokenize, compute")
-    model = _mlp(1024, 4) if shape == "compute" else _mlp(512, 3)
-    return model, ds.batch(BATCH, drop_remainder=True).prefetch(2)
-
-
-class _BeginTimes(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.t = []
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.t.append(time.perf_counter())
-
-    def on_train_end(self, logs=None):
-        self.t.append(time.perf_counter())
-
-
-def truth(shape: str, sleep_ms: float, blocks: int = 10, block_steps: int = 14) -> dict:
-    model, ds = make(shape, sleep_ms)
-    mem = tf.data.Dataset.from_tensors(next(iter(ds))).repeat()
-    pairs = []  # (T, T_c) of adjacent blocks: a load change on a shared machine hits both of a pair
-    for b in range(blocks + 1):  # block 0 of each kind: warm-up (tracing)
-        med = {}
-        for kind, feed in (("pipeline", ds), ("memory", mem)):
-            cb = _BeginTimes()
-            model.fit(feed, steps_per_epoch=block_steps, epochs=1, verbose=0, callbacks=[cb])
-            med[kind] = float(np.median([(b2 - a) * 1e3 for a, b2 in zip(cb.t[SETTLE:-2], cb.t[SETTLE + 1:-1])]))
-        if b > 0:
-            pairs.append((med["pipeline"], med["memory"]))
-    T, T_c = (float(np.median([p[i] for p in pairs])) for i in (0, 1))
-    return {"mode": "truth", "shape": shape, "step_time_ms": T, "compute_only_step_ms": T_c,
-            "input_cost_fraction": float(np.median([(t - c) / t for t, c in pairs]))}
-
-
-def profiled(shape: str, sleep_ms: float, logdir: str, steps: int, window: str) -> dict:
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=SHAPES, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--wait-ms", type=float, default=1.0, help="wait_*: the lookup's wait per example")
+    # Many short blocks on both sides: on a shared 2-core host the speed drifts within seconds (issue 29 bench).
+    p.add_argument("--steps", type=int, default=140, help="steps of the profiled fit")
+    p.add_argument("--window", default="70:80", help="its profiled window")
+    p.add_argument("--probe-steps", type=int, default=40, help="ProfileCallback probe_steps")
+    p.add_argument("--probe-blocks", type=int, default=8, help="ProfileCallback probe_blocks")
+    p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
+    p.add_argument("--block", type=int, default=8, help="truth: steps per block (the first SETTLE not timed)")
+    a = p.parse_args()
     from tfbertperf.keras import ProfileCallback
 
-    model, ds = make(shape, sleep_ms)
-    cb = ProfileCallback(logdir, profile_steps=window)
-    model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[cb])
-    a, b = (int(v) for v in window.split(":"))
-    return {"mode": "profiled", "shape": shape, "logdir": logdir,
-            "step_time_ms": float(np.mean(cb.step_times_ms[a:b]))}
-
-
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--shape", required=True)
-    p.add_argument("--modes", default="profiled,truth")
-    p.add_argument("--steps", type=int, default=45)
-    p.add_argument("--window", default="25:40")
-    p.add_argument("--sleep-ms", type=float, default=1.0, help="sleep shapes: wait per example, ms")
-    a = p.parse_args(argv)
-    for mode in a.modes.split(","):
-        if mode == "truth":
-            res = truth(a.shape, a.sleep_ms)
-        elif mode == "profiled":
-            res = profiled(a.shape, a.sleep_ms, os.path.join(a.out, a.shape, "profiled"), a.steps, a.window)
-        else:
-            raise SystemExit(f"--modes: unknown mode {mode!r} (profiled, truth)")
-        print(json.dumps(res), flush=True)
-    sys.stdout.flush()
+    keras.utils.set_random_seed(0)
+    model, ds = build(a.shape, a.wait_ms)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    truth = Truth(model, ds, a.block)
+    truth.blocks(a.rounds - a.rounds // 2)
+    logdir = os.path.join(a.out, a.shape)
+    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True, probe_steps=a.probe_steps,
+                         probe_blocks=a.probe_blocks)
+    model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
+    half = len(truth.T)
+    truth.blocks(a.rounds // 2)
+    cost, t, tc = truth.result()
+    halves = [truth.result(0, half)[0], truth.result(half)[0]]  # before and after the fit: how steady the truth is
+    print(json.dumps({"shape": a.shape, "truth": cost, "truth_halves": halves, "T_ms": t, "T_c_ms": tc,
+                      "probe": cb.what_if,
+                      "logdir": logdir, "step_file": str(cb.step_file), "load": os.getloadavg()[0]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -210,7 +210,8 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
         hw = {"family": "TPU", "recommended_precision": "mixed_bfloat16"}
     hw.setdefault("family", "this accelerator")
     train = (config or {}).get("train") or {}
-    fr = att.get("fractions") or {}
+    # the shares of the program as it runs without the profiler where they were measured (profile/unprofiled.py)
+    fr = (att.get("unprofiled") or {}).get("fractions") or att.get("fractions") or {}
     ctx = {"pipe": (config or {}).get("pipeline") or {}, "data": (config or {}).get("data") or {},
            "train": train, "storage": storage or {},
            "ops": att.get("input_split_us") or att.get("input_ops_us") or {},

@@ -18,6 +18,8 @@ Definitions (means over the steps; milliseconds):
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
+  - unprofiled (with measured_step_ms, the step measured outside the capture): the same step as the program runs
+    without the profiler (profile/unprofiled.py); None without it.
   - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
     of the step is device idle with no host event at all).
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 
-from tfbertperf.profile import idle, intervals, program_facts
+from tfbertperf.profile import idle, intervals, program_facts, unprofiled
 from tfbertperf.profile.accelerator_facts import measured_facts
 from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
 from tfbertperf.profile.steptable import CATEGORIES
@@ -115,7 +117,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
     precision, precision_basis = program_facts.matmul_precision(trace, programs)
     # the host's unexplained idle needs Python frames to be named; without them say how to get them
     missing = [RECAPTURE_PYTHON] if not trace.python_tracer and named["idle"] >= UNEXPLAINED_SHARE * wall else []
-    return {
+    att = {
         "source": "device_idle",
         "step_source": source,
         "steps_profiled": len(steps),
@@ -138,3 +140,5 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "missing": missing,
         "step_markers": source == SOURCE_MARKERS,
     }
+    att["unprofiled"] = unprofiled.view(att, measured_step_ms)  # the program without the profiler (verdict reads it)
+    return att

@@ -264,7 +264,8 @@ def accelerator_utilization(att: dict, *, step_time_ms: float | None = None,
     """AU = compute time / total time (module docstring): device busy ÷ wall on accelerators, else T_c / T or the
     compute share less the stolen share."""
     if att.get("compute_on") == "accelerator" and att.get("device_busy_fraction") is not None:
-        return float(att["device_busy_fraction"])
+        # the program as it runs: busy ÷ the unprofiled step where one was measured (profile/unprofiled.py)
+        return float((att.get("unprofiled") or att)["device_busy_fraction"])
     T = step_time_ms or att.get("step_time_ms") or 0.0
     if compute_only_step_ms is not None and T > 0:
         return max(0.0, min(1.0, compute_only_step_ms / T))

@@ -151,7 +151,8 @@ def au_line(doc: dict) -> str:
     att = doc.get("attribution") or {}
     au = doc["accelerator_utilization"]
     if att.get("compute_on") == "accelerator":
-        text = f"AU {au:.1%} (device busy ÷ wall over the profiled steps)"
+        over = "the unprofiled step (step file)" if att.get("unprofiled") else "wall over the profiled steps"
+        text = f"AU {au:.1%} (device busy ÷ {over})"
     else:
         text = f"AU {au:.1%}"
     if att.get("au_compute_only_ratio") is not None and att.get("compute_on") == "accelerator":
@@ -267,6 +268,36 @@ def print_run_summary(run_dir, report: dict) -> None:
     print("\n".join(run_summary_lines(run_dir, report)))
 
 
+def measured_lines(doc: dict) -> list[str]:
+    """What `analyze` measured rather than estimated: the step file's unprofiled step, the profiler's cost and the
+    what-if's input cost (profile/stepfile.py); without a step file, the line saying the cost is estimated."""
+    att, sf = doc.get("attribution") or {}, doc.get("step_file")
+    pc = att.get("profiler_cost") or {}
+    if not sf:
+        if pc.get("added_ms_per_step_estimate") is not None:
+            return [f"profiler cost: ~{pc['added_ms_per_step_estimate']:.1f} ms a step, estimated (no step file "
+                    "beside the capture: tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
+        return []
+    out = [f"step file {sf['file']}: {sf['unprofiled_steps']} unprofiled steps"]
+    if sf["unprofiled_step_ms"] is not None:
+        out[0] += f", {sf['unprofiled_step_ms']:.2f} ms/step"
+        if pc.get("added_ms_per_step") is not None:
+            out.append(f"profiler cost (measured): {pc['added_ms_per_step']:+.2f} ms a step "
+                       f"({100 * (pc.get('added_fraction') or 0):.1f} % of the captured "
+                       f"{pc['captured_step_ms']:.2f} ms step)")
+    else:
+        out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
+    if sf.get("input_cost_fraction") is not None:
+        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T, each probe "
+                   f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
+                   f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
+                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks)")
+        if att.get("input_cost_estimate_fraction") is not None:
+            out.append(f"input cost (estimated from the capture alone): "
+                       f"{100 * att['input_cost_estimate_fraction']:.1f} %")
+    return out
+
+
 def print_analysis(doc: dict) -> None:
     """What `tfbertperf analyze` prints: a table per host (and combined), the devices, AU, verdict, advice,
     validation.  Without step markers (doc["steps_marked"] False): the device table only (analyze adds the note)."""
@@ -291,6 +322,8 @@ def print_analysis(doc: dict) -> None:
     warning = att.get("hardware_warning")
     if warning:
         print(f"warning: {warning}")
+    for line in measured_lines(doc):
+        print("\n".join(wrap(line)))
     if att.get("compute_on") == "accelerator":
         line = f"{au_line(doc)}   verdict: {doc['verdict']['summary']}"
     else:  # the CPU is the device: no accelerator utilization beside the verdict (issue 30)

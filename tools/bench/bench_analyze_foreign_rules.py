@@ -2,7 +2,7 @@
 (issue 29, "CPU is CPU, waits are waits"): per program and repetition, the truth and analyze's input cost from
 the capture alone, side by side, with per-pair errors.
 
-Programs: tests/programs/keras_fit_shapes.py --shape S (sleep_serial, sleep_parallel, parse, tokenize, compute),
+Programs: tests/programs/keras_fit_rule_shapes.py --shape S (sleep_serial, sleep_parallel, parse, tokenize, compute),
 each run once per repetition in a fresh interpreter: first the profiled fit (ProfileCallback, which writes the
 threads' CPU beside the capture), then the truth, (T − T_c) / T from alternating unprofiled fit blocks on the
 pipeline and on one cached batch, in the same process.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAM = ROOT / "tests" / "programs" / "keras_fit_shapes.py"
+PROGRAM = ROOT / "tests" / "programs" / "keras_fit_rule_shapes.py"
 SHAPES = "sleep_serial,sleep_parallel,parse,tokenize,compute"
 INPUT_BOUND = 0.20
 
