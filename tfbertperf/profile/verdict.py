@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from tfbertperf.profile import unprofiled
-from tfbertperf.profile.advice import LAUNCH_BOUND_SHARE, actions
+from tfbertperf.profile.advice import COMPUTE_BOUND_BUSY, LAUNCH_BOUND_SHARE, actions
 from tfbertperf.profile.xprof_attribution import input_share
 
 INPUT_BOUND_THRESHOLD = 0.20
@@ -67,9 +67,12 @@ def idle_decision(att: dict) -> tuple[str, dict | None]:
     cost = None if att.get("unprofiled") else profiler_ms(att)
     step = float(att.get("step_time_ms") or 0.0)
     discounted = None
+    busy_unprofiled = fr["device_compute"] if att.get("unprofiled") else 0.0
     for name, (share, threshold) in sorted(shares.items(), key=lambda kv: -kv[1][0]):
         if share < threshold:
             break
+        if name == "launch" and busy_unprofiled >= COMPUTE_BOUND_BUSY:
+            continue  # compute-bound: the device computes most of the unprofiled step (COMPUTE_BOUND_BUSY)
         if name in HOST_BOUND and cost and cost[0] > 0 and step > cost[0]:
             without = max(0.0, share * step - cost[0]) / (step - cost[0])
             if without < threshold:
@@ -138,6 +141,9 @@ def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, di
             f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
             f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
             f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    if bottleneck == "compute" and au < au_threshold and seen["kernel_launch"] >= LAUNCH_BOUND_SHARE:
+        text += (f" because kernel launch takes {seen['kernel_launch']:.0%} of the step, not input (the device "
+                 f"computes ≥ {COMPUTE_BOUND_BUSY:.0%} of it: compute-bound)")
     text += _variant_words(att)
     if discounted:
         text += f"; {_discount_words(discounted)}"
