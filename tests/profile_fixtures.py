@@ -10,11 +10,13 @@ MANGLED = FIXTURES / "corrupt-utf8-mangled.xplane.pb"
 H100 = FIXTURES / "h100"
 
 
-def synthetic_xspace(path, host: dict, device: dict | None = None, metadata_hlo: dict | None = None):
+def synthetic_xspace(path, host: dict, device: dict | None = None, metadata_hlo: list | None = None):
     """Write a small XSpace to `path`, built from plain lists (times in microseconds):
     host = {thread name: [(event name, start_us, duration_us, {stat: value})]} → a `/host:CPU` plane;
     device = {line name ("Stream #1(Compute)", "Stream #2(MemcpyH2D)"): [(name, start_us, duration_us, stats)]}
-    → `/device:GPU:0`.  Integer stats become int64_value, strings str_value."""
+    → `/device:GPU:0`; metadata_hlo = [(module name, program id, serialized HloProto)] → `/host:metadata` (each
+    as event metadata "name(id)" with "Hlo Proto" and "program_id" stats, in that order).  Integer stats become
+    int64_value, strings str_value."""
     from tfbertperf.profile.xspace import xplane_pb2
 
     pb = xplane_pb2()
@@ -48,5 +50,14 @@ def synthetic_xspace(path, host: dict, device: dict | None = None, metadata_hlo:
     plane("/host:CPU", host)
     if device:
         plane("/device:GPU:0", device)
+    if metadata_hlo:  # [(module name, program id, serialized HloProto)], in this order
+        meta = space.planes.add(id=len(space.planes), name="/host:metadata")
+        meta.stat_metadata[1].id, meta.stat_metadata[1].name = 1, "Hlo Proto"
+        meta.stat_metadata[2].id, meta.stat_metadata[2].name = 2, "program_id"
+        for i, (name, program_id, blob) in enumerate(metadata_hlo, 1):
+            m = meta.event_metadata[i]
+            m.id, m.name = i, f"{name}({program_id})"
+            m.stats.add(metadata_id=1, bytes_value=blob)
+            m.stats.add(metadata_id=2, int64_value=program_id)
     path.write_bytes(space.SerializeToString())
     return path

@@ -42,7 +42,7 @@ CASES = [
     ("run", ["--set", "train.batch_size=lots"], "train.batch_size"),
     ("run", ["--set", "model.size=gigantic"], "model.size"),
     ("run", ["--set", "nodot"], "nodot"),
-    ("run", ["--set", "train.steps=30"], "profile.steps=10:20"),
+    ("run", ["--set", "train.steps=30", "--set", "profile.steps=20:40"], "profile.steps=10:20"),
     ("run", ["--set", "train.checkpoint_every=-1"], "train.checkpoint_every"),
     ("run", ["--set", "data.verify=md5"], "data.verify"),
     ("run", ["--data", "s3://bucket/shards"], "s3"),

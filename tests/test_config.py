@@ -100,3 +100,71 @@ def test_default_data_dir_changes_with_prep_knobs():
     b = load_config(sets=["data.seq_len=64", "data.max_predictions=10"]).resolved_data_uri()
     assert a != b
     assert load_config().resolved_data_uri() == a
+
+
+# ---- the profile window follows the run (issue 30) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("workload", ["default", "naive", "bert_base"])
+def test_no_workload_chooses_a_window_for_the_user(workload):
+    """The bundled workloads leave profile.steps to follow the run: `--set train.steps=N` alone always loads."""
+    for steps in (4, 10, 17, 39):
+        cfg = load_config(workload, sets=[f"train.steps={steps}"])
+        assert cfg.window_is_auto and cfg.profile_window is not None
+
+
+@pytest.mark.parametrize("steps", range(4, 301))
+def test_an_automatic_window_is_steady_and_inside_the_run(steps):
+    """After warm-up (+1: the capture opens a step early), inside the run, 2 to 20 steps long."""
+    from tfbertperf.config.schema import warmup_for
+
+    cfg = load_config(sets=[f"train.steps={steps}"])
+    start, stop = cfg.profile_window
+    assert start >= warmup_for(steps, cfg.train.warmup_steps) + 1
+    assert stop <= steps and 2 <= stop - start <= 20
+
+
+def test_the_default_run_profiles_steps_20_to_39():
+    """The 60-step default keeps the window its figures were always measured on (README, BENCHMARKS)."""
+    cfg = load_config()
+    assert cfg.profile_window == (20, 40)
+    assert "profiled steps 20–39" in cfg.window_choice() and "chosen to fit the 60-step run" in cfg.window_choice()
+
+
+def test_a_short_run_says_which_steps_it_profiles():
+    cfg = load_config(sets=["train.steps=10"])
+    assert cfg.profile_window == (4, 7)
+    assert cfg.window_choice().startswith("profiled steps 4–6 (3 steps; chosen")
+
+
+def test_a_run_too_short_for_a_window_is_not_an_error_and_says_so():
+    cfg = load_config(sets=["train.steps=3"])
+    assert cfg.profile_window is None
+    assert "too short" in cfg.window_choice() and "profile.steps=START:STOP" in cfg.window_choice()
+
+
+def test_an_explicit_window_is_the_users_choice():
+    cfg = load_config(sets=["train.steps=10", "profile.steps=1:3"])
+    assert cfg.profile_window == (1, 3) and not cfg.window_is_auto
+    assert cfg.window_choice().endswith("(2 steps; profile.steps)")
+
+
+def test_only_an_explicit_window_that_cannot_fit_is_an_error():
+    load_config(sets=["train.steps=12"])  # auto: fits
+    with pytest.raises(UsageError) as e:
+        load_config(sets=["train.steps=12", "profile.steps=20:40"])
+    msg = str(e.value)
+    assert "profile.steps='20:40'" in msg and "train.steps=12" in msg and "\n" not in msg
+    assert "profile.steps=4:8" in msg and "auto" in msg  # a window that fits, and the way back to auto
+
+
+@pytest.mark.parametrize("steps", [8, 14, 30, 60, 200])
+def test_the_probes_blocks_stay_out_of_an_automatic_window(steps):
+    """probe_plan places the what-if blocks around the window, never inside it nor right before it."""
+    from tfbertperf.train.probe import probe_plan, short_run_budget
+
+    cfg = load_config(sets=[f"train.steps={steps}"])
+    warmup, probe = short_run_budget(steps, cfg.train.warmup_steps, cfg.profile.probe_steps)
+    w0, w1 = cfg.profile_window
+    for pos, n in probe_plan(steps, warmup, (w0, w1), probe, cfg.profile.probe_blocks):
+        assert pos == steps or pos > w1 or pos + n <= w0

@@ -273,8 +273,9 @@ def test_our_runs_compare_the_capture_with_the_unprofiled_step_timer(tmp_path):
     explained = attribute_from_idle(load_trace([path]), measured_step_ms=5.5)
     explained["hardware_type"] = "GPU"
     v = verdict(explained, explained["device_busy_fraction"])
-    assert v["bottleneck"] == "compute" and "measured against the unprofiled step timer" in v["summary"]
-    assert "without it ~9%" in v["summary"]  # (5 − 4.5) ÷ (10 − 4.5)
+    assert v["bottleneck"] == "compute"
+    assert "without the profiler (the 5.5 ms unprofiled step; the capture added 4.5 ms a step)" in v["summary"]
+    assert "kernel launch 9%" in v["summary"]  # (5 − 4.5) ÷ 5.5: the program without the profiler
 
 
 def test_reading_captures_and_their_hlo_does_not_import_tensorflow():
@@ -285,3 +286,103 @@ def test_reading_captures_and_their_hlo_does_not_import_tensorflow():
             "assert hlo_pb2() is not None and xplane_pb2().XSpace; print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+# ---- program identity by id (issue 29): one function compiled twice, judged by the program that ran
+
+def _hlo_with_dot(element_type: str) -> bytes:
+    """A serialized HloProto of one dot(p0, p1) whose operands are `element_type` ("BF16", "F32")."""
+    from tfbertperf.profile.xspace import hlo_pb2
+
+    pb = hlo_pb2()
+    proto = pb.HloProto()
+    comp = proto.hlo_module.computations.add(name="main", id=1)
+    enum = pb.HloProto.DESCRIPTOR.fields_by_name["hlo_module"].message_type.fields_by_name[
+        "computations"].message_type.fields_by_name["instructions"].message_type.fields_by_name[
+        "shape"].message_type.fields_by_name["element_type"].enum_type
+    for i in (1, 2):
+        p = comp.instructions.add(id=i, opcode="parameter", name=f"p{i}")
+        p.shape.element_type = enum.values_by_name[element_type].number
+    dot = comp.instructions.add(id=3, opcode="dot", name="dot", operand_ids=[1, 2])
+    dot.shape.element_type = enum.values_by_name[element_type].number
+    proto.hlo_module.name = "jit_step"
+    return proto.SerializeToString()
+
+
+def _two_variants(tmp_path, metadata_order, ran_id, other_id=None):
+    """4 compute-bound steps of jit_step program `ran_id` (and 1 ms a step of `other_id` when given); the
+    metadata plane holds both HLO modules named jit_step in `metadata_order`."""
+    host, dev = {"python3": []}, {"Stream #1(Compute)": []}
+    for i in range(4):
+        t = 10_000 * i
+        host["python3"] += [("train", t, 9_900, {"step_num": i, "_r": 1}), ("PjitFunction(step)", t, 200, {})]
+        dev["Stream #1(Compute)"].append(("fusion", t + 200, 8_800, {"hlo_module": "jit_step", "program_id": ran_id}))
+        if other_id is not None:
+            dev["Stream #1(Compute)"].append(("fusion", t + 9_000, 900,
+                                              {"hlo_module": "jit_step", "program_id": other_id}))
+    blobs = {7: ("jit_step", 7, _hlo_with_dot("BF16")), 9: ("jit_step", 9, _hlo_with_dot("F32"))}
+    path = synthetic_xspace(tmp_path / "variants.xplane.pb", host, dev, [blobs[k] for k in metadata_order])
+    att = attribute_from_idle(load_trace([path]))
+    from tfbertperf.profile.accelerator_facts import classify_gpu
+
+    att["hardware_type"], att["accelerator"] = "GPU", classify_gpu("NVIDIA H100 80GB HBM3")
+    return att
+
+
+@pytest.mark.parametrize("metadata_order", [(7, 9), (9, 7)], ids=["bf16-then-f32", "f32-then-bf16"])
+def test_precision_comes_from_the_program_id_that_ran_not_the_last_module_of_that_name(tmp_path, metadata_order):
+    from tfbertperf.profile.verdict import verdict
+
+    att = _two_variants(tmp_path, metadata_order, ran_id=9)  # the float32 variant (id 9) is the one that ran
+    assert att["matmul_precision"] == "f32"
+    v = verdict(att, att["device_busy_fraction"])
+    assert v["bottleneck"] == "compute"
+    assert any("mixed precision" in r and "mixed_bfloat16" in r for r in v["recommendations"]), v
+    # and the other way round: the bf16 variant ran, so no precision advice whatever the metadata order
+    bf16 = _two_variants(tmp_path, metadata_order, ran_id=7)
+    assert bf16["matmul_precision"] == "bf16"
+    assert not any("mixed precision" in r for r in verdict(bf16, bf16["device_busy_fraction"])["recommendations"])
+
+
+def test_two_variants_that_both_ran_are_named_with_their_share_of_device_time(tmp_path):
+    from tfbertperf.profile.verdict import verdict
+
+    att = _two_variants(tmp_path, (7, 9), ran_id=9, other_id=7)
+    assert att["xla_program_variants"] == ["jit_step"]
+    shares = {p["program_id"]: (p["precision"], p["device_share"]) for p in att["xla_programs"]}
+    assert shares[9][0] == "f32" and shares[9][1] == pytest.approx(8_800 / 9_700, abs=0.01)
+    assert shares[7][0] == "bf16" and shares[7][1] == pytest.approx(900 / 9_700, abs=0.01)
+    assert att["matmul_precision"] == "f32"  # most of the device time
+    summary = verdict(att, att["device_busy_fraction"])["summary"]
+    assert "jit_step ran as 2 compiled programs (#9 f32 91%, #7 bf16 9% of device time)" in summary, summary
+
+
+# ---- loader work inside the frame that hands the batch to the device (issue 29)
+
+def _hand_off_frame(tmp_path):
+    """`def next_batch(i): x = augment(batches[i]); return jax.device_put(x)`: 4 ms of the frame's own time (NumPy
+    work the Python tracer records no frame for), then the device_put hand-off (0.5 ms) inside the same frame,
+    the step's launch, and 5 ms of kernels — the device idles while the loader works."""
+    return _steps(tmp_path, lambda t: [("python3", "$loader.py:12 next_batch", t, 4_500),
+                                       ("python3", "$api.py:2400 device_put", t + 4_000, 500),
+                                       ("python3", "PjRtStreamExecutorClient::BufferFromHostBuffer", t + 4_050, 400),
+                                       ("python3", "PjitFunction(step)", t + 4_500, 300)],
+                  lambda t: [("fusion", t + 4_800, 5_000)], copies=lambda t: [(t + 4_100, 300, 4_000_000)])
+
+
+def test_rule_input_loader_work_before_the_hand_off_inside_the_same_frame(tmp_path):
+    att = _hand_off_frame(tmp_path)
+    assert att["fractions"]["input"] == pytest.approx(0.40, abs=0.01), att["fractions"]
+    assert att["fractions"]["host_to_device"] == pytest.approx(0.05, abs=0.01)
+    assert idle_bottleneck(att) == "input"
+
+
+def test_loader_work_in_a_hand_off_frame_gets_the_loaders_advice_not_the_batch_size(tmp_path):
+    from tfbertperf.profile.verdict import verdict
+
+    att = _hand_off_frame(tmp_path)
+    att["hardware_type"] = "GPU"
+    v = verdict(att, att["device_busy_fraction"])
+    advice = " ".join(v["recommendations"])
+    assert v["bottleneck"] == "input" and "off that thread" in advice, v
+    assert not re.search(r"batch size|steps_per_execution", advice), advice

@@ -265,3 +265,156 @@ def test_capture_drops_only_the_thread_pool_task_events(tmp_path, threadpool_eve
     rows = steptable.step_rows(xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "input_pipeline_analyzer"))
     assert len(rows) >= 6
     assert (_pool_task_events(tmp_path) > 0) is threadpool_events
+
+
+# ---- CPU is CPU, waits are waits (issue 29): stolen time from the input threads' measured CPU
+
+def _measured(line_id_cpu_ms: dict) -> dict:
+    """A threadcpu.json record (profile/threadcpu.py) naming the capture's lines by id."""
+    return {"schema": "tfbertperf.threadcpu/1", "seconds": 0.01, "cores": 2, "clock": "schedstat",
+            "threads": [{"tid": 100 + i, "line_id": lid, "name": "python", "cpu_ms": ms, "runqueue_ms": 0.0}
+                        for i, (lid, ms) in enumerate(line_id_cpu_ms.items())]}
+
+
+def _sleeping_map_step():
+    # step 5: 2 ms blocked in get-next, then an 8 ms compute phase during which the input thread's function run
+    # holds a py_function that sleeps for 4.9 ms (a slow lookup): long op wall time, no CPU
+    return [*_STEP_5,
+            {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+            {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 2000, "dur": 5000},
+            {"ph": "X", "name": "EagerPyFunc:EagerPyFunc", "pid": 1, "tid": 2, "ts": 2050, "dur": 4900}]
+
+
+def test_a_sleeping_map_op_is_not_stolen_cpu_when_its_thread_cpu_is_measured():
+    from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
+
+    res = contention.step_contention({"traceEvents": _sleeping_map_step()}, thread_cpu=_measured({1: 0.02}))
+    s = res["steps"][5]
+    cpu = 0.02 - 2 * HOST_EVENT_COST_US / 1e3  # less the profiler's cost of the thread's 2 recorded events
+    assert res["input_cpu_basis"] == "measured" and s["input_cpu_ms"] == pytest.approx(cpu)
+    assert s["stolen_ms"] == pytest.approx(cpu / 2, abs=1e-6)  # its CPU ÷ 2 cores, not a third of 5 ms
+    assert s["wait_ms"] == pytest.approx(2.0)
+
+
+def test_a_sleeping_map_op_is_not_stolen_cpu_without_a_clock_either():
+    # no threadcpu.json: the py_function's wall time may be a wait, so only the function run around it counts
+    res = contention.step_contention({"traceEvents": _sleeping_map_step()})
+    assert res["steps"][5]["stolen_ms"] == pytest.approx(0.1 / 3, abs=1e-6)  # main: a third of 5 ms
+    assert res["input_cpu_basis"] == "estimated"
+
+
+def test_measured_input_cpu_counts_whole_when_it_hides_behind_prefetch():
+    # a per-example map on the prefetch thread: the trace shows two 0.1 ms scheduling events in the compute
+    # phase, the thread's clock says it used 4 ms of CPU there; next to a compute 2 wide on 2 cores every input
+    # core-millisecond costs the step 1/2 ms
+    ev = [*_STEP_5,
+          {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+          {"ph": "X", "name": "MapAndBatchProduce", "pid": 1, "tid": 2, "ts": 3000, "dur": 100},
+          {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 6000, "dur": 100}]
+    s = contention.step_contention({"traceEvents": ev}, thread_cpu=_measured({1: 4.0}))["steps"][5]
+    assert s["input_cpu_ms"] == pytest.approx(4.0, abs=0.01) and s["stolen_ms"] == pytest.approx(2.0, abs=0.01)
+
+
+def test_input_cpu_spent_while_the_step_waits_is_not_stolen_twice():
+    # the same 4 ms of input CPU, all of it while the step is blocked in get-next: the wait already counts it
+    ev = [*_STEP_5,
+          {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+          {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 100, "dur": 1800}]
+    s = contention.step_contention({"traceEvents": ev}, thread_cpu=_measured({1: 4.0}))["steps"][5]
+    assert s["input_cpu_ms"] == pytest.approx(0.0) and s["stolen_ms"] == pytest.approx(0.0)
+
+
+def test_get_next_blocking_inside_a_compiled_step_is_the_wait():
+    # Keras fit: the step's thread sits in the train_function call, the get-next op blocks on its own thread
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 5, "args": {"name": "tf_data_iterator_get_next/9"}},
+          {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+           "args": {"step_num": "5", "group_id": "0"}},
+          {"ph": "X", "name": "multi_step_on_iterator", "pid": 1, "tid": 1, "ts": 10, "dur": 9900},
+          {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 5, "ts": 100, "dur": 3000}]
+    assert contention.step_contention({"traceEvents": ev})["steps"][5]["wait_ms"] == pytest.approx(3.0)
+
+
+def test_damaged_thread_cpu_record_is_one_line_naming_it(tmp_path):
+    from tfbertperf.profile import threadcpu
+
+    (tmp_path / "h.xplane.pb").write_bytes(b"")
+    assert threadcpu.read_beside(tmp_path / "h.xplane.pb") is None
+    (tmp_path / threadcpu.SIDECAR).write_text("{not json")
+    with pytest.raises(UsageError) as e:
+        threadcpu.read_beside(tmp_path / "h.xplane.pb")
+    assert str(tmp_path / threadcpu.SIDECAR) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_thread_cpu_record_names_the_captures_input_threads_by_line_id(tmp_path):
+    # a real capture of a tf.data map: every tf_data thread line in it is a thread the record measured
+    import tensorflow as tf
+
+    from tfbertperf.profile import threadcpu
+    from tfbertperf.profile.xspace import read_space
+
+    ds = tf.data.Dataset.range(4000).map(lambda x: tf.reduce_sum(tf.cast(tf.range(x % 50), tf.float32)),
+                                         num_parallel_calls=2).batch(50).prefetch(2)
+    it = iter(ds)
+    next(it)
+    tf.profiler.experimental.start(str(tmp_path))
+    a = threadcpu.snapshot()
+    for _ in range(40):
+        next(it)
+    b = threadcpu.snapshot()
+    tf.profiler.experimental.stop()
+    path = threadcpu.write_beside_newest_capture(str(tmp_path), a, b)
+    record = threadcpu.read_beside(path)
+    xplane = next(Path(path).parent.glob("*.xplane.pb"))
+    lines = {ln.id: ln.name for p in read_space(xplane).planes if p.name.startswith("/host:CPU") for ln in p.lines}
+    data_lines = {lid for lid, name in lines.items() if name.startswith("tf_data")}
+    measured = {r["line_id"] for r in record["threads"]}
+    assert data_lines and data_lines <= measured, (lines, record["threads"])
+    assert sum(r["cpu_ms"] for r in record["threads"] if r["line_id"] in data_lines) > 0
+
+
+@pytest.mark.slow
+def test_profile_callback_writes_the_threads_cpu_beside_the_capture_and_analyze_reads_it(tmp_path):
+    import json
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfbertperf.analyze import analyze
+    from tfbertperf.keras import ProfileCallback
+    from tfbertperf.profile import threadcpu
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    xs = np.random.default_rng(0).standard_normal((512, 64)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((xs, (xs[:, 0] > 0).astype("int64"))).repeat()
+    ds = ds.map(lambda x, y: (tf.tanh(x) * 2.0, y)).batch(16).prefetch(2)
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0, callbacks=[ProfileCallback(str(tmp_path), "10:25")])
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    assert record["schema"] == threadcpu.SIDECAR_SCHEMA and record["seconds"] > 0
+    assert any(r["line_id"] is not None for r in record["threads"])
+    att = analyze(str(tmp_path))["attribution"]
+    assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] is not None
+
+
+def test_a_compute_in_parallel_regions_loses_more_than_its_fair_share():
+    # the same 4 ms of input CPU in the compute phase; the compute's CPU: 30 ms on pool threads the capture
+    # records no event for (oneDNN/OpenMP, Eigen intra-op), 10 ms on its traced inter-op thread → p = 0.75, and a
+    # preempted part of a parallel region holds up the others: 4 × 1/2 × (1 + 0.75) = 3.5 ms
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/11"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/12"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/14"}},  # C = 2
+          {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+           "args": {"step_num": "5", "group_id": "0"}},
+          {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+          {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+          {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 3000, "dur": 4000}]
+    record = _measured({11: 4.0, 12: 10.0, 13: 30.0})
+    s = contention.step_contention({"traceEvents": ev}, thread_cpu=record)["steps"][5]
+    assert s["stolen_ms"] == pytest.approx(4.0 * 0.5 * 1.75, abs=0.01)
+    from tfbertperf.profile import threadcpu
+
+    assert threadcpu.pool_share(record, {11, 12}, {11}) == pytest.approx(0.75)

@@ -1,13 +1,17 @@
 """`tfbertperf analyze PATH` — step-time attribution for any TF program's profile.
 
 PATH is a TensorBoard logdir (the newest `plugins/profile/<session>/` is used; `--session` picks another), a
-session directory, or `.xplane.pb` files.  Per-step attribution needs step markers:
+session directory, or `.xplane.pb` files (gzipped `.xplane.pb.gz` too, read as they are).  Per-step attribution needs step markers:
 `with tf.profiler.experimental.Trace("train", step_num=i, _r=1):` around `next(iterator)` + the step (JAX:
 `jax.profiler.StepTraceAnnotation("train", step_num=i)`).
 Prints a table (category, ms/step, %) per host and combined, the accelerator devices (busy, copies, idle ones),
 and a verdict line; `--json` prints the attribution/verdict document (the same sections as report.json, plus
 `devices`).  A profile with accelerator planes but no step markers gets the device summary and one line on
 stderr saying how to mark steps (exit 0); a host-only profile without markers is an error (exit 2).
+A step file beside the capture (`tfbertperf_steps.json`, written by tfbertperf.keras.ProfileCallback or
+tfbertperf.jax_steps; profile/stepfile.py), or `--steps FILE`, gives the unprofiled step time, so the profiler's
+cost is measured (captured − unprofiled step) instead of estimated and the verdict is about the program as it
+runs without the profiler; with the callback's what-if probe it also gives "input cost (measured)".
 """
 
 from __future__ import annotations
@@ -50,17 +54,32 @@ def read_run_report(path) -> dict | None:
     return None
 
 
-def analyze(path, session: str | None = None, trace: bool = True, xprof: str = "auto") -> dict:
+def step_file(xplanes, steps: str | None):
+    """The step file's summary (profile/stepfile.py): `steps` when given, else the one beside the capture, else
+    None."""
+    from tfbertperf.profile import stepfile, xprof_tools
+
+    if steps:
+        return stepfile.read(steps)
+    found = stepfile.beside(xprof_tools.source_file(xplanes[0]).parent)
+    return stepfile.read(found) if found else None
+
+
+def analyze(path, session: str | None = None, trace: bool = True, steps: str | None = None,
+            xprof: str = "auto") -> dict:
     """Attribution document for a profile PATH (see module docstring): attribution, verdict, AU, hosts.
 
     When PATH is one of our run directories, its report.json supplies the config (advice names its knobs),
-    the storage metrics, the steady step time and the what-if probe (input_cost_fraction).  xprof: when xprof's
+    the storage metrics, the steady step time and the what-if probe (input_cost_fraction).  A step file
+    (`steps`, or tfbertperf_steps.json beside the capture) supplies the unprofiled step time and, when the
+    what-if ran, T_c; the document's `step_file` holds its figures (None without one).  xprof: when xprof's
     converter runs ("auto" | "always" | "never"; profile/xprof_attribution.py XPROF_MODES)."""
     from tfbertperf.profile import attribution, devices, xprof_tools
 
     xplanes = xprof_tools.find_xplanes(path, session=session)
     devs = devices.device_planes(xplanes)  # refuses a damaged file in one line before xprof's converter sees it
     report = read_run_report(path)
+    measured = step_file(xplanes, steps)
     kw = {}
     if report:
         kw["env_devices"] = (report.get("environment") or {}).get("devices")
@@ -76,18 +95,36 @@ def analyze(path, session: str | None = None, trace: bool = True, xprof: str = "
             kw["step_time_ms"] = T
             if icf is not None:
                 kw["compute_only_step_ms"] = T * (1.0 - icf)
+    if measured and measured.unprofiled_step_ms:  # the user's own step times: measured beats any estimate
+        kw["step_time_ms"] = T = measured.unprofiled_step_ms
+        icf = measured.input_cost_fraction  # paired in time with the blocks (stepfile.py): T_c at T's scale
+        kw["compute_only_step_ms"] = None if icf is None else T * (1.0 - icf)
     try:
         doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:
         if not any(d["events"] for d in devs):
             raise
         doc = attribution.device_summary(devs, xplanes)
-    doc["profile"] = {"session": xplanes[0].parent.name, "xplanes": [str(x) for x in xplanes],
-                      "run_report": bool(report)}
-    marker = interrupted_marker(xplanes[0])
+    doc["profile"] = {"session": xplanes[0].parent.name,
+                      "xplanes": [str(xprof_tools.source_file(x)) for x in xplanes], "run_report": bool(report)}
+    doc["step_file"] = measured.as_dict() if measured else None
+    if measured and measured.unprofiled_step_ms and doc.get("attribution"):
+        doc["attribution"]["profiler_cost"] = _measured_cost(doc["attribution"], measured)
+    marker = interrupted_marker(xprof_tools.source_file(xplanes[0]))
     if marker or (report or {}).get("incomplete"):
         doc["profile"]["interrupted"] = marker or "interrupted (report.json is marked incomplete)"
     return doc
+
+
+def _measured_cost(att: dict, measured) -> dict:
+    """The profiler's cost per step from the step file: the capture's step − the unprofiled step (ms)."""
+    captured = float(att["step_time_ms"])
+    added = captured - measured.unprofiled_step_ms
+    return {**(att.get("profiler_cost") or {}), "captured_step_ms": round(captured, 3),
+            "unprofiled_step_ms": round(measured.unprofiled_step_ms, 3), "added_ms_per_step": round(added, 3),
+            "added_fraction": round(added / captured, 4) if captured else None,
+            "basis": f"measured: the captured step against {measured.unprofiled_steps} unprofiled steps of the "
+                     f"step file {measured.path}"}
 
 
 @cli_entry
@@ -96,6 +133,9 @@ def main(argv=None) -> int:
     p.add_argument("path", nargs="+", help="TensorBoard logdir, profile session dir, or .xplane.pb file(s)")
     p.add_argument("--session", help="session directory name under plugins/profile (default: newest)")
     p.add_argument("--json", action="store_true", help="print the attribution/verdict JSON document")
+    p.add_argument("--steps", metavar="FILE",
+                   help="step file (tfbertperf_steps.json: every step's wall time, the profiled window marked, and "
+                        "the what-if probe's steps; default: the one beside the capture, if any)")
     p.add_argument("--validate", action="store_true",
                    help="our runs only (PATH = a run directory): re-run with each of up to three recommendations "
                         "that map to --set (or the --advice overrides) next to baseline re-runs, and report each "
@@ -115,12 +155,12 @@ def main(argv=None) -> int:
     from tfbertperf.report.console import print_analysis
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if len(a.path) > 1 and not all(x.endswith(".xplane.pb") for x in a.path):
+    if len(a.path) > 1 and not all(x.endswith((".xplane.pb", ".xplane.pb.gz")) for x in a.path):
         raise UsageError(f"{' '.join(a.path)}: give one logdir/session dir, or several .xplane.pb files")
     path = a.path if len(a.path) > 1 else a.path[0]
     if sys.stderr.isatty():  # progress for people; logs and error checks see only the result or one error line
         print("tfbertperf analyze: reading the profile …", file=sys.stderr, flush=True)
-    doc = analyze(path, session=a.session, trace=not a.no_trace, xprof=a.xprof)
+    doc = analyze(path, session=a.session, trace=not a.no_trace, steps=a.steps, xprof=a.xprof)
     if a.validate:
         report = read_run_report(path)
         if not report:

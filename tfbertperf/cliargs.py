@@ -20,6 +20,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     names = ", ".join(sorted(f.stem for f in WORKLOAD_DIR.glob("*.yaml")))
     p.add_argument("--workload", metavar="NAME|FILE", help=f"workload name ({names}) or a YAML file")
     p.add_argument("--data", metavar="URI",
-                   help="data location: path, file://, gs://bucket/prefix, az://container/prefix")
+                   help="data location: path, file://, gs://bucket/prefix, az://container/prefix — a data set "
+                        "prepared by tfbertperf, or your own TFRecords as they are (a folder, a glob such as "
+                        "gs://b/wiki/*.tfrecord, one file, or a comma list; GZIP detected): shorthand for "
+                        "--set data.uri=URI")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any RunConfig field, e.g. --set pipeline.cycle_length=16 (repeatable)")

@@ -30,7 +30,9 @@ def quiet_tf() -> None:
 
 def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, dict]:
     """Return (data URI, manifest).  A data set made from the config (no data.uri) is prepared on first use and
-    again when its sources changed (manifest source_sha256, data/prep/source.py); an explicit URI must exist."""
+    again when its sources changed (manifest source_sha256, data/prep/source.py); data.uri names ours (a folder
+    with manifest.json) or the user's TFRecords, described from the records (data/described.py) — never written."""
+    from tfbertperf.data.described import fit_config, open_data
     from tfbertperf.data.manifest import check_compatible, load_manifest, stale_reason
 
     uri = cfg.resolved_data_uri()
@@ -45,8 +47,8 @@ def ensure_data(cfg: RunConfig, backend, progress: bool = True) -> tuple[str, di
         t0 = time.perf_counter()
         prepare_data(cfg, uri, progress=progress)
         log(f"data ready in {time.perf_counter() - t0:.1f} s")
-    manifest = load_manifest(uri, backend)
-    check_compatible(cfg, manifest)
+    manifest = open_data(cfg, uri, backend, say=log if progress else (lambda m: None))
+    check_compatible(fit_config(cfg, manifest), manifest)
     return uri, manifest
 
 
@@ -60,16 +62,28 @@ def check_init(cfg: RunConfig, manifest: dict | None = None) -> None:
 
 
 class Inputs:
-    """Everything the data side hands to a training process: backend, data URI, manifest, shard list."""
+    """Everything the data side hands to a training process: backend, data URI, manifest (ours, or the
+    description of the user's data), shard list, and `cfg` fitted to the data (data/described.py fit_config)."""
 
     def __init__(self, cfg: RunConfig, progress: bool = True) -> None:
+        from tfbertperf.data.described import fit_config
         from tfbertperf.data.manifest import shard_hashes, shard_uris
         from tfbertperf.storage import open_backend
+        from tfbertperf.storage.listing import is_glob, split_spec
 
-        self.backend = open_backend(cfg.resolved_data_uri(), cfg.data)
+        self.backend = open_backend(split_spec(cfg.resolved_data_uri())[0], cfg.data)
         self.uri, self.manifest = ensure_data(cfg, self.backend, progress=progress)
-        self.shard_uris, self.record_bytes_hint = shard_uris(cfg, self.manifest, self.backend)
-        self.hashes = shard_hashes(cfg, self.manifest, self.backend)  # {uri: sha256}; {} for older data sets
+        self.cfg = fit_config(cfg, self.manifest)
+        self.shard_uris, self.record_bytes_hint = shard_uris(self.cfg, self.manifest, self.backend)
+        self.hashes = shard_hashes(self.cfg, self.manifest, self.backend)  # {uri: sha256}; {} for older/user sets
+        self.compression = self.manifest.get("compression") or "none"
+        items = split_spec(self.uri)  # the fingerprint looks at a folder, else at a glob's or a list's first file
+        self.location = items[0] if len(items) == 1 and not is_glob(items[0]) else self.shard_uris[0]
+
+    def checksums_verified(self, cfg: RunConfig, mode: str) -> bool:
+        """Whether the shards' bytes were checked against manifest.json's sha256 (data.verify=sha256, or stage
+        mode, which checks every download)."""
+        return bool(self.hashes) and (cfg.data.verify == "sha256" or (self.backend.name != "local" and mode == "stage"))
 
 
 def _close(sources: list) -> None:
@@ -87,7 +101,9 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     written).  `strategy`: an already-created tf.distribute strategy (multi-worker processes make theirs first).
     `checkpoints`: save/resume checkpoints under out_dir (train/checkpoint.py)."""
     quiet_tf()
-    from tfbertperf.data.manifest import with_data_labels
+    from tfbertperf.data.described import fit_config
+    from tfbertperf.data.origin import data_block
+    from tfbertperf.data.records import data_errors
     from tfbertperf.data.pipeline import build_dataset, effective_pipeline, runs_ahead
     from tfbertperf.envinfo import fingerprint
     from tfbertperf.profile.attribution import attribute, step_timer_summary
@@ -108,25 +124,29 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     emulation = emulation_from_config(cfg)  # None: the real model runs
     inputs = inputs or Inputs(cfg, progress)
     backend, manifest = inputs.backend, inputs.manifest
-    cfg = with_data_labels(cfg, manifest)  # classify: the data's label count (model.num_labels 0 = unset)
+    cfg = fit_config(cfg, manifest)  # the data's task, sizes, label count (the user's data: described from them)
     tb_dir.mkdir(parents=True, exist_ok=True)
-    environment = fingerprint(data_uri=inputs.uri, probe=True)
+    environment = fingerprint(data_uri=inputs.location, probe=True, dataset=False)  # `data` said below
 
     sources = []
     service = data_service(cfg, manifest)  # pipeline.data_service: local:N starts its servers here
     data_cfg = service.config(dataset_config(cfg, emulation))  # emulated: accelerators × batch_size per step
 
     def dataset_fn(input_context=None):
-        source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes)
+        source = open_shards(inputs.shard_uris, cfg.data, backend, inputs.record_bytes_hint, inputs.hashes,
+                             compression=inputs.compression)
         sources.append(source)
         # Global batches, or per-replica batches of this input pipeline's own shards when train/ passes a
         # tf.distribute.InputContext (multi-worker: each worker reads only its shards, or shares a service job).
         return build_dataset(data_cfg, manifest, source, input_context, service=service)
 
     capture = Capture.from_config(str(tb_dir), cfg.profile) if cfg.profile_window else None
+    say(cfg.window_choice())  # which steps are traced, and whether the user or the run's length chose them
     sampler = start_sampler(cfg)
     try:
-        with storage_errors(backend, inputs.shard_uris, inputs.uri):  # damaged shards, TF filesystem errors
+        # damaged shards and TF filesystem errors; a record that breaks the data's layout
+        with data_errors(manifest, backend, cfg), storage_errors(backend, inputs.shard_uris, inputs.uri,
+                                                                  inputs.compression):
             result = train_any(cfg, emulation, dataset_fn, int(manifest["vocab_size"]), str(tb_dir),
                                say=say, strategy=strategy, capture=capture, runs_ahead=runs_ahead(cfg),
                                sampler=sampler, run_dir=str(out_dir) if checkpoints else None, service=service)
@@ -137,7 +157,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
         _close(sources)  # the training's readers stop before the ceiling's pipeline runs alone
         ceiling = None
         if result.extra.get("interrupted_at_step") is None:  # Ctrl-C: no further measuring
-            with storage_errors(backend, inputs.shard_uris, inputs.uri):
+            with data_errors(manifest, backend, cfg), storage_errors(backend, inputs.shard_uris, inputs.uri,
+                                                                      inputs.compression):
                 ceiling = input_ceiling(cfg, dataset_fn, backend, inputs.record_bytes_hint, say)
     finally:
         if sampler is not None:
@@ -194,6 +215,10 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
 
         report["caveats"].extend(ignored_settings(cfg.profile, capture.dropped_options, find_xplanes(str(tb_dir))))
     report["tokenizer"] = tokenizer_block(manifest)
+    report["data"] = data_block(manifest, cfg, inputs.checksums_verified(cfg, storage["mode"]))  # origin, sizes
+    if isinstance((report.get("environment") or {}).get("data"), dict):  # environment.json and env --diff say it
+        report["environment"]["data"]["dataset"] = {k: report["data"][k] for k in (
+            "origin", "summary", "files", "bytes", "format", "compression", "manifest")}
     report["artifacts"]["tensorboard"] = os.path.relpath(tb_dir, out_dir)
     if result.extra.get("interrupted_at_step") is not None:
         report["incomplete"] = True  # Ctrl-C: the steps done, no probe after the loop, no partial profile
@@ -227,6 +252,7 @@ def run(cfg: RunConfig, progress: bool = True, resume: Path | None = None) -> tu
     check_placement(cfg.train)  # so is a device or TPU that is not here
     check_init(cfg)
     inputs = Inputs(cfg, progress)
+    cfg = inputs.cfg  # fitted to the data (the user's: task, sizes, labels from the records)
     check_init(cfg, inputs.manifest)
     run_dir = resume or make_run_dir(cfg)
     if progress:

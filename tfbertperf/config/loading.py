@@ -109,7 +109,8 @@ def _validate(cfg: RunConfig) -> None:
         raise UsageError(
             f"--set data.max_predictions={cfg.data.max_predictions}: must not exceed data.seq_len={cfg.data.seq_len}"
         )
-    parse_window(cfg.profile.steps, cfg.train.steps)
+    if not cfg.window_is_auto:  # only a window the user wrote can fail to fit; auto follows the run
+        parse_window(cfg.profile.steps, cfg.train.steps)
     parse_data_service(cfg.pipeline.data_service)
     if cfg.train.checkpoint_every and cfg.train.strategy == "multi_worker":
         raise UsageError(f"--set train.checkpoint_every={cfg.train.checkpoint_every}: checkpoints are for "

@@ -74,7 +74,10 @@ DEFAULT_NUM_LABELS = 2  # classify labels where no prepared data says how many (
 
 @dataclass(frozen=True)
 class DataConfig:
-    uri: str = ""  # path | file:// | gs://… | az://… ; "" = embedded default, prepared on first use
+    # path | file:// | gs://… | az://… ; "" = embedded default, prepared on first use.  A folder with our
+    # manifest.json, or the user's TFRecords as they are: a folder, a glob (gs://b/wiki/*.tfrecord), one file or a
+    # comma list, described from the records (data/described.py; docs/your-data.md) and never written to
+    uri: str = ""
     mode: str = "local"  # local|native|stream|stage (how remote shards are read)
     seq_len: int = 128  # tokens per example
     max_predictions: int = 20  # masked positions per example (google-research/bert max_predictions_per_seq)
@@ -99,6 +102,8 @@ class DataConfig:
     # "sha256": hash every shard against manifest.json before training (local, native, stream; stage mode
     # always checks the shards it downloads); "none" = sizes only
     verify: str = "none"
+    # the user's TFRecords: auto = detect GZIP per file (magic bytes 1f 8b); none | gzip = insist on that
+    compression: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,9 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    steps: str = "20:40"  # profiled step window START:STOP (STOP exclusive); "" or "none" = no profile
+    # profiled step window START:STOP (STOP exclusive); "auto" = a steady window chosen to fit train.steps
+    # (auto_window); "" or "none" = no profile.  Only a START:STOP the user wrote can be an error.
+    steps: str = "auto"
     host_tracer_level: int = 2  # tf.profiler host tracer level (1 = user, 2 = +high-level TF ops, 3 = verbose)
     python_tracer: bool = False  # Python function tracer (expensive; off by default)
     device_tracer_level: int = 1
@@ -181,8 +188,28 @@ class RunConfig:
 
     @property
     def profile_window(self) -> tuple[int, int] | None:
-        """(start, stop) steps of the profiled window, stop exclusive; None when profiling is off."""
+        """(start, stop) steps of the profiled window, stop exclusive; None when profiling is off (or, with
+        profile.steps=auto, when the run is too short to hold a window after its warm-up)."""
+        if self.window_is_auto:
+            return auto_window(self.train.steps, self.train.warmup_steps)
         return parse_window(self.profile.steps, self.train.steps)
+
+    @property
+    def window_is_auto(self) -> bool:
+        """profile.steps was left to follow the run (not a START:STOP the user wrote)."""
+        return str(self.profile.steps or "").strip().lower() == AUTO_WINDOW
+
+    def window_choice(self) -> str:
+        """One line saying which steps are profiled and who chose them (printed at the start, kept in the report)."""
+        w = self.profile_window
+        if w is None:
+            if self.window_is_auto:
+                return (f"profile: none — a {self.train.steps}-step run is too short for a window after its warm-up "
+                        f"(--set profile.steps=START:STOP to force one)")
+            return "profile: off (profile.steps=none)"
+        how = (f"chosen to fit the {self.train.steps}-step run: after warm-up, in its steady middle"
+               if self.window_is_auto else "profile.steps")
+        return f"profiled steps {w[0]}–{w[1] - 1} ({w[1] - w[0]} steps; {how})"
 
     def resolved_data_uri(self) -> str:
         return self.data.uri or default_data_dir(self)
@@ -207,6 +234,7 @@ CHOICES = {
     ("model", "task"): ("pretrain", "classify"),
     ("data", "mode"): ("local", "native", "stream", "stage"),
     ("data", "verify"): ("none", "sha256"),
+    ("data", "compression"): ("auto", "none", "gzip"),
     ("pipeline", "preset"): ("tuned", "naive"),
     ("pipeline", "cache"): ("none", "memory", "disk"),
     ("pipeline", "tokenize"): ("pretokenized", "inline"),
@@ -271,6 +299,28 @@ def parse_data_service(value) -> tuple[str, int, str]:
     raise UsageError(f"{shown}: expected off, local:N or grpc://HOST:PORT[/JOB]")
 
 
+AUTO_WINDOW = "auto"
+AUTO_WINDOW_STEPS = 20  # the longest window auto_window chooses: xprof's tables are stable from ~10 steps
+WARMUP_SHARE = 4  # warm-up takes at most 1/4 of a run's steps
+
+
+def warmup_for(steps: int, warmup_steps: int) -> int:
+    """The warm-up a run of `steps` steps gets: `train.warmup_steps`, but at most a quarter of the run so that
+    three quarters are measured, and at least 1 (the first step traces the graph) unless the run has one step."""
+    return max(0, min(int(warmup_steps), max(1, steps // WARMUP_SHARE), steps - 1))
+
+
+def auto_window(total_steps: int, warmup_steps: int) -> tuple[int, int] | None:
+    """The window profile.steps=auto profiles: up to AUTO_WINDOW_STEPS steps (a third of the run at most) centred
+    in the run, starting after warm-up + 1 (the capture opens one step early, train/probe.py traced_steps) —
+    steps 20–39 of the default 60.  None when fewer than 2 steps fit (xprof needs a step on each side)."""
+    warmup = warmup_for(total_steps, warmup_steps)
+    length = min(AUTO_WINDOW_STEPS, max(2, total_steps // 3))
+    start = max(warmup + 1, total_steps // 2 - length // 2)
+    stop = min(start + length, total_steps)
+    return (start, stop) if stop - start >= 2 else None
+
+
 def parse_window(spec, total_steps: int | None, label: str = "--set profile.steps={!r}") -> tuple[int, int] | None:
     """"START:STOP" (or a (start, stop) pair) → (start, stop), STOP exclusive; None for "", "none", "off", "0".
 
@@ -290,7 +340,7 @@ def parse_window(spec, total_steps: int | None, label: str = "--set profile.step
     if not (0 <= start < stop):
         raise UsageError(f"{shown}: need 0 <= START < STOP")
     if total_steps is not None and stop > total_steps:
-        hint = (f"; the two move together: e.g. --set profile.steps={total_steps // 3}:{2 * total_steps // 3} "
-                "(or profile.steps=none)") if total_steps >= 3 else "; --set profile.steps=none"
+        hint = (f"; e.g. --set profile.steps={total_steps // 3}:{2 * total_steps // 3}, or leave profile.steps "
+                "unset (auto: a window that fits the run)") if total_steps >= 3 else "; --set profile.steps=none"
         raise UsageError(f"{shown}: window ends after the last step (train.steps={total_steps}){hint}")
     return start, stop

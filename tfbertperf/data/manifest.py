@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 
 from tfbertperf.errors import UsageError
 from tfbertperf.redact import redact_text
+from tfbertperf.storage.base import split_uri
+from tfbertperf.storage.listing import KIND_BYTES, base_uri, data_name, file_kind, read_head
 
 MANIFEST_SCHEMA = "tfbertperf.manifest/2"
 READABLE_SCHEMAS = ("tfbertperf.manifest/1", MANIFEST_SCHEMA)  # the keys a reader uses are the same in both
@@ -34,6 +38,16 @@ REQUIRED_KEYS = (
     "schema", "task", "seq_len", "max_predictions", "vocab_size", "vocab_sha256", "vocab_file", "seed",
     "dupe_factor", "num_examples", "record_bytes_mean", "shards",
 )
+
+
+class LazyText:
+    """Text made when it is first shown (an error's advice that costs a listing only when the error happens)."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+    def __format__(self, spec: str) -> str:
+        return format(self.make(), spec)
 
 
 def shard_name(task: str, index: int, num_shards: int, text: bool = False) -> str:
@@ -55,10 +69,10 @@ def load_manifest(uri: str, backend) -> dict:
     Raises UsageError naming the data dir, manifest or shard.
     """
     shown = redact_text(uri)
-    hint = f"(run `tfbertperf prepare --out {shown}`)"
+    # the fix suggested for our folder: prepare it again — never where the user's own TFRecords are
+    hint = LazyText(lambda: "(it also holds TFRecords tfbertperf did not write: give prepare another --out)"
+                    if foreign_tfrecords(uri, backend) else f"(run `tfbertperf prepare --out {shown}`)")
     if backend.name == "local":
-        import os
-
         from tfbertperf.storage.base import local_path
 
         if not os.path.isdir(local_path(uri)):
@@ -169,7 +183,9 @@ def shard_uris(cfg, manifest: dict, backend) -> tuple[list[str], int]:
                 f"(re-run `tfbertperf prepare --out {redact_text(uri)}`)"
             )
         return [backend.join(uri, s["name"]) for s in text], int(manifest.get("text_record_bytes_mean") or 1024)
-    return [backend.join(uri, s["name"]) for s in manifest["shards"]], int(manifest["record_bytes_mean"])
+    # the user's files are named by their full URIs (data/described.py); ours by name inside the data dir
+    uris = [s.get("uri") or backend.join(uri, s["name"]) for s in manifest["shards"]]
+    return uris, int(manifest["record_bytes_mean"])
 
 
 def load_vocab(manifest: dict, backend) -> list[str]:
@@ -204,3 +220,32 @@ def stale_reason(cfg, manifest: dict) -> str | None:
     if then is None:
         return f"{what}: the cached set records no source hash, so an edit cannot be ruled out"
     return f"{what} changed since it was prepared: sha256 {then[:12]}… → {now[:12]}…"
+
+
+# ---- `prepare --out` never lands in the user's data; no advice sends it there ------------------------------
+_OURS = re.compile(r"^(pretrain|classify)(-text)?-(\d{5}-of-\d{5}|chunk-\d{5}-.+)\.tfrecord$")
+
+
+def foreign_tfrecords(uri: str, backend) -> list[str]:
+    """The TFRecord files under the folder `uri` that tfbertperf did not write (names other than our shards'),
+    checked by their first bytes; [] for a folder that does not exist, is empty, or holds only ours."""
+    if backend.name == "local":
+        path = os.path.expanduser(split_uri(uri)[2])
+        if not os.path.isdir(path):
+            return []
+        listed = backend.list(path)
+    else:
+        listed = backend.list(base_uri(uri).rstrip("/") + "/")
+    maybe = [o for o in listed if o.size > 0 and data_name(o.uri)
+             and not _OURS.match(o.uri.rstrip("/").rsplit("/", 1)[-1])]
+    return [o.uri for o in maybe if file_kind(read_head(backend, o, KIND_BYTES)) is not None]
+
+
+def refuse_foreign(uri: str, backend, label: str = "prepare --out") -> None:
+    """One line, before anything is written, when `uri` holds TFRecords that are not ours (foreign_tfrecords)."""
+    found = foreign_tfrecords(uri, backend)
+    if found:
+        names = ", ".join(f.rstrip("/").rsplit("/", 1)[-1] for f in found[:3]) + (", …" if len(found) > 3 else "")
+        raise UsageError(f"{label} {redact_text(uri)}: holds {len(found)} TFRecord file(s) tfbertperf did not write "
+                         f"({names}); nothing is written there — train on them as they are with --set "
+                         f"data.uri={redact_text(uri)}, or give prepare an empty folder")

@@ -232,11 +232,15 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     shards = manifest.get("text_shards" if inline else "shards") or manifest["shards"]
     filenames = source.filenames
     num_files = len(shards)
+    by_record = None  # (pipelines, this one): fewer files than input pipelines, so each takes every n-th record
     if input_context is not None:
         batch = input_context.get_per_replica_batch_size(batch)
-        if input_context.num_input_pipelines > 1 and not on_service:  # on the service, trainers share a job
-            filenames = filenames.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-            num_files = -(-num_files // input_context.num_input_pipelines)
+        n_pipes = input_context.num_input_pipelines
+        if n_pipes > 1 and not on_service and num_files < n_pipes:
+            by_record = (n_pipes, input_context.input_pipeline_id)  # e.g. one user file, two workers
+        elif n_pipes > 1 and not on_service:  # on the service, trainers share a job
+            filenames = filenames.shard(n_pipes, input_context.input_pipeline_id)
+            num_files = -(-num_files // n_pipes)
     if training:
         filenames = filenames.shuffle(max(1, len(shards)), seed=seed, reshuffle_each_iteration=True)
 
@@ -262,6 +266,8 @@ def build_dataset(cfg, manifest: dict, source, input_context=None, *, training: 
     )
     if by_chunk:
         ds = ds.unbatch()
+    if by_record is not None:
+        ds = ds.shard(*by_record)
     shuffle = eff["shuffle_buffer"]
     if shuffle == AUTOTUNE:
         shuffle = max(AUTO_SHUFFLE_EXAMPLES, 4 * batch)

@@ -74,9 +74,10 @@ def plain_source(source: ShardSource) -> ShardSource:
     import tensorflow as tf
 
     def read(filename):
-        return tf.data.TFRecordDataset(filename, buffer_size=READ_BUFFER_BYTES)
+        return tf.data.TFRecordDataset(filename, compression_type=source.compression, buffer_size=READ_BUFFER_BYTES)
 
-    return ShardSource(source.filenames, read, source.backend, source.mode, close=source.close)
+    return ShardSource(source.filenames, read, source.backend, source.mode, close=source.close,
+                       compression=source.compression)
 
 
 def python_ops(dataset) -> list[str]:

@@ -98,4 +98,15 @@ def explain(a: dict, b: dict, rtol: float = 1e-3, atol: float = 1e-5, names: tup
     }
     if ka == "report" and kb == "report":
         out["side_by_side"] = side_by_side(a, b, rtol=rtol, atol=atol)
+    out["data"] = {"a": data_summary(a), "b": data_summary(b)}  # where each side's data came from
     return redact_obj(out)
+
+
+def data_summary(doc: dict) -> str | None:
+    """The one-line origin of a document's data: a report's `data.summary`, else its fingerprint's
+    `data.dataset.summary` (None when neither says)."""
+    d = doc.get("data") if document_kind(doc) == "report" else None
+    if isinstance(d, dict) and d.get("summary"):
+        return d["summary"]
+    ds = (env_of(doc).get("data") or {}).get("dataset") if isinstance(env_of(doc).get("data"), dict) else None
+    return ds.get("summary") if isinstance(ds, dict) else None

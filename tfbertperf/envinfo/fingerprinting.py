@@ -29,7 +29,7 @@ def _section(fn, *args) -> dict:
         return software.error_entry(e)
 
 
-def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
+def fingerprint(data_uri: str | None = None, probe: bool = True, dataset: bool = True) -> dict:
     """Fingerprint this machine: everything that changes BERT training speed or numerics, secrets redacted.
 
     Args:
@@ -37,6 +37,8 @@ def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
         data directory (tfbertperf.config.default_data_dir()).
       probe: run the short read probe on local data (<= 0.6 s: cold 4 KiB first-byte latency and sequential
         MB/s, 10^6 bytes/s).  Remote URIs are never probed (no network calls here).
+      dataset: describe the data set at a local `data_uri` under data.dataset (its origin: prepared by tfbertperf
+        or the user's own, files, bytes, format; envinfo/datalocation.py describe_dataset); a run sets it itself.
     Returns:
       {"schema": "tfbertperf.env/1", "collected": ISO-8601 UTC, "collect_ms": ms spent here, and one dict per
       section in SECTIONS}.  Costs well under 2 s beyond `import tensorflow`.
@@ -69,6 +71,10 @@ def fingerprint(data_uri: str | None = None, probe: bool = True) -> dict:
         "env": _section(software.env_vars),
         "data": _section(describe_location, str(data_uri), probe),
     }
+    if dataset and isinstance(doc["data"], dict) and "error" not in doc["data"]:
+        from tfbertperf.data.origin import describe_dataset
+
+        doc["data"]["dataset"] = _section(describe_dataset, str(data_uri))
     doc["collect_ms"] = round((time.perf_counter() - t0) * 1e3, 1)  # excludes the TF import
     doc["tf_import_ms"] = round((t0 - t_import) * 1e3, 1)  # ~0 when TF was already imported
     # Belt and braces: every collector already redacts, this catches a secret in an unexpected place.  The env

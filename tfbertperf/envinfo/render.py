@@ -11,6 +11,8 @@ from tfbertperf.envinfo.values import dig, fmt
 def format_diff(doc: dict, show_low: bool = True) -> str:
     """Human-readable text of an `explain` document."""
     lines = [f"A = {doc['a']}", f"B = {doc['b']}"]
+    data = doc.get("data") or {}
+    lines += [f"{side} data: {data[side.lower()]}" for side in ("A", "B") if data.get(side.lower())]
     diffs = doc["differences"]
     s = doc["summary"]
     if not diffs:
@@ -97,6 +99,7 @@ def format_fingerprint(doc: dict) -> str:
                          f"XLA_FLAGS={fmt(g('xla', 'XLA_FLAGS'))}"),
         ("precision", f"policy {fmt(g('precision', 'keras_policy'))}; TF32 {fmt(g('precision', 'tf32_enabled'))}; "
                       f"op determinism {fmt(g('determinism', 'op_determinism'))}"),
+        ("data set", (data.get("dataset") or {}).get("summary") or "not described"),
         ("data", f"{data.get('uri')}: {data.get('kind')} ({fmt(data.get('fstype') or data.get('scheme'))})"
                  + (f"; emulator {data['emulator']}" if data.get("emulator") else "")
                  + (f"; first byte {lat:.3g} ms, {probe.get('read_mb_per_sec')} MB/s cold"

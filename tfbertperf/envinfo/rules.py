@@ -20,7 +20,7 @@ IGNORED = re.compile(
     r"^(schema|collected|collect_ms|tf_import_ms|tensorflow\.(version|git_version)|precision\.keras_version"
     r"|onednn\.(TF_ENABLE_ONEDNN_OPTS|source)|data\.probe\.(elapsed_ms|bytes_read|latency_samples|files|skipped"
     r"|first_byte_latency_ms\.(p90|max))|config\.run\..*|config\.train\.log_every|config\.workload"
-    r"|devices\.physical.*|devices\.gpus\.\d+\.name"
+    r"|devices\.physical.*|devices\.gpus\.\d+\.name|data\.dataset\.(summary|manifest)"
     r"|env\.(OMP_NUM_THREADS|MKL_NUM_THREADS|TF_NUM_INTRAOP_THREADS|TF_NUM_INTEROP_THREADS"
     r"|KMP_BLOCKTIME|KMP_AFFINITY|OMP_PROC_BIND|TF_GPU_THREAD_MODE|XLA_FLAGS|TF_XLA_FLAGS|TF_DETERMINISTIC_OPS"
     r"|TF_CUDNN_DETERMINISTIC|PYTHONHASHSEED|TF_ENABLE_ONEDNN_OPTS)|.*\.error)$"
@@ -42,8 +42,7 @@ def _gpu_count(k, a, b):
     a, b = int(a or 0), int(b or 0)
     if a == 0 or b == 0:
         who = "B" if b == 0 else "A"
-        return (f"{who} sees no {kind}: every op runs on the CPU there (BERT steps are typically 10-100x "
-                f"slower)", 100)
+        return (f"{who} sees no {kind}: every op runs on the CPU there (BERT steps are typically 10-100x slower)", 100)
     return f"{a} {kind}s on A vs {b} on B: replicas, per-replica batch and collectives differ", 90
 
 
@@ -303,6 +302,7 @@ RULES: list[tuple[str, str, list[str], Explain]] = [
     ]),
     # data location
     *_section("data", [
+        (r"data\.dataset\..*", SN, "data set {key} {a} vs {b}: other records (user = the user's own TFRecords)", 60),
         (r"data\.scheme", S,
          lambda k, a, b: (f"data on {fmt(a)}:// on A vs {fmt(b)}:// on B: local file reads vs HTTP range "
                           f"requests" if "file" in (a, b) else f"data on {fmt(a)}:// vs {fmt(b)}://", 90)),

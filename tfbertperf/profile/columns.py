@@ -210,6 +210,10 @@ class DevicePlane:
     vendor: str | None
     compute_capability: str | None
     model: str | None
+    # the kernels that carry an `hlo_module` stat: start, end, and an index into program_keys ((name, id or
+    # None)), for each program's device time inside the steps (program_facts.programs_ran)
+    program_kernels: tuple = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    program_keys: list = field(default_factory=list)
 
 
 @dataclass
@@ -220,6 +224,7 @@ class FileDigest:
     threads: list = field(default_factory=list)
     devices: list = field(default_factory=list)
     hlo_protos: dict = field(default_factory=dict)
+    hlo_by_id: dict = field(default_factory=dict)  # program id → (program name, serialized HloProto)
     host_plane: bool = False
 
 
@@ -288,6 +293,13 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
             mod, pid = int(code // len(ids)) - 1, ids[code % len(ids)]
             key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else int(pid))
             pairs[key] = pairs.get(key, 0) + int(counts[code])
+    named = km >= 0
+    keys, key_code = [], np.zeros(0, dtype=np.int64)
+    if named.any():
+        codes, key_code = np.unique(np.stack([km[named], kp[named]], axis=1), axis=0, return_inverse=True)
+        key_code = key_code.reshape(-1)
+        keys = [(strings[int(mod)], None if pid == MISSING else int(pid)) for mod, pid in codes.tolist()]
+    program_kernels = (ks[named], ke[named], key_code)
     steps = []
     for line in (c for c in plane.lines if c.name == "Steps"):
         steps += [(names.get(m, ""), s, e) for m, s, e in zip(line.meta.tolist(), line.start.tolist(),
@@ -302,7 +314,7 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
                        iv.union(iv.from_columns(ks, ke)), iv.union(iv.from_columns(cs, ce)), h2d, d2h, steps, copies,
                        kernel_names, hlo, programs, pairs, stats.get("device_vendor") or None, cc,
                        stats.get("device_name") or stats.get("gpu_device_name") or stats.get("device_type_string")
-                       or None)
+                       or None, program_kernels, keys)
 
 
 def _thread(line, host: str, names: Names, table) -> HostThread:
@@ -352,6 +364,7 @@ def _digest(path: str, _mtime_ns: int, size: int) -> FileDigest:
             out.devices.append(_device(plane, space.host, m.group(1).upper(), int(m.group(2))))
         if plane.hlo_protos:
             out.hlo_protos.update(plane.hlo_protos)
+            out.hlo_by_id.update(plane.hlo_by_id)
     out.devices.sort(key=lambda d: (d.kind, d.index))
     return out
 

@@ -49,11 +49,39 @@ and mean |error| (mean signed error) against the truth:
   blocks that read low under a heavy stall, see stall_loop.what_if_truth): for pipelines of many tiny ops the
   estimate may read low.
 
-Caveats.  Blocking work inside tf.data that uses no CPU (a sleep in a `py_function`, a network wait) is counted
-as if it used a core, so for such pipelines the estimate is an upper bound: with an 8 ms sleep per batch
-(`--sleep-ms 8`, 3 repetitions) the truth was 38–48 %, xprof 27–39 %, this estimate 52–59 % (+13 pp mean).
-Equal shares assume equal scheduling weights (no nice levels, cgroup CPU quotas or pinned threads), and a
-thread preempted in the middle of a task still counts as busy.
+Measured CPU (issue 29: CPU is CPU, waits are waits).  Busy wall time is not CPU: a `py_function` that sleeps or
+a read blocked on a socket keeps an input thread "busy" while it takes no core, and a pipeline whose work the
+trace shows few events for (a per-example map the profiler records as thousands of short scheduling events) uses
+far more CPU than its events span.  So where the capture has the input threads' own CPU clocks — the
+`threadcpu.json` ProfileCallback writes beside it (profile/threadcpu.py: each thread's CPU over the capture
+window from the kernel's per-thread counters, matched to the capture's host lines by thread id) — the stolen time
+comes from that CPU and not from wall time:
+
+  each input thread's measured CPU is spread over the capture in proportion to its activity (the union of its
+  events; evenly over the capture where it shows none), the part falling in a step's compute phase is the
+  input CPU X that competed with the compute (less the profiler's own cost on the thread: its recorded events ×
+  program_facts.HOST_EVENT_COST_US, which a per-example map pays hundreds of times a step), and with k̄ the mean number of input threads active in the
+  phase (≥ 1), the fair-share loss per core-millisecond the input threads used is f = (W + k̄ − C) / (k̄ × C), at
+  least 0: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores and the
+  compute loses 1 − C/(W+k) of its progress; for W = C every input core-millisecond costs the step 1/C ms,
+  however the work hides behind prefetch.  A compute that runs in parallel regions (oneDNN's OpenMP threads,
+  Eigen's intra-op pool: an op split in C equal parts that all must finish) loses more: a part whose thread
+  the input preempts holds up the region while the other parts' threads wait (OpenMP spins), so each input
+  core-millisecond costs up to a whole millisecond (the lock-step limit).  So
+      stolen = X × f × (1 + (C − 1) × p),
+  p the share of the compute's measured CPU on threads the capture records no event for (those pools; the
+  training thread and the inter-op threads have events) — 1/C per core-ms for a compute of independent
+  inter-op ops (p = 0), 1 for one wholly in parallel regions (p = 1).  Seen on tests/programs/keras_fit_shapes.py:
+  a per-example parse beside a small MLP whose ops run on the inter-op threads (p ≈ 0.15) cost the step about
+  half its input CPU, a tokenizer beside an embedding + dense model computing on the pools (p ≈ 0.8) more than
+  its input CPU (BENCHMARKS.md, issue 29).
+
+Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
+BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing for
+the model's two cores is counted whole.  Without measured CPU (a capture with no threadcpu.json, or threads the
+record cannot name) busy periods stand in as below, except that the wall time of Python function ops on input
+threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may as well wait as compute) is not
+counted as CPU — the estimate then says so (`input_cpu_basis`).
 
 Without thread-pool task events (a capture with profile.threadpool_events off, our default: they are 3/4 of a
 trace, train/capture.py) the busy periods of input threads are their function executions (`ExecutorState::Process`,
@@ -71,7 +99,10 @@ import os
 import re
 from collections import defaultdict
 
+from tfbertperf.profile import intervals as iv
+from tfbertperf.profile import threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
+from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
 # Thread-name prefixes (xprof's trace names threads "<pool name>/<id>").
 INPUT_THREAD_PREFIXES = ("tf_data",)
@@ -80,8 +111,11 @@ COMPUTE_THREAD_PREFIXES = ("tf_Compute", "tf_numa", "Eigen", "tf_inter_op", "tf_
 TASK_EVENT = "ThreadpoolListener::Region"
 # Fallback busy markers on tf.data threads that run tasks outside a listened pool (function executions).
 INPUT_WORK_EVENTS = ("ExecutorState::Process", "FunctionRun")
+# Python function ops: their wall time may be a wait (a sleep, a blocking read), so it is not CPU without a clock.
+PY_FUNC_EVENT = re.compile(r"(^|:)(EagerPyFunc|PyFunc|PyFuncStateless)\b")
 # Events on the step's own thread during which the loop is blocked waiting for a batch.
 GET_NEXT_EVENT = re.compile(r"^(IteratorGetNext|Iterator::Root$|EagerLocalExecute: IteratorGetNext)")
+GET_NEXT_OP = "IteratorGetNextOp::DoCompute"
 
 
 def _clip(intervals, lo: float, hi: float):
@@ -152,7 +186,9 @@ def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple =
         ivs = [_span(e) for e in evs if e["name"] == TASK_EVENT]
         ivs = ivs or [_span(e) for e in evs if e["name"] in fallback_events]
         if ivs:
-            out.append(_union(ivs))
+            waits = _union([_span(e) for e in evs if PY_FUNC_EVENT.search(e["name"])])
+            ivs = _subtract(_union(ivs), waits) if len(waits) else _union(ivs)
+            out.append(ivs) if len(ivs) else None
     return out
 
 
@@ -174,17 +210,21 @@ def lost_share(k_in: int, width: int, cores: int) -> float:
     return 1.0 - cores / (width + k_in)
 
 
-def step_contention(trace: dict, cores: int | None = None) -> dict:
+def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | None = None) -> dict:
     """Per-step CPU time the input pipeline steals from compute (fair-share model, module docstring).
 
     Args:
       trace: xprof's `trace_viewer` JSON (dict with traceEvents, timestamps in microseconds).
       cores: C; default estimate_cores(trace).
+      thread_cpu: the threadcpu.json record beside the capture (profile/threadcpu.py), or None: with it the
+        stolen time of the input threads it names comes from their measured CPU (module docstring).
     Returns:
-      {"cores": C, "steps": {step_num: {"step_ms", "wait_ms" (blocked in get-next on the step's thread),
-       "compute_phase_ms", "stolen_ms", "input_busy_ms" (union of busy input threads' time × threads, in the
-       compute phase), "compute_width" (W: threads the compute runs on, ≤ C)}}}.  Steps are the step-marker
-       events (args step_num) of the host process.
+      {"cores": C, "input_cpu_basis": "measured" | "estimated" (the busy-period model; py_function wall not
+       counted), "measured_threads": input threads whose CPU was measured, "steps": {step_num: {"step_ms",
+       "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
+       (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
+       in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
+       Steps are the step-marker events (args step_num) of the host process.
     """
     table = thread_table(trace)
     threads = table["threads"]
@@ -203,11 +243,30 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
             except (TypeError, ValueError):
                 continue
 
-    input_busy = _busy_threads(by_thread, threads, is_input_thread, INPUT_WORK_EVENTS)
+    # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
+    cpu_us = threadcpu.measured_cpu_us(thread_cpu)
+    measured = {}  # thread key → (activity intervals, CPU µs)
+    measured_ids = []
+    for key, evs in by_thread.items():
+        name = threads.get(key, "")
+        if is_input_thread(name) and threadcpu.line_id(name) in cpu_us:
+            # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
+            own = max(0.0, cpu_us[threadcpu.line_id(name)] - len(evs) * HOST_EVENT_COST_US)
+            measured[key] = (_union([_span(e) for e in evs]), own)
+            measured_ids.append(threadcpu.line_id(name))
+    traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
+    pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids))
+    span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
+            max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
+    input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
+                               is_input_thread, INPUT_WORK_EVENTS)
     compute_busy = _busy_threads(by_thread, threads, is_compute_thread)
 
-    # get-next spans of each step-marker thread, read once (not once per step)
-    get_next = {key: [_span(e) for e in by_thread[key] if GET_NEXT_EVENT.match(e["name"])]
+    # get-next spans of each step-marker thread, read once (not once per step), and the get-next op on any
+    # thread: inside a compiled step (Keras fit's train_function) the op blocks on a tf_data_iterator_get_next
+    # thread while the step's own thread waits in the function call
+    anywhere = [_span(e) for evs in by_thread.values() for e in evs if e["name"] == GET_NEXT_OP]
+    get_next = {key: [_span(e) for e in by_thread[key] if GET_NEXT_EVENT.match(e["name"])] + anywhere
                 for key in {k for _, k, _, _ in steps}}
     out = {}
     for num, key, start, end in sorted(steps):
@@ -240,6 +299,18 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
                 k_in += edges[i][1]
                 i += 1
             prev = t
+        cpu_in = None
+        if measured:
+            cpu_in = active = 0.0
+            for activity, cpu in measured.values():
+                total = iv.length(activity)
+                share = iv.length(iv.intersect(activity, phase)) / total if total > 0 else \
+                    iv.length(phase) / max(1.0, span[1] - span[0])
+                cpu_in += cpu * share
+                active += iv.length(iv.intersect(activity, phase))
+            k_bar = max(1.0, active / max(1e-9, iv.length(phase)))
+            fair = max(0.0, width + k_bar - C) / (k_bar * C)
+            stolen += cpu_in * fair * (1.0 + (C - 1) * pool)
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,
@@ -247,6 +318,8 @@ def step_contention(trace: dict, cores: int | None = None) -> dict:
             "compute_phase_ms": (end - start - wait_us) / 1e3,
             "stolen_ms": stolen / 1e3,
             "input_busy_ms": busy_in / 1e3,
+            "input_cpu_ms": None if cpu_in is None else cpu_in / 1e3,
             "compute_width": width,
         }
-    return {"cores": C, "steps": out}
+    return {"cores": C, "input_cpu_basis": "measured" if measured else "estimated",
+            "measured_threads": len(measured), "steps": out}

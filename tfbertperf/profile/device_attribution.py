@@ -15,6 +15,11 @@ Definitions (means over the steps; milliseconds):
     rate is below half the device's measured pinned rate (train/devices.yaml; the copy engines' own rate when
     the table has none) else "pinned"; copy_engine_gb_per_s = bytes ÷ the device copies' own time.
     Judged only from BANDWIDTH_FROM_BYTES a step.
+  - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
+    precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
+    compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
+  - unprofiled (with measured_step_ms, the step measured outside the capture): the same step as the program runs
+    without the profiler (profile/unprofiled.py); None without it.
   - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
     of the step is device idle with no host event at all).
 """
@@ -25,7 +30,7 @@ import statistics
 
 import numpy as np
 
-from tfbertperf.profile import idle, intervals, program_facts
+from tfbertperf.profile import idle, intervals, program_facts, unprofiled
 from tfbertperf.profile.accelerator_facts import measured_facts
 from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
 from tfbertperf.profile.steptable import CATEGORIES
@@ -113,10 +118,11 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
     bd = {k: v * wall / total for k, v in bd.items()}
     fr = {k: v / wall for k, v in bd.items()}
     busy = sum(r.busy for r in rows) / sum(r.wall for r in rows)
-    precision, precision_basis = program_facts.matmul_precision(trace)
+    programs = program_facts.programs_ran(trace, steps)
+    precision, precision_basis = program_facts.matmul_precision(trace, programs)
     # the host's unexplained idle needs Python frames to be named; without them say how to get them
     missing = [RECAPTURE_PYTHON] if not trace.python_tracer and named["idle"] >= UNEXPLAINED_SHARE * wall else []
-    return {
+    att = {
         "source": "device_idle",
         "step_source": source,
         "steps_profiled": len(steps),
@@ -129,11 +135,15 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),
         "device_busy_fraction": round(busy, 6),
         "transfer": _transfer(trace, rows, hw),
-        "xla_compiled": program_facts.xla_compiled(trace),
+        "xla_compiled": program_facts.xla_compiled(trace, programs),
         "cuda_graphs": program_facts.cuda_graphs(trace),
         "matmul_precision": precision,
         "matmul_precision_basis": precision_basis,
+        "xla_programs": programs,
+        "xla_program_variants": sorted(program_facts.variants(programs)),
         "profiler_cost": program_facts.profiler_cost(trace, steps, measured_step_ms),
         "missing": missing,
         "step_markers": source == SOURCE_MARKERS,
     }
+    att["unprofiled"] = unprofiled.view(att, measured_step_ms)  # the program without the profiler (verdict reads it)
+    return att

@@ -11,7 +11,10 @@ device's kernels) and idle.  Every idle picosecond is charged to the first of th
      training thread (the one holding the step markers or launches) an outermost Python frame that hands
      nothing to the device (no transfer, launch or compile inside it) and either runs inside a step marker
      before the marker's first hand-off, or ends in loader work (a sleep, a read, NumPy/PIL/tokenizer code,
-     `next`/`__next__`, a queue get);
+     `next`/`__next__`, a queue get); and of a Python frame that does hand work to the device (a
+     `next_batch` that ends in `device_put`), the part before its first hand-off — its own time included,
+     which the tracer records no child frame for (NumPy indexing, the loop itself): the loader preparing
+     what it hands over;
   4. compile: XLA/JIT compilation;
   5. kernel_launch: the host issuing work — op dispatch, executable launch, `cuLaunchKernel`/`cuGraphLaunch`
      (HTA's kernel wait: the device waits for the host to issue the next kernel);
@@ -123,11 +126,20 @@ def _python_frames(thread: HostThread, markers) -> tuple[np.ndarray, np.ndarray]
     p = np.where(has_parent, parent, 0)
     judged = has_parent & python[p] & ~handoff[p]  # inside a frame already judged whole
     frame = python & ~judged
+    # a frame that hands work to the device: the part before its first hand-off (its own time included, which the
+    # tracer records no child frame for) is the loader preparing what it hands over; the rest is other Python
+    split = frame & handoff
+    h_start, h_end = start[split], end[split]
+    k = np.searchsorted(starts, h_start, side="left")
+    nxt = starts[np.minimum(k, len(starts) - 1)] if len(starts) else h_end
+    h_first = np.where(k < len(starts), np.minimum(h_end, nxt), h_end)
     k = np.searchsorted(marker_starts, start, side="right") - 1  # the marker each frame starts in, if any
     before = (k >= 0) & (end <= (first[np.maximum(k, 0)] if len(first) else end - 1))
     inputs = frame & ~handoff & (before | loader)
-    other = frame & ~inputs
-    return iv.from_columns(start[inputs], end[inputs]), iv.from_columns(start[other], end[other])
+    other = frame & ~handoff & ~inputs
+    # empty parts (a frame whose first event is its hand-off) are dropped by the union host_activity takes
+    return (iv.from_columns(np.concatenate([start[inputs], h_start]), np.concatenate([end[inputs], h_first])),
+            iv.from_columns(np.concatenate([start[other], h_first]), np.concatenate([end[other], h_end])))
 
 
 def host_activity(trace: Trace) -> dict[str, np.ndarray]:

@@ -42,10 +42,10 @@ def union(intervals) -> np.ndarray:
     return np.stack([a[first, 0], reach[last]], axis=1)
 
 
-def length(merged) -> int:
-    """Total length of a merged list (picoseconds)."""
+def length(merged) -> int | float:
+    """Total length of a merged list (picoseconds: an int; xprof's float microseconds stay a float)."""
     a = as_array(merged)
-    return int((a[:, 1] - a[:, 0]).sum()) if len(a) else 0
+    return (a[:, 1] - a[:, 0]).sum().item() if len(a) else 0
 
 
 def clip(merged, start: int, end: int) -> np.ndarray:

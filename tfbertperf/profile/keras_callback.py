@@ -1,4 +1,5 @@
-"""`ProfileCallback`: make a plain Keras `model.fit` produce a profile that xprof can split into steps.
+"""`ProfileCallback`: make a plain Keras `model.fit` produce a profile that xprof can split into steps, the wall
+time of every step beside it, and on request the what-if probe's measured input cost.
 
 Why it is needed: xprof finds steps only from `tf.profiler.experimental.Trace(name, step_num=i, _r=1)` markers
 (`_r=1` marks a root step event), and charges input to a step only if the `next(iterator)` call runs inside that
@@ -9,45 +10,92 @@ How it works: a callback cannot wrap `next()`, but Keras 3's TF trainer calls
 batch with `next(iterator)`. So the marker is opened in `on_train_batch_begin` and closed in
 `on_train_batch_end`: the fetch, the forward/backward pass and the update all fall inside step i.
 
+The step file: at the end of `fit` every step's wall time (profiled or not, the profiled window marked) is
+written beside the capture as `<logdir>/plugins/profile/<session>/tfbertperf_steps.json` (profile/stepfile.py:
+schema and definitions), where `tfbertperf analyze` finds it: the profiler's cost is then measured (captured −
+unprofiled step) and the verdict is about the program as it runs without the profiler.
+
+The what-if probe (`probe=True`), run's probe (train/probe.py) for your `fit`: T_c is the step on one cached
+batch — the real batch of the last warm-up step, `Dataset.from_tensors(batch).repeat()` (on a GPU copied to the
+device once, so T_c holds no host→device copy) — fed to the same `model.train_function` in blocks spread through
+the steady steps, outside the profiled window; T is the mean of the real steps outside warm-up, the window and the
+blocks.  Input cost = (T − T_c) / T.  Around each block the model's, optimizer's and metrics' variables (dropout
+seeds, the optimizer's step count and the running loss included) are snapshot and restored, so training goes on
+from exactly where it was: the loss trajectory with and without the probe is the same (at a fixed seed with
+deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
+pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
+What it costs: probe_steps + 2 + (blocks − 1) extra steps (the first block's first 2 and each later block's
+first step are not timed; a later block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time), one more tracing of the step function (the cached batch's fixed shapes), and per block
+a snapshot and restore of the state (on the CPU a checkpoint written to and read from a temporary directory, on a
+GPU a device copy); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
+of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
+k steps, as a marked step is.
+
 Usage:
     from tfbertperf.keras import ProfileCallback
-    model.fit(ds, epochs=…, callbacks=[ProfileCallback("logs/run1", profile_steps="20:40")])
+    model.fit(ds, epochs=…, callbacks=[ProfileCallback("logs/run1", profile_steps="20:40", probe=True)])
     # then: tfbertperf analyze logs/run1   (or TensorBoard → Profile)
 
 With `steps_per_execution=k` one marker spans k steps (xprof then reports k-step "steps").
+
+Beside the capture (same session folder) it writes `threadcpu.json`: the CPU each thread of the process used over
+the profiled window, with the capture's line id of each thread (profile/threadcpu.py), so that `analyze` counts
+the input pipeline's measured CPU, not the wall time of its waits (profile/contention.py).
+docs/own-training.md: the arguments, what the probe costs, the step file and what analyze does with it.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from tfbertperf.config import parse_window
-from tfbertperf.profile import capture
+from tfbertperf.profile import capture, stepfile, threadcpu
+from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
+
+
+SETTLE_REAL_STEPS = 3
+"""A later probe block times its steps only after as much wall time as 3 recent real steps: the time an input-bound
+pipeline with a prefetch of 2 (and one batch in the making) takes to refill, on the cores the probe's steps want
+(train/probe.py Probe.run_block)."""
 
 
 class ProfileCallback(keras.callbacks.Callback):
-    """Step markers for every training batch + a tf.profiler capture of the `profile_steps` window.
+    """Step markers for every training batch, a tf.profiler capture of the `profile_steps` window, every step's wall
+    time in a step file beside the capture, and (probe=True) the measured what-if.
 
     Args:
-      logdir: TensorBoard logdir; the profile lands in `logdir/plugins/profile/<session>/<host>.xplane.pb`.
+      logdir: TensorBoard logdir; the profile lands in `logdir/plugins/profile/<session>/<host>.xplane.pb` and
+        the step file beside it (`tfbertperf_steps.json`; without a capture, in `logdir`).
       profile_steps: "START:STOP" or (start, stop), global step numbers counted across epochs, STOP exclusive;
-        None or "none" = markers only, no capture.
+        None or "none" = markers and step times only, no capture.
       marker: the step marker name (what xprof's step table shows, e.g. "train 12").
       host_tracer_level, python_tracer, device_tracer_level: tf.profiler options (see ProfilerOptions).
       threadpool_events: also record TF's thread-pool task events (intra-op threads in Trace Viewer); off by
         default: they are 3/4 of a trace's events (tfbertperf/profile/capture.py).
       sync: pull the step's loss to the host before closing the marker, so a step's time includes its device
         work even on asynchronous devices (GPU/TPU). Costs one small device→host copy per step.
+      probe: run the what-if probe (module docstring): T_c on one cached batch, in `probe_blocks` blocks of
+        `probe_steps` timed steps in all, state restored after each.  Needs the number of steps: fit's
+        `steps_per_epoch` or a dataset of known length, else `total_steps`.
+      probe_steps: timed probe steps in all (at most half the run's steps; short_run_budget).
+      probe_blocks: blocks the probe's steps are spread over (1 = one block, after training when there are too
+        few steady steps).
+      warmup_steps: leading steps left out of T (tracing, warm caches); at most a quarter of the run.
+      total_steps: the run's steps (markers), when Keras cannot know them.
     Attributes:
-      step_times_ms: wall time of every training batch (marker open → close), in milliseconds.
+      step_times_ms: wall time of every training batch (marker open → close, a probe block's time left out), ms.
+      step_file: where the step file was written (after fit), or None.
+      what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction"} after fit with probe=True.
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
                  python_tracer: bool = False, device_tracer_level: int = 1, sync: bool = True,
-                 threadpool_events: bool = False):
+                 threadpool_events: bool = False, probe: bool = False, probe_steps: int = 20,
+                 probe_blocks: int = 4, warmup_steps: int = 5, total_steps: int | None = None):
         super().__init__()
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
@@ -58,21 +106,97 @@ class ProfileCallback(keras.callbacks.Callback):
         )
         self.sync = sync
         self.threadpool_events = threadpool_events
+        self.probe, self.probe_steps, self.probe_blocks = bool(probe), int(probe_steps), int(probe_blocks)
+        self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
         self.step_times_ms: list[float] = []
+        self.step_file: Path | None = None
+        self.what_if: dict | None = None
         self._step = 0
         self._trace = None
         self._t0 = 0.0
         self._profiling = False
+        self._cpu_at_start = None
+        self._profiled: tuple[int, int] | None = None
+        self._sessions_before: set[str] = set()
+        self._session: Path | None = None
+        self._plan: list[tuple[int, int]] = []
+        self._warmup = 0
+        self._runner: Probe | None = None
+        self._batch = None
+        self._grabbed_at: int | None = None  # the step whose batch the probe caches
+        self._block_ms = 0.0
+        self._train_function = None
 
-    # Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
+    # ---- the what-if probe (module docstring)
+    def _plan_probe(self) -> None:
+        steps = self.total_steps or ((self.params.get("epochs") or 0) * (self.params.get("steps") or 0))
+        if not steps:
+            raise ValueError("ProfileCallback(probe=True) needs the number of training steps: pass steps_per_epoch "
+                             "to fit (or a dataset of known length), or total_steps=N")
+        if self.model.distribute_strategy.num_replicas_in_sync != 1:
+            raise ValueError("ProfileCallback(probe=True) supports one replica (the default strategy); got "
+                             f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
+        self._warmup, n = short_run_budget(steps, self.warmup_steps, self.probe_steps)
+        self._plan = probe_plan(steps, self._warmup, self.window, n, self.probe_blocks)
+        self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
+                             wait=_read_back, wait_each=self.sync)
+        self._train_function = self.model.train_function
+        self.model.train_function = self._train_with_probe
+
+    def _probe_step(self, source):
+        return self._train_function(source)
+
+    def _run_block(self, n: int) -> None:
+        # the state is listed now, not at on_train_begin: the optimizer creates its slots at its first step
+        self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
+        recent = self.step_times_ms[max(self._warmup, len(self.step_times_ms) - 5):]
+        settle = SETTLE_REAL_STEPS * sum(recent) / len(recent) if recent else 0.0
+        self._runner.run_block(self._batch, n, settle_ms=settle)
+
+    def _train_with_probe(self, iterator):
+        """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,
+        and a block before the step where the plan puts one (timed apart: `_block_ms`)."""
+        i, blocks = self._step, dict(self._plan)
+        if self._batch is None and i >= max(0, self._warmup - 1) and isinstance(iterator, tf.data.Iterator):
+            # this call's own batches: it trains on them below, in the same order, as it would have
+            batches = []
+            for _ in range(self.model.steps_per_execution):
+                nxt = iterator.get_next_as_optional()
+                if not nxt.has_value():
+                    break
+                batches.append(nxt.get_value())
+            self._batch, self._grabbed_at = (batches or [None])[0], i
+            ds = tf.data.Dataset.from_tensors(batches[0]) if batches else None
+            for b in batches[1:]:
+                ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
+            iterator = iter(ds) if ds is not None else iterator
+        if i in blocks and self._batch is not None:
+            t0 = time.perf_counter()
+            self._run_block(blocks[i])
+            self._block_ms = (time.perf_counter() - t0) * 1e3
+        return self._train_function(iterator)
+
+    def _after_loop_block(self) -> None:
+        n = dict(self._plan).get(self._step)
+        if n and self._batch is not None:
+            self._run_block(n)
+
+    # ---- Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
+    def on_train_begin(self, logs=None):
+        if self.probe and self._runner is None:
+            self._plan_probe()
+
     def on_train_batch_begin(self, batch, logs=None):
         if self.window and self._step == self.window[0] and not self._profiling:
+            self._sessions_before = stepfile.sessions(self.logdir)
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
+            self._cpu_at_start = threadcpu.snapshot()  # the threads' CPU over the window: analyze's input CPU
             self._profiling = True
         if self.window and self._step == self.window[1] and self._profiling:
             self._stop()
         self._trace = tf.profiler.experimental.Trace(self.marker, step_num=self._step, _r=1)
         self._trace.__enter__()
+        self._block_ms = 0.0
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -81,7 +205,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._trace is not None:
             self._trace.__exit__(None, None, None)
             self._trace = None
-        self.step_times_ms.append((time.perf_counter() - self._t0) * 1e3)
+        self.step_times_ms.append((time.perf_counter() - self._t0) * 1e3 - self._block_ms)
         self._step += 1
 
     def on_train_end(self, logs=None):
@@ -90,7 +214,41 @@ class ProfileCallback(keras.callbacks.Callback):
             self._trace = None
         if self._profiling:
             self._stop()
+        if self._runner is not None:
+            self.model.train_function = self._train_function  # fit again later: no probe inside it
+            self._after_loop_block()
+        self._write_steps()
 
     def _stop(self):
+        cpu_at_stop = threadcpu.snapshot()
         tf.profiler.experimental.stop()
         self._profiling = False
+        threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)
+        self._profiled = (self.window[0], self._step)
+        self._session = stepfile.session_dir(self.logdir, self._sessions_before)
+
+    def _write_steps(self) -> None:
+        what_if, excluded = None, []
+        if self._runner is not None:
+            ran = [(p, n) for p, n in self._plan if p < self._step]
+            excluded = [p for p, _ in ran] + recovery_steps(ran, self._step)
+            if self._grabbed_at is not None:
+                excluded.append(self._grabbed_at)
+            what_if = {"compute_only_step_ms": [round(x, 4) for x in self._runner.step_times_ms],
+                       "blocks": [[p, n] for p, n in self._plan if p <= self._step]}
+        doc = stepfile.document(self.step_times_ms, profiled_steps=self._profiled,
+                                warmup_steps=self._warmup if self._runner else
+                                short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0],
+                                excluded_steps=excluded, what_if=what_if,
+                                written_by="tfbertperf.keras.ProfileCallback")
+        self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
+        s = doc.get("summary") or {}
+        if s.get("input_cost_fraction") is not None:
+            self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
+                            "input_cost_fraction": s["input_cost_fraction"]}
+
+
+def _read_back(logs) -> None:
+    """Wait for a Keras step: its logs' tensors read to the host."""
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)
+

@@ -80,3 +80,231 @@ def compare(a: dict, b: dict, cores: int) -> dict:
         "threads": len(wanted),
         "seconds": round(wall, 3),
     }
+
+
+SIDECAR = "threadcpu.json"
+"""The file beside a capture (in its session directory, next to the `.xplane.pb`) that holds the CPU each thread
+of the profiled process used over the capture window: what `analyze` reads the input pipeline's CPU from."""
+SIDECAR_SCHEMA = "tfbertperf.threadcpu/1"
+
+
+def window_record(a: dict, b: dict) -> dict:
+    """The sidecar's content for the span between snapshots a (capture start) and b (capture stop):
+    {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
+    "clock" ("schedstat": CPU and
+    run-queue wait from the kernel's per-thread counters), "threads": [{"tid", "line_id" (the thread's line id in
+    the capture's host plane, line_ids; None where unknown), "name", "cpu_ms", "runqueue_ms"}]} — threads that ended inside the span are not in it, threads that started inside count
+    from 0."""
+    threads = []
+    lines = line_ids(b["threads"])
+    for tid, (cpu, wait) in b["threads"].items():
+        cpu0, wait0 = a["threads"].get(tid, (0.0, 0.0))
+        threads.append({"tid": tid, "line_id": lines.get(tid),
+                        "name": b.get("names", {}).get(tid) or a.get("names", {}).get(tid) or "?",
+                        "cpu_ms": round(max(0.0, cpu - cpu0) * 1e3, 3),
+                        "runqueue_ms": round(max(0.0, wait - wait0) * 1e3, 3)})
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return {"schema": SIDECAR_SCHEMA, "seconds": round(b["t"] - a["t"], 6), "cores": cores, "clock": "schedstat",
+            "pid": os.getpid(),
+            "threads": sorted(threads, key=lambda r: -r["cpu_ms"])}
+
+
+def write_beside_newest_capture(logdir: str, a: dict, b: dict):
+    """Write window_record(a, b) as SIDECAR into the newest profile session under `logdir`
+    (logdir/plugins/profile/<session>/, where the capture that just stopped landed), atomically; returns its
+    path, or None when there is no session directory (the capture wrote nothing)."""
+    import json
+    import tempfile
+
+    sessions = [p for p in glob.glob(os.path.join(str(logdir), "plugins", "profile", "*")) if os.path.isdir(p)]
+    if not sessions:
+        return None
+    session = max(sessions, key=os.path.getmtime)
+    path = os.path.join(session, SIDECAR)
+    fd, tmp = tempfile.mkstemp(dir=session, prefix=".threadcpu-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(window_record(a, b), f)
+    os.replace(tmp, path)
+    return path
+
+
+def read_beside(xplane) -> dict | None:
+    """The SIDECAR in the same folder as an `.xplane.pb` file, or None when there is none.  A damaged one raises
+    UsageError (one line, naming the file)."""
+    import json
+    from pathlib import Path
+
+    from tfbertperf.errors import UsageError
+
+    path = Path(xplane).parent / SIDECAR
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        assert doc.get("schema") == SIDECAR_SCHEMA
+        rows = [(str(r["name"]), float(r["cpu_ms"])) for r in doc["threads"]]
+        assert float(doc["seconds"]) > 0 and int(doc["cores"]) > 0 and rows is not None
+    except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
+        raise UsageError(f"{path}: damaged thread-CPU record beside the capture (not {SIDECAR_SCHEMA} JSON); "
+                         f"delete it to analyze the capture without measured thread CPU") from None
+    return doc
+
+
+# ---- which profiler line is which thread -------------------------------------------------------------------
+# TensorFlow's profiler names a host thread's line by `std::hash<std::thread::id>` of its pthread_t (libstdc++:
+# _Hash_bytes(&pthread_t, 8, 0xc70f6907); checked against a capture's "python" line and the main thread's
+# ident), while the kernel counts CPU by tid.  glibc keeps a thread's descriptor (pthread_t is its address) at
+# the top of the thread's stack mapping, with the tid inside it; both offsets are learned from a Python thread
+# whose pthread_t and tid are known, then every stack mapping's candidate descriptor is read through
+# /proc/self/mem (an unmapped address is an error there, never a crash) and kept where it points to itself
+# (glibc's x86-64 descriptor starts with its own address) and holds one of this process's tids.  Any step that does not hold (another libc, no /proc) gives no mapping: analyze then says the
+# input threads' CPU was not measured.
+_HASH_SEED = 0xC70F6907
+
+
+def _hasher():
+    import ctypes
+
+    fn = ctypes.CDLL("libstdc++.so.6")._ZSt11_Hash_bytesPKvmm
+    fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+
+    def line_id(pthread_t: int) -> int:
+        v = ctypes.c_uint64(pthread_t)
+        return ctypes.c_int64(fn(ctypes.byref(v), 8, _HASH_SEED)).value  # the profiler writes it as int64
+    return line_id
+
+
+def _maps() -> list[tuple[int, int, str]]:
+    out = []
+    with open(f"/proc/{os.getpid()}/maps") as f:
+        for ln in f:
+            parts = ln.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            out.append((lo, hi, parts[1]))
+    return out
+
+
+def _is_descriptor(mem_fd: int, pd: int) -> bool:
+    """glibc's x86-64 thread descriptor begins with a pointer to itself (tcbhead_t.tcb)."""
+    import struct
+
+    try:
+        return struct.unpack("<Q", os.pread(mem_fd, 8, pd))[0] == pd
+    except (OSError, struct.error):
+        return False
+
+
+def _layout(mem_fd: int) -> tuple[int, int] | None:
+    """(descriptor offset below its stack mapping's end, tid offset inside the descriptor), learned from a
+    Python thread; None when its descriptor is not where glibc puts it."""
+    import struct
+    import threading
+
+    seen = {}
+    ready, done = threading.Event(), threading.Event()
+
+    def probe():
+        seen["ident"], seen["tid"] = threading.get_ident(), threading.get_native_id()
+        ready.set()
+        done.wait(5)
+
+    t = threading.Thread(target=probe, name="tfbertperf-threadmap", daemon=True)
+    t.start()
+    try:
+        if not ready.wait(5):
+            return None
+        ident = seen["ident"]
+        hi = next((h for lo, h, _ in _maps() if lo <= ident < h), None)
+        if hi is None:
+            return None
+        if not _is_descriptor(mem_fd, ident):
+            return None
+        block = os.pread(mem_fd, 0x1000, ident)
+        offs = [o for o in range(0, len(block) - 4, 4) if struct.unpack_from("<i", block, o)[0] == seen["tid"]]
+        return (hi - ident, offs[0]) if offs else None
+    finally:
+        done.set()
+        t.join(5)
+
+
+def line_ids(tids) -> dict[int, int]:
+    """tid → the profiler's host line id for the threads of this process it can find (module comment above);
+    {} where the mapping cannot be made."""
+    import struct
+
+    tids = set(tids)
+    try:
+        line_id = _hasher()
+        fd = os.open(f"/proc/{os.getpid()}/mem", os.O_RDONLY)
+    except (OSError, AttributeError):
+        return {}
+    try:
+        layout = _layout(fd)
+        if layout is None:
+            return {}
+        below, tid_off = layout
+        out = {}
+        for lo, hi, perm in _maps():
+            if not perm.startswith("rw") or hi - lo < below + tid_off + 4:
+                continue
+            pd = hi - below
+            try:
+                tid = struct.unpack("<i", os.pread(fd, 4, pd + tid_off))[0]
+            except OSError:
+                continue
+            if tid in tids and tid not in out and _is_descriptor(fd, pd):
+                out[tid] = line_id(pd)
+        main = os.getpid()
+        if main in tids:
+            import threading
+
+            out[main] = line_id(threading.main_thread().ident)
+        return out
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+
+
+# ---- reading the record against a capture's thread names (profile/contention.py) -----------------------------
+
+def line_id(name: str) -> int | None:
+    """The capture's host line id a thread name carries ("tf_data_private_threadpool/-7007595809401127394"); None
+    for a name without one (the main "python" thread)."""
+    tail = name.rsplit("/", 1)[-1] if "/" in name else ""
+    try:
+        return int(tail)
+    except ValueError:
+        return None
+
+
+def measured_cpu_us(record: dict | None) -> dict[int, float]:
+    """line id → CPU µs over the capture window, from a SIDECAR record; {} without one."""
+    out: dict[int, float] = {}
+    for r in (record or {}).get("threads") or ():
+        if r.get("line_id") is not None:
+            out[int(r["line_id"])] = out.get(int(r["line_id"]), 0.0) + float(r["cpu_ms"]) * 1e3
+    return out
+
+
+def pool_share(record: dict | None, traced: set[int], inputs: set[int]) -> float:
+    """Share of the compute's measured CPU that ran on threads the capture records no event for (TF's intra-op
+    Eigen pool and oneDNN's OpenMP threads: parallel regions), against those it records (`traced` line ids: the
+    inter-op threads, the training thread); 0 without a record.  The input threads (`inputs`) and this module's
+    own thread are left out."""
+    rows = (record or {}).get("threads") or ()
+    # the training (main) thread: its tid is the process id, the smallest tid of the process
+    pid = (record or {}).get("pid") or min((r.get("tid") or 0 for r in rows), default=None)
+    pool = named = 0.0
+    for r in rows:
+        lid = r.get("line_id")
+        if lid is None or lid in inputs or str(r.get("name", "")).startswith("tfbertperf"):
+            continue
+        if lid in traced or r.get("tid") == pid:
+            named += float(r["cpu_ms"])
+        else:
+            pool += float(r["cpu_ms"])
+    return pool / (pool + named) if pool + named > 0 else 0.0

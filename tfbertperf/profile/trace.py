@@ -43,6 +43,9 @@ class DeviceTrace:
     summary: dict  # devices.device_planes' row for this plane
     program_ids: Counter = field(default_factory=Counter)  # XLA program id → kernel count
     programs: Counter = field(default_factory=Counter)  # (program name, program id) → kernel count
+    # kernels with an `hlo_module` stat: (start, end, index into program_keys); program_keys: (name, id or None)
+    program_kernels: tuple = ()
+    program_keys: list = field(default_factory=list)
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Trace:
     threads: list[HostThread] = field(default_factory=list)
     devices: list[DeviceTrace] = field(default_factory=list)
     hlo_protos: dict[str, bytes] = field(default_factory=dict)  # program name → serialized HloProto
+    hlo_by_id: dict[int, tuple] = field(default_factory=dict)  # program id → (program name, serialized HloProto)
     host_plane: bool = False
     python_tracer: bool = False
 
@@ -96,9 +100,11 @@ def _build(stamps: tuple) -> Trace:
             trace.devices.append(DeviceTrace(plane.host, plane.name, plane.busy, plane.copies,
                                              Counter(plane.kernel_names), Counter(plane.hlo_modules),
                                              {**rows[plane.name], "path": str(path)}, Counter(plane.program_ids),
-                                             Counter(plane.programs)))
+                                             Counter(plane.programs), plane.program_kernels,
+                                             plane.program_keys))
         if d.hlo_protos:
             hlo = {**(hlo or {}), **d.hlo_protos}
+            trace.hlo_by_id.update(d.hlo_by_id)
     trace.hlo_protos = hlo or {}
     # the first 2,000 events of each thread show whether the Python tracer ran
     trace.python_tracer = any(t.names.table(is_python_frame)[t.name_id[:2000]].any()

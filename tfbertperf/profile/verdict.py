@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.profile.advice import LAUNCH_BOUND_SHARE, actions
+from tfbertperf.profile import unprofiled
+from tfbertperf.profile.advice import COMPUTE_BOUND_BUSY, LAUNCH_BOUND_SHARE, actions
 from tfbertperf.profile.xprof_attribution import input_share
 
 INPUT_BOUND_THRESHOLD = 0.20
@@ -52,18 +53,26 @@ def idle_decision(att: dict) -> tuple[str, dict | None]:
     The profiler slows the host, and a host-bound share (HOST_BOUND) contains that time: such a share decides
     only when it still reaches its threshold with the profiler's cost per step P (profiler_ms) taken out of it
     and out of the step: (share × step − P) ÷ (step − P).  When it does not, the next finding decides, and
-    `discounted` says so: {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}."""
-    fr = att["fractions"]
-    shares = {"input": (fr["input"], INPUT_BOUND_THRESHOLD),
+    `discounted` says so: {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}.
+    With an unprofiled view (att["unprofiled"], profile/unprofiled.py: the step measured outside the capture) the
+    shares are its fractions, the profiler's cost already out of them; with a measured what-if
+    (input_cost_fraction) the input share is that less the host→device share."""
+    fr = (att.get("unprofiled") or {}).get("fractions") or att["fractions"]
+    icf = att.get("input_cost_fraction")  # the what-if, measured (it holds the copies too): beats the idle share
+    inp = fr["input"] if icf is None else max(0.0, icf - fr["host_to_device"])
+    shares = {"input": (inp, INPUT_BOUND_THRESHOLD),
               "transfer": (fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
               "launch": (fr["kernel_launch"], LAUNCH_BOUND_SHARE),
               "other": (fr["other"] + fr["compile"] + fr["output"], OTHER_BOUND_THRESHOLD)}
-    cost = profiler_ms(att)
+    cost = None if att.get("unprofiled") else profiler_ms(att)
     step = float(att.get("step_time_ms") or 0.0)
     discounted = None
+    busy_unprofiled = fr["device_compute"] if att.get("unprofiled") else 0.0
     for name, (share, threshold) in sorted(shares.items(), key=lambda kv: -kv[1][0]):
         if share < threshold:
             break
+        if name == "launch" and busy_unprofiled >= COMPUTE_BOUND_BUSY:
+            continue  # compute-bound: the device computes most of the unprofiled step (COMPUTE_BOUND_BUSY)
         if name in HOST_BOUND and cost and cost[0] > 0 and step > cost[0]:
             without = max(0.0, share * step - cost[0]) / (step - cost[0])
             if without < threshold:
@@ -101,9 +110,23 @@ def _profiler_words(att: dict) -> str:
     return ""
 
 
+def _variant_words(att: dict) -> str:
+    """"; jit_step ran as 2 compiled programs: #7 f32 80 % of device time, #3 bf16 20 %" for each module name that
+    ran as several programs (device_attribution xla_program_variants), "" when none did."""
+    names = set(att.get("xla_program_variants") or ())
+    words = ""
+    for name in sorted(names):
+        rows = [p for p in att.get("xla_programs") or () if p["module"] == name]
+        parts = ", ".join(f"#{p['program_id']} {p['precision'] or 'no matmul'} {p['device_share']:.0%}"
+                          for p in rows)
+        words += f"; {name} ran as {len(rows)} compiled programs ({parts} of device time)"
+    return words
+
+
 def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, discounted: dict | None) -> str:
     fr, tr = att["fractions"], att.get("transfer") or {}
-    launch_bound = bottleneck == "other" and fr["kernel_launch"] >= fr["other"] + fr["compile"] + fr["output"]
+    seen = (att.get("unprofiled") or {}).get("fractions") or fr  # the shares the decision read
+    launch_bound = bottleneck == "other" and seen["kernel_launch"] >= seen["other"] + seen["compile"] + seen["output"]
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound (host→device)",
             "other": "launch-bound (the host issuing work)" if launch_bound else
                      "bound by other host time"}[bottleneck]
@@ -112,14 +135,19 @@ def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, di
         copies = (f" at {tr['effective_gb_per_s']:.1f} GB/s, {tr['memory']} memory (pinned "
                   f"{tr['pinned_gb_per_s']:.1f} GB/s, {tr['pinned_basis']})")
     named = ", ".join(f"{k} {v:.1f} ms" for k, v in (att.get("other_named_ms") or {}).items() if v >= 0.05)
-    text = (f"{what}: of the {att['step_time_ms']:.1f} ms wall-time step ({att['step_source']}), the device "
+    text = (f"{what}: {unprofiled.words(att)}; captured: " if att.get("unprofiled") else f"{what}: ")
+    text += (f"of the {att['step_time_ms']:.1f} ms wall-time step ({att['step_source']}), the device "
             f"computes {fr['device_compute']:.0%} and waits on input {fr['input']:.0%}, host→device "
             f"{fr['host_to_device']:.0%}{copies}, kernel launch {fr['kernel_launch']:.0%}, other "
             f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
             f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
+    if bottleneck == "compute" and au < au_threshold and seen["kernel_launch"] >= LAUNCH_BOUND_SHARE:
+        text += (f" because kernel launch takes {seen['kernel_launch']:.0%} of the step, not input (the device "
+                 f"computes ≥ {COMPUTE_BOUND_BUSY:.0%} of it: compute-bound)")
+    text += _variant_words(att)
     if discounted:
         text += f"; {_discount_words(discounted)}"
-    elif bottleneck in ("other", "input"):
+    elif bottleneck in ("other", "input") and not att.get("unprofiled"):
         words = _profiler_words(att)
         text += f"; {words}" if words else ""
         cost, step = profiler_ms(att), att["step_time_ms"]
@@ -155,6 +183,9 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
         bottleneck = "compute"
     label = {"input_cost_fraction": "what-if probe", "input_cost_estimate_fraction": "wait + stolen CPU",
              "input_bound_fraction": "blocked wait"}[source]
+    if source == "input_cost_estimate_fraction" and att.get("input_cpu_basis"):
+        # whether the input threads' CPU was read off their clocks or estimated from their busy periods
+        label += f", {str(att['input_cpu_basis']).split(':')[0]}"
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
     copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""

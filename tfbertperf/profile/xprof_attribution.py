@@ -11,7 +11,9 @@ Definitions (all times are means over the profiled steps that xprof found from t
 - input_cost_estimate_fraction (additive): for any profile whose compute runs on the host — (blocked get-next +
   CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
   profile/contention.py).  Closer to the what-if truth than the direct measure when the pipeline competes with
-  compute for CPU cores.  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
+  compute for CPU cores.  The stolen CPU is the input threads' measured CPU where the capture has their clocks
+  (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the measured input CPU in the steps'
+  compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
   stolen-CPU term would invent input cost there.
 - compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else
   "accelerator".
@@ -38,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, devices, intervals, xprof_tools
+from tfbertperf.profile import contention, devices, intervals, threadcpu, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -91,17 +93,27 @@ def joined_input_split(ops_us: dict, storage: dict | None) -> dict | None:
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def _contention_for(trace: dict, step_names: set[int]) -> dict | None:
-    res = contention.step_contention(trace)
+def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None) -> dict | None:
+    res = contention.step_contention(trace, thread_cpu=thread_cpu)
     steps = [v for k, v in res["steps"].items() if k in step_names] or list(res["steps"].values())
     if not steps:
         return None
+    cpu = [s["input_cpu_ms"] for s in steps if s["input_cpu_ms"] is not None]
     return {
         "cores": res["cores"],
         "wait_ms": statistics.fmean(s["wait_ms"] for s in steps),
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
+        "input_cpu_ms": statistics.fmean(cpu) if cpu else None,
+        "basis": res["input_cpu_basis"],
     }
+
+
+INPUT_CPU_BASIS = {
+    "measured": "measured: the input threads' CPU clocks over the capture (threadcpu.json beside it)",
+    "estimated": "estimated: the input threads' busy periods (function runs; py_function wall time not counted, "
+                 "it may be a wait) — record the threads' CPU with tfbertperf.keras.ProfileCallback to measure it",
+}
 
 
 def compute_on_host(hardware_type: str, devs: list[dict]) -> bool:
@@ -248,13 +260,14 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     if compute_only_step_ms is not None and T and T > 0:
         cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
     estimate = stolen_fraction = None
-    cores = None
+    cores = cpu_basis = input_cpu_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
-        c = _contention_for(xprof_tools.convert(xplanes, "trace_viewer"), numbers)
+        c = _contention_for(xprof_tools.convert(xplanes, "trace_viewer"), numbers,
+                            threadcpu.read_beside(xplanes[0]) if xplanes else None)
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
-            cores = c["cores"]
+            cores, cpu_basis, input_cpu_ms = c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"]
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
@@ -269,6 +282,8 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_cost_fraction": None if cost is None else round(cost, 6),
         "input_cost_estimate_fraction": None if estimate is None else round(estimate, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
+        "input_cpu_basis": cpu_basis,
+        "input_cpu_ms_per_step": None if input_cpu_ms is None else round(input_cpu_ms, 4),
         "cores_seen": cores,
         **_input_ops(ipa, xplanes, prof_step_ms, len(rows)),
         **meta,
@@ -300,7 +315,7 @@ def _without_xprof(xplanes, devs: list[dict], idle_att: dict | None, accelerator
             "input_ops_capture_steps": None})
     return {"source": "xprof", "hardware_type": active[0]["kind"], "xprof_input_conclusion": None,
             "compute_on": "accelerator", "input_cost_estimate_fraction": None, "input_stolen_cpu_fraction": None,
-            "cores_seen": None, **ops, "accelerator": accelerator,
+            "input_cpu_basis": None, "input_cpu_ms_per_step": None, "cores_seen": None, **ops, "accelerator": accelerator,
             "xprof": {"ran": False, "tools": [], "skipped": skipped},
             "xprof_step_time_ms": None, "xprof_breakdown_ms": None, "xprof_transfer": None,
             **idle_att, "input_cost_fraction": cost}
@@ -320,7 +335,8 @@ def accelerator_utilization(att: dict, *, step_time_ms: float | None = None,
     """AU = compute time / total time (module docstring): device busy ÷ wall on accelerators, else T_c / T or the
     compute share less the stolen share."""
     if att.get("compute_on") == "accelerator" and att.get("device_busy_fraction") is not None:
-        return float(att["device_busy_fraction"])
+        # the program as it runs: busy ÷ the unprofiled step where one was measured (profile/unprofiled.py)
+        return float((att.get("unprofiled") or att)["device_busy_fraction"])
     T = step_time_ms or att.get("step_time_ms") or 0.0
     if compute_only_step_ms is not None and T > 0:
         return max(0.0, min(1.0, compute_only_step_ms / T))

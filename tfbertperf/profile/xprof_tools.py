@@ -2,7 +2,9 @@
 
 A TensorFlow profile is a TensorBoard logdir holding `plugins/profile/<session>/<host>.xplane.pb`, one file per
 host of a capture session.  `find_xplanes` turns whatever the user points at into that list of files;
-`convert` runs one of xprof's tools in-process and returns its parsed JSON.
+`convert` runs one of xprof's tools in-process and returns its parsed JSON.  A gzipped capture
+(`<host>.xplane.pb.gz`, as captures are shared) is read as it is: gunzipped once into a temporary session folder of
+the same name, removed when the process exits; `source_dir` names the folder it came from.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 from tfbertperf.errors import UsageError
 
 XPLANE_SUFFIX = ".xplane.pb"
+GZ_SUFFIX = XPLANE_SUFFIX + ".gz"
+_UNPACKED: dict[Path, Path] = {}  # gunzipped temporary file → the .xplane.pb.gz it came from
 
 # The xprof tools this package reads.  "trace_viewer" is the legacy Chrome-trace JSON (every host event with
 # thread names); "trace_viewer@" is the streaming variant TensorBoard uses.
@@ -32,6 +36,39 @@ def host_of(xplane: Path | str) -> str:
     return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else Path(xplane).stem
 
 
+def _is_capture(name: str) -> bool:
+    return name.endswith((XPLANE_SUFFIX, GZ_SUFFIX))
+
+
+def _unpack(gz: Path) -> Path:
+    """`gz` gunzipped into `<temporary>/<its folder's name>/<host>.xplane.pb` (the session name is kept for the
+    report), removed at exit; a file that is not gzip is refused in one line naming it."""
+    import atexit
+    import gzip
+
+    for tmp, src in _UNPACKED.items():
+        if src == gz.resolve() and tmp.is_file():
+            return tmp
+    root = Path(tempfile.mkdtemp(prefix="tfbertperf-xplane-"))
+    atexit.register(shutil.rmtree, root, True)
+    out = root / (gz.resolve().parent.name or "session") / gz.name[: -len(".gz")]
+    out.parent.mkdir(parents=True)
+    try:
+        with gzip.open(gz, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, EOFError) as e:
+        shutil.rmtree(root, ignore_errors=True)
+        raise UsageError(f"{gz}: not a readable gzip file ({e})") from None
+    _UNPACKED[out] = gz.resolve()
+    return out
+
+
+def source_file(xplane: Path | str) -> Path:
+    """The capture file as the user gave it (for a gzipped one, the .gz, not the temporary copy)."""
+    p = Path(xplane)
+    return _UNPACKED.get(p) or p
+
+
 def _sessions(profile_dir: Path) -> list[Path]:
     return sorted((p for p in profile_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
 
@@ -42,7 +79,11 @@ def _check_files(files: list[Path], where: str) -> list[Path]:
     for f in files:
         if f.stat().st_size == 0:
             raise UsageError(f"{f}: empty {XPLANE_SUFFIX} file (the profiler was interrupted?)")
-    return sorted(files)
+    plain = [f for f in files if f.name.endswith(XPLANE_SUFFIX)]
+    hosts = {host_of(f) for f in plain}
+    # a host's .xplane.pb wins over its .gz beside it (the same capture, already unpacked)
+    packed = [f for f in files if f.name.endswith(GZ_SUFFIX) and host_of(f.name[: -len(".gz")]) not in hosts]
+    return sorted(plain + [_unpack(f) for f in packed], key=lambda f: f.name)
 
 
 def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> list[Path]:
@@ -50,7 +91,8 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
 
     Args:
       path: a TensorBoard logdir (searched for `plugins/profile/<session>/`; several logdirs below it are
-        searched too), a session directory, one `.xplane.pb` file, or a list of `.xplane.pb` files.
+        searched too), a session directory, one `.xplane.pb` file, or a list of `.xplane.pb` files; each may
+        be gzipped (`.xplane.pb.gz`, gunzipped to a temporary folder: module docstring).
       session: session directory name to pick (default: the newest, by name — xprof names sessions by
         their UTC start time, so the name order is the time order).
     Returns:
@@ -63,18 +105,18 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
         for f in files:
             if not f.is_file():
                 raise UsageError(f"{f}: no such profile file")
-            if not f.name.endswith(XPLANE_SUFFIX):
-                raise UsageError(f"{f}: not a {XPLANE_SUFFIX} file")
+            if not _is_capture(f.name):
+                raise UsageError(f"{f}: not a {XPLANE_SUFFIX} (or {GZ_SUFFIX}) file")
         return _check_files(files, str(path))
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{p}: no such file or directory")
     if p.is_file():
-        if not p.name.endswith(XPLANE_SUFFIX):
-            raise UsageError(f"{p}: not a {XPLANE_SUFFIX} file or a TensorBoard logdir")
+        if not _is_capture(p.name):
+            raise UsageError(f"{p}: not a {XPLANE_SUFFIX} (or {GZ_SUFFIX}) file or a TensorBoard logdir")
         return _check_files([p], str(p))
     # A session directory: holds xplane files directly.
-    direct = list(p.glob(f"*{XPLANE_SUFFIX}"))
+    direct = [f for f in p.iterdir() if f.is_file() and _is_capture(f.name)]
     if direct and session is None:
         return _check_files(direct, str(p))
     # A logdir: find every plugins/profile directory below it.
@@ -97,7 +139,7 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
         s = chosen[-1]
     else:
         s = max(sessions, key=lambda s: (s.name, str(s)))
-    return _check_files(list(s.glob(f"*{XPLANE_SUFFIX}")), str(s))
+    return _check_files([f for f in s.iterdir() if f.is_file() and _is_capture(f.name)], str(s))
 
 
 @contextlib.contextmanager

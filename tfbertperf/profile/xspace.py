@@ -199,7 +199,7 @@ class Columns:
 class PlaneColumns:
     """One XPlane: its name, id, metadata (event metadata id → name; stat metadata id → name), its own stats
     (name → value), the kept lines as Columns, `strings` (the interned string stat values), and for the
-    `/host:metadata` plane the serialized HLO protos (program name → bytes)."""
+    `/host:metadata` plane the serialized HLO protos (program name → bytes; program id → (name, bytes))."""
     id: int
     name: str
     event_names: dict
@@ -208,6 +208,7 @@ class PlaneColumns:
     lines: list
     strings: list
     hlo_protos: dict = field(default_factory=dict)
+    hlo_by_id: dict = field(default_factory=dict)
 
     def name_table(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """(codes, names): the events' metadata ids as indices into `names` (unknown ids → "", as a missing
@@ -658,13 +659,21 @@ def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
     else:
         keep, wanted, drop = (lambda n: False), {}, False
     cols = [c for s, e in lines if (c := _line(mm, a, s, e, keep, wanted, strings, drop)) is not None]
-    hlo = {}
+    hlo, hlo_ids = {}, {}
     if head.name == "/host:metadata":
         for meta in head.event_metadata.values():
-            for st in meta.stats:
-                if stat_names.get(st.metadata_id) == "Hlo Proto":
-                    hlo[re.sub(r"\(\d+\)$", "", meta.name)] = st.bytes_value
-    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo)
+            st = {stat_names.get(s.metadata_id): s for s in meta.stats}
+            if "Hlo Proto" not in st:
+                continue
+            name = re.sub(r"\(\d+\)$", "", meta.name)
+            hlo[name] = st["Hlo Proto"].bytes_value
+            # the program id: its `program_id` stat, else the name's "(id)" (program_facts.programs_ran)
+            pid = stat_value(st["program_id"], stat_names) if "program_id" in st else None
+            m = re.search(r"\((\d+)\)$", meta.name)
+            pid = pid if pid is not None else (int(m.group(1)) if m else None)
+            if pid is not None:
+                hlo_ids[int(pid)] = (name, st["Hlo Proto"].bytes_value)
+    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo, hlo_ids)
 
 
 def _line_name(mm, p: int, end: int) -> str:

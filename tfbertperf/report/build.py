@@ -133,6 +133,9 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
         "verdict": attribution_doc.get("verdict"),
         "artifacts": {"tensorboard": "tensorboard", "plots": plots},
     }
+    w = cfg.profile_window
+    report["profile_window"] = {"steps": list(w) if w else None, "chosen": "auto" if cfg.window_is_auto else "user",
+                                "note": cfg.window_choice()}
     if "hosts" in attribution_doc:
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run
@@ -198,14 +201,23 @@ def tokenizer_block(manifest: dict) -> dict:
     the tokenizer the run's data were made with (env --diff ranks a difference as a numerics cause)."""
     from tfbertperf.data.tokcheck import manifest_tokenizer
 
+    if manifest.get("origin") == "user":  # tokenized by whoever wrote the records: only the vocab size is known
+        return {"name": "unknown (the data came pre-tokenized)", "library": None, "version": None,
+                "vocab_sha256": None, "lower_case": None, "vocab_size": manifest.get("vocab_size"),
+                "vocab_source": manifest.get("vocab_source")}
     return manifest_tokenizer(manifest)
 
 
 def write_run_files(run_dir: Path, cfg, report: dict) -> None:
-    """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted)."""
+    """config.yaml, environment.json, report.json, report.md — each atomically (secrets redacted) — and the answer
+    in TensorBoard (report/tensorboard.py).  report["headline"] is set here, from the final verdict."""
+    from tfbertperf.report.headline import headline
     from tfbertperf.report.io import atomic_write_json, atomic_write_text
     from tfbertperf.report.markdown import run_markdown
+    from tfbertperf.report.tensorboard import write_answer
 
+    report["headline"] = headline(report)
+    write_answer(run_dir, report)
     write_config(run_dir, cfg)
     atomic_write_json(run_dir / "environment.json", report.get("environment") or {})
     atomic_write_json(run_dir / "report.json", report)

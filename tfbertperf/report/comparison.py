@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.report.headline import device_kind
 from tfbertperf.report.plots import CATEGORY_ORDER
 from tfbertperf.report.stats import fmt, ratio, real_difference, summary
 
@@ -103,6 +104,8 @@ def cell_row(cell: dict) -> dict:
         "status": "failed" if not reps else ("partial" if errors else "ok"),
         "error": errors[0] if errors else None, "errors": errors,
         "repeats": len(reps), "run_dirs": [d for _, d in runs],
+        # where each run's data came from (report.json data.summary), in the order of run_dirs; None: an older report
+        "data": [_get(r, "data", "summary") for r in reps],
         "run_dir": runs[len(runs) // 2][1] if runs else None,
         **{name: _median(s) for name, s in stats.items() if "." not in name},
         "breakdown_ms": {c: _median(stats[f"breakdown_ms.{c}"]) or 0.0 for c in CATEGORY_ORDER if reps},
@@ -118,6 +121,8 @@ def cell_row(cell: dict) -> dict:
         "actions": list(_get(mid, "verdict", "actions") or []),
         "storage": {k: _get(mid, "storage", k) for k in ("backend", "mode", "uri")},
         "emulation": mid.get("emulation") if isinstance(mid, dict) else None,
+        # "cpu": the CPU is the device, no AU is shown (its T_c / T is 1 − the input cost); "accelerator", "emulated"
+        "device": device_kind(mid) if reps else None,
     }
     row["verdict"] = median_verdict(row) if reps else None
     return row
@@ -139,7 +144,7 @@ def median_verdict(row: dict) -> str:
                                     ("cpu_busy_fraction", "CPU busy", True, 0),
                                     ("read_wait_fraction", "waiting on reads", True, 0),
                                     ("headroom", "headroom", False, 2)):
-        if s.get(key) is not None:
+        if s.get(key) is not None and not (key == "accelerator_utilization" and row.get("device") == "cpu"):
             parts.append(f"{words} {fmt(s[key], digits, pct=pct)}")
     return "; ".join(parts) + " (medians of the repeats)"
 
@@ -216,13 +221,12 @@ def write_comparison(out_dir: Path, cells: list[dict], axes=None, repeat: int = 
 
     doc = build_comparison(out_dir, cells, axes, repeat, scenario, machines)
     ok = [r for r in doc["rows"] if r["status"] != "failed"]
-    bars = comparison_bars(ok)
-    breakdown = write_step_breakdown(out_dir / "plots" / "step_breakdown.png", bars,
-                                     title="Step-time breakdown by cell (median of repeats)").read_bytes()
-    tput = throughput_png(ok)
-    atomic_write_bytes(out_dir / "plots" / "throughput.png", tput)
+    # PNGs for comparison.md; index.html draws its own charts in HTML (report/html.py: legible on a phone)
+    write_step_breakdown(out_dir / "plots" / "step_breakdown.png", comparison_bars(ok),
+                         title="Step-time breakdown by cell (median of repeats)")
+    atomic_write_bytes(out_dir / "plots" / "throughput.png", throughput_png(ok))
     md = comparison_markdown(doc)
-    page = comparison_page(doc, breakdown, tput, str(out_dir))
+    page = comparison_page(doc, str(out_dir))
     atomic_write_text(out_dir / "comparison.md", md)
     atomic_write_text(out_dir / "index.html", page)
     atomic_write_text(out_dir / "comparison.html", page)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from tfbertperf.report.headline import (au_explained, data_line, headline, input_figure, pct, probe_ran_slower, sig,
+                                       tidy_numbers, used_lines, verdict_words, wrap)
 from tfbertperf.report.plots import CATEGORY_ORDER
 
 LABELS = {
@@ -19,11 +23,12 @@ LABELS = {
 
 
 def _pct(x) -> str:
-    return "n/a" if x is None else f"{100.0 * float(x):5.1f} %"
+    return f"{pct(x):>7}"
 
 
 def attribution_table(report: dict) -> str:
-    """The table printed at the end of a run: category, ms/step, % of the profiled step."""
+    """The breakdown (category, ms/step, % of the profiled step), then the other figures, each once (README and
+    report.md glossary): the input figures, AU where a device other than the CPU ran the step, the input ops."""
     att = report.get("attribution") or {}
     bd = att.get("breakdown_ms") or {}
     fr = att.get("fractions") or {}
@@ -38,22 +43,34 @@ def attribution_table(report: dict) -> str:
         lines.append(f"{LABELS.get(cat, cat):<40} {ms:9.2f} {_pct(fr.get(cat, 0.0)):>8}")
     lines.append("-" * len(head))
     lines.append(f"{'step time (profiled window, ' + str(att.get('steps_profiled', 0)) + ' steps)':<40} "
-                 f"{float(att.get('step_time_ms', 0.0)):9.2f} {'100.0 %':>8}")
+                 f"{float(att.get('step_time_ms', 0.0)):9.2f} {_pct(1.0):>8}")
     lines.append("")
-    lines.append(f"input-bound, direct (xprof input + h2d share):   {_pct(att.get('input_bound_fraction'))}")
-    lines.append(f"input cost, what-if ((T - T_c) / T, probe):      {_pct(att.get('input_cost_fraction'))}")
+    lines.append(f"input cost, what-if ((T - T_c) / T, probe):     {_pct(att.get('input_cost_fraction'))}"
+                 + ("   (the probe ran slower than training: see the caveat)" if probe_ran_slower(att) else ""))
+    if att.get("input_cost_fraction") is None and att.get("input_cost_estimate_fraction") is not None:
+        lines.append(f"input cost, estimated (wait + stolen CPU):      {_pct(att['input_cost_estimate_fraction'])}")
+    lines.append(f"input-bound, direct (xprof input + h2d share):  {_pct(att.get('input_bound_fraction'))}")
     st = report.get("step_timer") or {}
     if st:
-        lines.append(f"time blocked in next(), whole run (step timer):  {_pct(st.get('input_wait_fraction'))}")
-    au = report.get("accelerator_utilization")
-    if au is not None and att.get("compute_on") == "accelerator":
-        lines.append(f"accelerator utilization (device busy ÷ wall):   {_pct(au)}")
-        if att.get("au_compute_only_ratio") is not None:
-            lines.append(f"compute-only ratio T_c / T (MLPerf Storage):     {_pct(att['au_compute_only_ratio'])}")
-    elif au is not None:
-        lines.append(f"accelerator utilization (MLPerf Storage):        {_pct(au)}")
+        lines.append(f"time blocked in next(), whole run (step timer): {_pct(st.get('input_wait_fraction'))}")
+    gap = _input_gap(report)
+    if gap:
+        lines.append(gap)
+    au = au_explained(report)
+    if au:
+        lines.append(au)
     lines += input_ops_lines(att)
-    return "\n".join(lines)
+    return "\n".join(x for line in lines for x in (wrap(line) if line else [line]))
+
+
+def _input_gap(report: dict) -> str | None:
+    """Why the headline's input figure and the blocked wait differ, when they differ by 10 points or more."""
+    share, source = input_figure(report)
+    wait = (report.get("attribution") or {}).get("input_bound_fraction")
+    if share is None or wait is None or abs(share - wait) < 0.10 or source == "blocked wait only":
+        return None
+    return (f"  ({source} {pct(share)} vs blocked wait {pct(wait)}: the what-if also counts the CPU the pipeline "
+            "takes from compute and the machine's drift between probe and steps; the wait counts waiting only)")
 
 
 def input_ops_lines(att: dict, indent: str = "") -> list[str]:
@@ -73,12 +90,23 @@ def input_ops_lines(att: dict, indent: str = "") -> list[str]:
     return out
 
 
+_AU_CLAUSE = re.compile(r"; [^;]*AU \d+(?:\.\d+)?% [≥<] \d+% → (?:pass|fail)")
+_CEILING_CLAUSE = re.compile(r"; input ceiling \d+ examples/s vs demand \d+ → headroom [\d.]+(?=;|$)")
+
+
+_WHAT = re.compile(r"^(?:[a-z-]+-bound[^:]*|bound by [^:]*): ")
+_INPUT_CLAUSE = re.compile(r"^input costs \d+% of the [\d.]+ ms step \([^()]*\)(?:; )?")
+
+
 def verdict_line(report: dict) -> str:
-    v = report.get("verdict") or {}
-    summary = v.get("summary") or ""
-    if summary.startswith(f"{v.get('bottleneck')}-bound"):
-        return f"verdict: {summary}"
-    return f"verdict: {v.get('bottleneck', 'unknown')}-bound — {summary}".rstrip(" —")
+    """"verdict: <bottleneck in words>[ — why]": the summary's reasoning with the figures said elsewhere left out
+    (the headline's input cost, AU's own line, a comfortable input ceiling's), decimals to 3 significant digits."""
+    summary = (report.get("verdict") or {}).get("summary") or ""
+    why = _CEILING_CLAUSE.sub("", _AU_CLAUSE.sub("", summary))
+    while _WHAT.match(why):
+        why = _WHAT.sub("", why, count=1)
+    why = tidy_numbers(_INPUT_CLAUSE.sub("", why).strip("; "))
+    return f"verdict: {verdict_words(report)}" + (f" — {why}" if why else "")
 
 
 ROW_LABELS = {
@@ -123,7 +151,8 @@ def au_line(doc: dict) -> str:
     att = doc.get("attribution") or {}
     au = doc["accelerator_utilization"]
     if att.get("compute_on") == "accelerator":
-        text = f"AU {au:.1%} (device busy ÷ wall over the profiled steps)"
+        over = "the unprofiled step (step file)" if att.get("unprofiled") else "wall over the profiled steps"
+        text = f"AU {au:.1%} (device busy ÷ {over})"
     else:
         text = f"AU {au:.1%}"
     if att.get("au_compute_only_ratio") is not None and att.get("compute_on") == "accelerator":
@@ -132,19 +161,16 @@ def au_line(doc: dict) -> str:
 
 
 def regime_lines(report: dict) -> list[str]:
-    """The two facts a user checks first — can the pipeline feed the device, is the CPU busy or waiting — plus
-    the emulated devices (report.json emulation, input_ceiling, headroom, host_utilization)."""
+    """The two facts a user checks next — can the pipeline feed the device, is the CPU busy or waiting — and what
+    the storage did (report.json input_ceiling, headroom, storage, host_utilization, max_accelerators).  The
+    emulated devices' AU is au_line's, their settings used_lines' (each figure said once)."""
     out = []
-    e = report.get("emulation")
-    if e:
-        out.append(f"emulated: {e['accelerators']} x {e['device']} ({e['step_ms']:.1f} ms per step, global batch "
-                   f"{e['global_batch_size']}, demand {e['demand_examples_per_sec']:.0f} examples/s): AU {e['au']:.1%} "
-                   f"→ {'pass' if e['au_pass'] else 'fail'} (threshold {e['au_threshold']:.0%})")
     c = report.get("input_ceiling")
     if c:
         h = report.get("headroom")
-        out.append(f"input ceiling: {c['examples_per_sec']:.0f} examples/s, {c['mb_per_sec']:.1f} MB/s (pipeline alone, "
-                   f"{c['seconds']:.1f} s)" + (f"; headroom {h:.2f}× the demand" if h is not None else ""))
+        out.append(f"input ceiling: {sig(c['examples_per_sec'])} examples/s, {sig(c['mb_per_sec'])} MB/s (pipeline alone, "
+                   f"{c['seconds']:.1f} s)" + (f"; headroom {_headroom(h)}× the demand" if h is not None else "")
+                   + ("; below 1: the pipeline alone cannot feed the step" if h is not None and h < 1 else ""))
     line = storage_line(report.get("storage") or {})
     if line:
         out.append(line)
@@ -161,10 +187,15 @@ def regime_lines(report: dict) -> list[str]:
                        f"of a core → CPU saturation {th['cpu_saturation_fraction']:.0%}")
     m = report.get("max_accelerators")
     if m:
-        pct = lambda v: "n/a" if v is None else f"{v:.1%}"  # noqa: E731
         out.append(f"max accelerators: N = {m['n']} (AU {pct(m['au_at_n'])} at N, {pct(m['au_at_n_plus_1'])} at N+1; "
-                   f"{m['examples_per_sec_at_n'] or 0:.0f} examples/s at N; {len(m['trials'])} short runs)")
+                   f"{sig(m['examples_per_sec_at_n'] or 0)} examples/s at N; {len(m['trials'])} short runs)")
     return ["", *out] if out else []
+
+
+def _headroom(h: float) -> str:
+    """Headroom as the verdict words it (two decimals up to its thin-margin mark, so both lines say the same
+    figure), 3 significant digits above."""
+    return f"{h:.2f}" if h < 10 else sig(h)
 
 
 def _whole_run_io(u: dict) -> str:
@@ -192,43 +223,79 @@ def storage_line(sto: dict) -> str | None:
             f"{sto.get('retries', 0)}, errors {sto.get('errors', 0)}")
 
 
-def print_run_summary(run_dir, report: dict) -> None:
-    """What `tfbertperf run` prints at the end: headline, attribution table, verdict, where the files are."""
+def run_summary_lines(run_dir, report: dict) -> list[str]:
+    """What `tfbertperf run` prints at the end, in reading order: the answer (one line), the run's size and speed,
+    caveats, the breakdown and the other figures, the verdict's reasoning and advice, what the run used, the
+    host and storage figures, where the files are.  No line is wider than headline.WIDTH (wrapped, not cut)."""
     tp = report["throughput"]
-    print(f"\nBERT-{report['model'].get('size')} {report['model'].get('task')}: "
-          f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
-          f"{tp['examples_per_sec']:.1f} examples/s, step time mean {tp['step_time_ms']['mean']:.1f} ms")
+    out = [f"answer: {headline(report)['line']}", ""]
+    out.append(f"BERT-{report['model'].get('size')} {report['model'].get('task')}: "
+               f"{report['model'].get('parameters', 0):,} parameters; {tp['steps']} steps, "
+               f"{sig(tp['examples_per_sec'])} examples/s, step time mean {sig(tp['step_time_ms']['mean'])} ms")
     if report.get("incomplete"):
         planned = ((report.get("config") or {}).get("train") or {}).get("steps")
-        print(f"INCOMPLETE: interrupted (Ctrl-C) after step {report.get('interrupted_at_step')} of {planned}; "
-              "the figures cover the steps done")
+        out.append(f"INCOMPLETE: interrupted (Ctrl-C) after step {report.get('interrupted_at_step')} of {planned}; "
+                   "the figures cover the steps done")
     if report.get("resumed_from_step"):
-        print(f"resumed from the checkpoint after step {report['resumed_from_step']}")
-    for c in report.get("caveats") or []:
-        print(f"caveat: {c}")
+        out.append(f"resumed from the checkpoint after step {report['resumed_from_step']}")
+    out += [f"caveat: {c}" for c in report.get("caveats") or []]
     if report.get("attribution"):
-        print()
-        print(attribution_table(report))
+        out += ["", attribution_table(report)]
         if report.get("devices"):
             from tfbertperf.profile.devices import format_device_table
 
-            print()
-            print(format_device_table(report["devices"]))
+            out += ["", format_device_table(report["devices"])]
         if report["attribution"].get("hardware_warning"):
-            print(f"warning: {report['attribution']['hardware_warning']}")
-        print()
-        print(verdict_line(report))
-        for r in (report.get("verdict") or {}).get("recommendations") or []:
-            print(f"  - {r}")
-    for line in regime_lines(report):
-        print(line)
+            out.append(f"warning: {report['attribution']['hardware_warning']}")
+        out += ["", verdict_line(report)]
+        out += [f"  - {tidy_numbers(r)}" for r in (report.get("verdict") or {}).get("recommendations") or []]
+    out += ["", "what this run used:"] + [f"  {line}" for line in used_lines(report)]
+    out += regime_lines(report)
     for w in report.get("workers") or []:
         a = w.get("attribution") or {}
-        print(f"worker {w['worker']}: {a.get('steps_profiled', 0)} steps profiled, step {a.get('step_time_ms', 0):.1f} ms, "
-              f"input cost {100 * (a.get('input_cost_fraction') or 0):.1f} %, "
-              f"{(w.get('verdict') or {}).get('bottleneck')}-bound")
-    print(f"\nreport: {run_dir / 'report.json'}   (also report.md, plots/)")
-    print(f"TensorBoard: tensorboard --logdir {run_dir.parent}   → Profile tab")
+        out.append(f"worker {w['worker']}: {a.get('steps_profiled', 0)} steps profiled, step {sig(a.get('step_time_ms', 0))} "
+                   f"ms, input cost {pct(a.get('input_cost_fraction') or 0)}, "
+                   f"{(w.get('verdict') or {}).get('bottleneck')}-bound")
+    out += ["", f"report: {run_dir / 'report.json'}   (also report.md, plots/)",
+            f"TensorBoard: tensorboard --logdir {run_dir.parent}   → Text tab (the answer), Scalars, Profile"]
+    return [x for line in out for piece in line.split("\n") for x in (wrap(piece, "    " if piece.startswith("  ")
+                                                                              else "  ") if piece else [piece])]
+
+
+def print_run_summary(run_dir, report: dict) -> None:
+    """Print run_summary_lines (tools/readme_output.py pastes this into README)."""
+    print()
+    print("\n".join(run_summary_lines(run_dir, report)))
+
+
+def measured_lines(doc: dict) -> list[str]:
+    """What `analyze` measured rather than estimated: the step file's unprofiled step, the profiler's cost and the
+    what-if's input cost (profile/stepfile.py); without a step file, the line saying the cost is estimated."""
+    att, sf = doc.get("attribution") or {}, doc.get("step_file")
+    pc = att.get("profiler_cost") or {}
+    if not sf:
+        if pc.get("added_ms_per_step_estimate") is not None:
+            return [f"profiler cost: ~{pc['added_ms_per_step_estimate']:.1f} ms a step, estimated (no step file "
+                    "beside the capture: tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
+        return []
+    out = [f"step file {sf['file']}: {sf['unprofiled_steps']} unprofiled steps"]
+    if sf["unprofiled_step_ms"] is not None:
+        out[0] += f", {sf['unprofiled_step_ms']:.2f} ms/step"
+        if pc.get("added_ms_per_step") is not None:
+            out.append(f"profiler cost (measured): {pc['added_ms_per_step']:+.2f} ms a step "
+                       f"({100 * (pc.get('added_fraction') or 0):.1f} % of the captured "
+                       f"{pc['captured_step_ms']:.2f} ms step)")
+    else:
+        out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
+    if sf.get("input_cost_fraction") is not None:
+        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T, each probe "
+                   f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
+                   f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
+                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks)")
+        if att.get("input_cost_estimate_fraction") is not None:
+            out.append(f"input cost (estimated from the capture alone): "
+                       f"{100 * att['input_cost_estimate_fraction']:.1f} %")
+    return out
 
 
 def print_analysis(doc: dict) -> None:
@@ -257,9 +324,15 @@ def print_analysis(doc: dict) -> None:
     warning = att.get("hardware_warning")
     if warning:
         print(f"warning: {warning}")
-    print(f"{au_line(doc)}   verdict: {doc['verdict']['summary']}")
+    for line in measured_lines(doc):
+        print("\n".join(wrap(line)))
+    if att.get("compute_on") == "accelerator":
+        line = f"{au_line(doc)}   verdict: {doc['verdict']['summary']}"
+    else:  # the CPU is the device: no accelerator utilization beside the verdict (issue 30)
+        line = f"verdict: {_AU_CLAUSE.sub('', doc['verdict']['summary'])}"
+    print("\n".join(wrap(line)))
     for r in doc["verdict"]["recommendations"]:
-        print(f"  → {r}")
+        print("\n".join(wrap(f"  → {r}", "    ")))
     v = doc.get("validation")
     if v:
         from tfbertperf.report.stats import fmt

@@ -1,14 +1,18 @@
-"""HTML views: a comparison's index.html — one self-contained page (plots embedded as base64 PNG, inline CSS, no
-script, no fonts or anything fetched from the network) that reads at 1280 px and on a phone."""
+"""HTML views: a comparison's index.html — one self-contained page (inline CSS, no script, no fonts or anything
+fetched from the network) that reads at 1280 px and on a phone.  Its charts are drawn in HTML and CSS, not pasted
+as images: bars are boxes sized in per cent of the row and every label is page text at the page's type size, so a
+390 px phone shows 14 px labels where a scaled-down PNG showed 4 px ones (the PNGs stay in plots/ for
+comparison.md)."""
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 from pathlib import Path
 
+from tfbertperf.report.headline import sig
 from tfbertperf.report.markdown import comparison_tables
+from tfbertperf.report.plots import CATEGORY_ORDER, COLORS, comparison_bars
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;padding:12px;max-width:1240px;
@@ -21,10 +25,23 @@ th{background:#f4f4f4}
 th:first-child,td:first-child{text-align:left;min-width:8em}
 td.key{background:#fff3c4;text-align:left}
 tr.failed td{background:#fde8e8}
-figure{margin:10px 0}figure img{width:100%;height:auto;border:1px solid #ddd}
+figure{margin:10px 0}
+.chart{background:#f3f7fc;border:1px solid #dde5ef;padding:10px 12px;font-size:14px;color:#111}
+.chart figcaption{font-weight:600;margin-bottom:8px}
+.crow{display:flex;align-items:center;gap:8px;margin:6px 0}
+.clabel{flex:0 0 26%;overflow-wrap:anywhere}
+.ctrack{flex:1;position:relative;height:22px}
+.cbar{display:flex;height:100%}.cbar span{height:100%}
+.cval{flex:0 0 6.5em;text-align:right;white-space:nowrap}
+.whatif{position:absolute;top:-3px;bottom:-3px;border-left:2px dashed #000}
+.spread{position:absolute;top:50%;height:2px;margin-top:-1px;background:#000}
+.legend{list-style:none;padding:0;margin:8px 0 0;display:flex;flex-wrap:wrap;gap:4px 14px}
+.legend i{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:-1px}
+.legend i.dash{width:0;border-left:2px dashed #000;height:14px}
 code{background:#f4f4f4;padding:1px 4px;word-break:break-all}
 li{margin:3px 0}
 @media (max-width:700px){
+ .crow{flex-wrap:wrap;gap:2px 8px}.clabel{flex:0 0 100%}
  table,thead,tbody,tr,th,td{display:block;width:auto}
  thead{display:none}
  tr{border:1px solid #bbb;margin:0 0 10px;padding:2px 0}
@@ -37,10 +54,54 @@ li{margin:3px 0}
 KEY_COLUMNS = ("verdict", "headroom")
 
 
-def _img(png: bytes, alt: str, ident: str) -> str:
-    b64 = base64.b64encode(png).decode("ascii")
-    return (f"<figure id='{ident}'><img alt='{html.escape(alt)}' src='data:image/png;base64,{b64}'>"
-            f"<figcaption>{html.escape(alt)}</figcaption></figure>")
+def _pct_of(v: float, top: float) -> str:
+    return f"{100.0 * v / top:.2f}%" if top > 0 else "0%"
+
+
+def breakdown_chart(rows: list[dict]) -> str:
+    """Stacked horizontal bars, one per cell (median ms per profiled step by category), the what-if input cost as a
+    dashed line, the step's ms at the end of the row, a legend of the categories shown."""
+    e = html.escape
+    bars = comparison_bars(rows)
+    used = [c for c in CATEGORY_ORDER if any((b or {}).get(c, 0) > 0 for _, b in bars)]
+    totals = [sum(float(b.get(c, 0.0)) for c in used) for _, b in bars]
+    top = max(totals + [max((b.get("_what_if_input_ms") or 0.0 for _, b in bars), default=0.0)] or [0.0])
+    out = ["<figure id='breakdown' class='chart' role='img' aria-label='step-time breakdown by cell'>",
+           "<figcaption>Step-time breakdown by cell: median ms per profiled step; dashed line: what-if input cost"
+           "</figcaption>"]
+    for (label, b), total in zip(bars, totals):
+        spans = "".join(f"<span style='width:{_pct_of(float(b.get(c, 0.0)), total)};background:{COLORS[c]}' "
+                        f"title='{e(c.replace('_', ' '))} {float(b.get(c, 0.0)):.2f} ms'></span>"
+                        for c in used if b.get(c, 0) > 0)
+        w = b.get("_what_if_input_ms")
+        marker = f"<i class='whatif' style='left:{_pct_of(w, top)}' title='what-if input cost {w:.1f} ms'></i>" \
+            if w is not None else ""
+        out.append(f"<div class='crow'><div class='clabel'>{e(label)}</div><div class='ctrack'>"
+                   f"<div class='cbar' style='width:{_pct_of(total, top)}'>{spans}</div>{marker}</div>"
+                   f"<div class='cval'>{total:.1f} ms</div></div>")
+    legend = "".join(f"<li><i style='background:{COLORS[c]}'></i>{e(c.replace('_', ' '))}</li>" for c in used)
+    if any(b.get("_what_if_input_ms") is not None for _, b in bars):
+        legend += "<li><i class='dash'></i>what-if input cost</li>"
+    out.append(f"<ul class='legend'>{legend}</ul></figure>")
+    return "".join(out)
+
+
+def throughput_chart(rows: list[dict]) -> str:
+    """Horizontal bars of each cell's median examples/s, the repeats' min–max as a line across the bar's end."""
+    e = html.escape
+    stats = [(r["label"], (r.get("stats") or {}).get("examples_per_sec") or {"median": 0.0, "min": 0.0, "max": 0.0})
+             for r in rows]
+    top = max([s["max"] for _, s in stats] or [0.0])
+    out = ["<figure id='throughput' class='chart' role='img' aria-label='throughput by cell'>",
+           "<figcaption>Throughput by cell: median examples/s; black line: min–max of the repeats</figcaption>"]
+    for label, s in stats:
+        spread = (f"<i class='spread' style='left:{_pct_of(s['min'], top)};width:{_pct_of(s['max'] - s['min'], top)}'>"
+                  "</i>") if s["max"] > s["min"] else ""
+        out.append(f"<div class='crow'><div class='clabel'>{e(label)}</div><div class='ctrack'>"
+                   f"<div class='cbar' style='width:{_pct_of(s['median'], top)}'><span style='width:100%;"
+                   f"background:#1f77b4'></span></div>{spread}</div><div class='cval'>{sig(s['median'])}/s</div></div>")
+    out.append("</figure>")
+    return "".join(out)
 
 
 def _link(out_dir: str | None, run_dir: str) -> str:
@@ -55,7 +116,7 @@ def _link(out_dir: str | None, run_dir: str) -> str:
     return f"<a href='{html.escape(href)}/'>{html.escape(p.name)}</a>"
 
 
-def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_dir: str | None = None) -> str:
+def comparison_page(doc: dict, out_dir: str | None = None) -> str:
     e = html.escape
     parts = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
              "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -80,11 +141,8 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
                 f"<td data-label='{e(h)}'{' class=key' if h in KEY_COLUMNS else ''}>{e(c)}</td>"
                 for h, c in zip(header, row)) + "</tr>")
         parts.append("</tbody></table>")
-    parts.append("<h2>Charts</h2><div class='charts'>"
-                 + _img(breakdown_png, "Step-time breakdown by cell (median ms per profiled step; dashed: what-if "
-                                       "input cost)", "breakdown")
-                 + _img(throughput_png, "Throughput by cell: median examples/s, error bar = min–max of the repeats",
-                        "throughput") + "</div>")
+    ok = [r for r in doc["rows"] if r["status"] != "failed"]
+    parts.append("<h2>Charts</h2><div class='charts'>" + breakdown_chart(ok) + throughput_chart(ok) + "</div>")
     parts.append("<h2>Recommendations per cell</h2><ul>")
     for r in doc["rows"]:
         if r["status"] == "failed":
@@ -95,8 +153,10 @@ def comparison_page(doc: dict, breakdown_png: bytes, throughput_png: bytes, out_
                      f"<ul>{recs}</ul></li>")
     parts.append("</ul><h2>Runs</h2><ul>")
     for r in doc["rows"]:
+        data = list(r.get("data") or [])
         runs = "".join(f"<li>{_link(out_dir, d)} — <code>tensorboard --logdir {e(str(Path(d) / 'tensorboard'))}"
-                       f"</code></li>" for d in r.get("run_dirs") or [])
+                       f"</code>" + (f" — {e(data[i])}" if i < len(data) and data[i] else "") + "</li>"
+                       for i, d in enumerate(r.get("run_dirs") or []))
         parts.append(f"<li>{e(r['label'])}: " + (f"<ul>{runs}</ul>" if runs else e(f"none — {r.get('error')}"))
                      + "</li>")
     parts.append(f"</ul><p>TensorBoard (every run, scalars and the Profile tab): "

@@ -3,55 +3,56 @@
 from __future__ import annotations
 
 from tfbertperf.report.console import attribution_table, regime_lines, verdict_line
+from tfbertperf.report.headline import glossary_markdown, headline, sig, tidy_numbers, used_lines
 from tfbertperf.report.plots import CATEGORY_ORDER
 from tfbertperf.report.stats import fmt, fmt_ratio
 
 
 def run_markdown(report: dict) -> str:
-    """report.md: what a person reads first."""
+    """report.md: the answer first, then what the run used, the evidence, and a glossary (each figure said once,
+    the same words as the console's)."""
     m = report.get("model") or {}
     tp = report.get("throughput") or {}
     stm = tp.get("step_time_ms") or {}
     tr = report.get("training") or {}
     sto = report.get("storage") or {}
     v = report.get("verdict") or {}
-    cfg = report.get("config") or {}
     out = [
         f"# tfbertperf run `{report.get('run_id', '')}`",
+        "",
+        f"**Answer:** {headline(report)['line']}",
+        "",
+        "## What this run used",
         "",
         f"- created: {report.get('created', '')}  workload: `{report.get('workload', '')}`",
         f"- model: BERT-{m.get('size')} ({m.get('task')}), {int(m.get('parameters') or 0):,} parameters, "
         f"L{m.get('layers')}/H{m.get('hidden')}/A{m.get('heads')}",
-        f"- data: `{sto.get('uri', '')}` (backend {sto.get('backend')}, mode {sto.get('mode')}), "
-        f"pipeline preset `{(cfg.get('pipeline') or {}).get('preset')}`",
+        *[f"- {line}" for line in used_lines(report)],
         f"- training: {tp.get('steps')} steps, global batch {tr.get('global_batch_size')}, "
         f"{tr.get('replicas')} replica(s), final loss "
         + (f"{tr['final_loss']:.4f}" if isinstance(tr.get("final_loss"), (int, float)) else "n/a"),
-        f"- throughput: {tp.get('examples_per_sec')} examples/s, {tp.get('tokens_per_sec')} tokens/s; step time "
-        f"mean {stm.get('mean')} ms, p50 {stm.get('p50')}, p90 {stm.get('p90')}, max {stm.get('max')}",
+        f"- throughput: {sig(tp.get('examples_per_sec'))} examples/s, {sig(tp.get('tokens_per_sec'))} tokens/s; step "
+        f"time mean {sig(stm.get('mean'))} ms, p50 {sig(stm.get('p50'))}, p90 {sig(stm.get('p90'))}, "
+        f"max {sig(stm.get('max'))}",
         *[f"- **caveat:** {c}" for c in report.get("caveats") or []],
         *[f"- {line}" for line in regime_lines(report) if line],
         "",
-        "## Where the step time goes",
-        "",
-        "```",
-        attribution_table(report),
-        "```",
-        "",
-        f"**Verdict:** {verdict_line(report).removeprefix('verdict: ')}",  # the console's line, said once
-        "",
     ]
+    if report.get("attribution"):
+        out += ["## Where the step time goes", "", "```", attribution_table(report), "```", "",
+                f"**Verdict:** {verdict_line(report).removeprefix('verdict: ')}", ""]  # the console's line, said once
     recs = v.get("recommendations") or []
     if recs:
-        out += ["### Recommendations", ""] + [f"- {r}" for r in recs] + [""]
+        out += ["### Recommendations", ""] + [f"- {tidy_numbers(r)}" for r in recs] + [""]
     if sto:
         lat = sto.get("request_latency_ms") or {}
         out += [
             "## Storage",
             "",
             f"{sto.get('requests', 0)} requests, {sto.get('bytes_read', 0):,} bytes, "
-            f"{sto.get('read_mb_per_sec', 0)} MB/s; request latency p50 {lat.get('p50')} ms, p90 {lat.get('p90')} ms, "
-            f"p99 {lat.get('p99')} ms; retries {sto.get('retries', 0)}, errors {sto.get('errors', 0)}",
+            f"{sig(sto.get('read_mb_per_sec', 0))} MB/s; request latency p50 {sig(lat.get('p50'))} ms, p90 "
+            f"{sig(lat.get('p90'))} ms, p99 {sig(lat.get('p99'))} ms; retries {sto.get('retries', 0)}, errors "
+            f"{sto.get('errors', 0)}",
             "",
         ]
     art = report.get("artifacts") or {}
@@ -59,13 +60,10 @@ def run_markdown(report: dict) -> str:
         out.append(f"![{PLOT_ALT.get(p.rsplit('/', 1)[-1], p)}]({p})")
     out += [
         "",
-        f"TensorBoard (scalars and the Profile tab): `tensorboard --logdir {art.get('tensorboard', 'tensorboard')}`",
+        f"TensorBoard (the answer in the Text tab, scalars, the Profile tab): "
+        f"`tensorboard --logdir {art.get('tensorboard', 'tensorboard')}`",
         "",
-        "Definitions: fractions are of the mean profiled step time. *input-bound (direct)* is xprof's input + "
-        "host→device share; *input cost (what-if)* is (T − T_c) / T, where T_c is the step time of the same model "
-        "fed a cached in-memory batch inside the same run; *accelerator utilization* is compute time / total time "
-        "(MLPerf Storage).",
-        "",
+        *glossary_markdown(),
     ]
     return "\n".join(out)
 
@@ -78,6 +76,8 @@ PLOT_ALT = {  # each plot's alt text says what it shows
 
 
 def _au(r: dict) -> str:
+    if r.get("device") == "cpu":
+        return "— (the CPU is the device)"
     if r["stats"].get("accelerator_utilization") is None:
         return "—"
     runs = r.get("au_pass_runs")
@@ -143,7 +143,9 @@ def comparison_markdown(doc: dict) -> str:
         out += [f"  - {x}" for x in r.get("recommendations") or []]
     out += ["", "## Runs", ""]
     for r in doc["rows"]:
-        dirs = ", ".join(f"`{d}`" for d in r.get("run_dirs") or []) or f"none — {r.get('error')}"
+        data = list(r.get("data") or [])
+        dirs = ", ".join(f"`{d}`" + (f" ({data[i]})" if i < len(data) and data[i] else "")
+                         for i, d in enumerate(r.get("run_dirs") or [])) or f"none — {r.get('error')}"
         out.append(f"- {r['label']}: {dirs}")
     if doc.get("environment_diff"):
         out += ["", "## Environment differences, slowest vs fastest (ranked by likely impact)", ""]

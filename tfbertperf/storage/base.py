@@ -286,3 +286,4 @@ class ShardSource:
     # groups and unbatch after the interleave: fewer, larger elements through it (local tuned at batch 32 went
     # 25-29 → 20-23 µs of CPU per example, 1.36× the examples/s; tools/bench/bench_pipeline_cost.py).
     read_batches: Callable | None = None
+    compression: str = ""  # tf.data.TFRecordDataset's compression_type of every shard: "" or "GZIP"

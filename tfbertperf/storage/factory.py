@@ -29,11 +29,12 @@ def open_backend(uri: str, data_cfg=None) -> Backend:
 
 
 def open_shards(uris: list[str], data_cfg, backend: Backend, record_bytes_hint: int = 2048,
-                hashes: dict[str, str] | None = None) -> ShardSource:
+                hashes: dict[str, str] | None = None, compression: str = "none") -> ShardSource:
     """The ShardSource for `data_cfg.mode` on `backend` (local files: always 'local').
 
     `hashes` ({uri: sha256}, data/manifest.py shard_hashes): stage mode checks every shard it downloads against
     them; the other modes hash every shard first when data.verify=sha256 (storage/integrity.py verify_hashes).
+    `compression`: none | gzip (every shard the same; data/described.py finds it).
     """
     mode = getattr(data_cfg, "mode", "stream")
     if getattr(data_cfg, "verify", "none") == "sha256" and not (backend.name != "local" and mode == "stage"):
@@ -42,10 +43,12 @@ def open_shards(uris: list[str], data_cfg, backend: Backend, record_bytes_hint: 
         verify_hashes(backend, uris, hashes or {}, bool(getattr(data_cfg, "skip_corrupt", False)))
     if backend.name == "local":
         return backend.shard_source(uris, record_bytes_hint=record_bytes_hint,
-                                    skip_corrupt=bool(getattr(data_cfg, "skip_corrupt", False)))
+                                    skip_corrupt=bool(getattr(data_cfg, "skip_corrupt", False)),
+                                    compression=compression)
     if mode == "local":
         mode = "stream"
     if mode == "stage":
         return backend.shard_source(uris, mode=mode, data_cfg=data_cfg, record_bytes_hint=record_bytes_hint,
-                                    hashes=hashes)
-    return backend.shard_source(uris, mode=mode, data_cfg=data_cfg, record_bytes_hint=record_bytes_hint)
+                                    hashes=hashes, compression=compression)
+    return backend.shard_source(uris, mode=mode, data_cfg=data_cfg, record_bytes_hint=record_bytes_hint,
+                                compression=compression)

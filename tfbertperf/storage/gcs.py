@@ -162,21 +162,25 @@ class GCSBackend(RemoteBackend):
         self.metrics.count("uploaded_bytes", os.path.getsize(local_path))
 
     # ---- native mode ------------------------------------------------------------------------------------
-    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None) -> ShardSource:
+    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None,
+                       compression: str = "none") -> ShardSource:
         """TF's gs:// filesystem reads the shards (TFRecordDataset on the URIs), counted as TF's reader delivers
         records (storage/tfreader.py).  With data.skip_corrupt, damaged shards are found first (through the SDK)
         and read by our skipping parser (storage/integrity.py)."""
         import tensorflow as tf
 
+        from tfbertperf.storage.tfrecord import COMPRESSION_TYPES
         from tfbertperf.storage.tfreader import counted_record_batches
 
+        ctype = COMPRESSION_TYPES[compression]
         for u in uris:
             self._name(u)
         metrics = self.metrics
         per_read = max(1, NATIVE_BUFFER // max(1, int(record_bytes_hint)))
 
         def groups(filename):  # groups of per_read records: fewer elements through the interleave
-            return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=NATIVE_BUFFER)
+            return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=NATIVE_BUFFER,
+                                          compression_type=ctype)
 
         def read(filename):
             return groups(filename).unbatch()
@@ -185,8 +189,9 @@ class GCSBackend(RemoteBackend):
         if getattr(data_cfg if data_cfg is not None else self.data_cfg, "skip_corrupt", False):
             from tfbertperf.storage.integrity import corrupt_shards, skipping_read
 
-            damaged = set(corrupt_shards(self, list(uris)))
+            damaged = set(corrupt_shards(self, list(uris), compression))
             if damaged:
-                read, read_batches = skipping_read(self, damaged, read, chunk_bytes=NATIVE_BUFFER), None
+                read, read_batches = skipping_read(self, damaged, read, chunk_bytes=NATIVE_BUFFER,
+                                                   compression=compression), None
         return ShardSource(tf.data.Dataset.from_tensor_slices(list(uris)), read, self, "native",
-                           read_batches=read_batches)
+                           read_batches=read_batches, compression=ctype)

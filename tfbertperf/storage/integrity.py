@@ -54,10 +54,23 @@ def raw_chunks(backend, uri: str, chunk_bytes: int = SCAN_CHUNK, *, counted: boo
             yield backend.call(uri, lambda s=s, n=n: backend._read_range(uri, s, n))
 
 
-def first_problem(backend, uri: str) -> str | None:
-    """'shard <uri>: corrupt TFRecord at byte N (…)' for the first damaged frame of `uri`, or None if sound."""
+def record_chunks(backend, uri: str, compression: str = "none", chunk_bytes: int = SCAN_CHUNK, *,
+                  counted: bool = False) -> Iterator[bytes]:
+    """The bytes of `uri`'s TFRecords in order: raw_chunks, inflated when `compression` is gzip (a frame's byte
+    offset is then one in the inflated stream)."""
+    chunks = raw_chunks(backend, uri, chunk_bytes, counted=counted)
+    if compression == "gzip":
+        from tfbertperf.storage.tfrecord import gunzip_chunks
+
+        return gunzip_chunks(chunks, redact_text(uri))
+    return chunks
+
+
+def first_problem(backend, uri: str, compression: str = "none") -> str | None:
+    """'shard <uri>: corrupt TFRecord at byte N (…)' for the first damaged frame of `uri` (or its damaged GZIP
+    data), or None if sound."""
     try:
-        for _ in iter_record_batches(raw_chunks(backend, uri), redact_text(uri)):
+        for _ in iter_record_batches(record_chunks(backend, uri, compression), redact_text(uri)):
             pass
     except UsageError as e:
         return str(e)
@@ -96,13 +109,14 @@ def verify_hashes(backend, uris: list[str], hashes: dict[str, str], skip: bool) 
     return bad
 
 
-def corrupt_shards(backend, uris: list[str]) -> list[str]:
+def corrupt_shards(backend, uris: list[str], compression: str = "none") -> list[str]:
     """The shards among `uris` with at least one damaged frame (each read once, uncounted)."""
-    return [u for u in uris if first_problem(backend, u) is not None]
+    return [u for u in uris if first_problem(backend, u, compression) is not None]
 
 
-def skipping_records(backend, uri: str, chunk_bytes: int) -> Iterator[bytes]:
-    """The sound records of `uri`; damaged frames are skipped and counted in backend.metrics."""
+def skipping_records(backend, uri: str, chunk_bytes: int, compression: str = "none") -> Iterator[bytes]:
+    """The sound records of `uri`; damaged frames are skipped and counted in backend.metrics (damaged GZIP data
+    cannot be read past: it ends the shard with its one-line error)."""
     metrics, shown = backend.metrics, redact_text(uri)
     chunks = raw_chunks(backend, uri, chunk_bytes, counted=True)
 
@@ -116,15 +130,20 @@ def skipping_records(backend, uri: str, chunk_bytes: int) -> Iterator[bytes]:
             metrics.block(time.perf_counter() - t0)
             yield chunk
 
+    stream = timed()
+    if compression == "gzip":
+        from tfbertperf.storage.tfrecord import gunzip_chunks
+
+        stream = gunzip_chunks(stream, shown)
     try:
-        for records in iter_record_batches(timed(), shown, on_corrupt=lambda _off, _why: metrics.skip(shown)):
+        for records in iter_record_batches(stream, shown, on_corrupt=lambda _off, _why: metrics.skip(shown)):
             yield from records
     except UsageError as e:
         metrics.note_failure(e)
         raise
 
 
-def skipping_read(backend, damaged: set[str], fallback, chunk_bytes: int):
+def skipping_read(backend, damaged: set[str], fallback, chunk_bytes: int, compression: str = "none"):
     """A ShardSource `read`: the shards in `damaged` through skipping_records, the others through `fallback`."""
     import tensorflow as tf
 
@@ -132,7 +151,7 @@ def skipping_read(backend, damaged: set[str], fallback, chunk_bytes: int):
 
     def gen(filename):
         name = filename.decode() if isinstance(filename, bytes) else str(filename)
-        yield from skipping_records(backend, name, chunk_bytes)
+        yield from skipping_records(backend, name, chunk_bytes, compression)
 
     def read(filename):
         bad = tf.reduce_any(tf.equal(filename, names))
@@ -166,7 +185,8 @@ def _first_line(msg: str) -> str:
     return text if len(text) <= 200 else text[:197] + "…"
 
 
-def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> UsageError | None:
+def translate(exc: BaseException, backend, uris: list[str], data_uri: str,
+              compression: str = "none") -> UsageError | None:
     """The one-line UsageError for a TF error met while reading `uris`, or None when it is not a storage error."""
     if backend.metrics.failure is not None:
         return backend.metrics.failure
@@ -174,7 +194,7 @@ def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> Us
     name = type(exc).__name__
     if name == "DataLossError" or re.search(r"corrupted record|truncated record|data CRC|length CRC", msg):
         for u in uris:
-            problem = first_problem(backend, u)
+            problem = first_problem(backend, u, compression)
             if problem is not None:
                 return UsageError(problem)
         return UsageError(f"data {redact_text(data_uri)}: TensorFlow reported damaged data ({_first_line(msg)}), "
@@ -194,7 +214,7 @@ def translate(exc: BaseException, backend, uris: list[str], data_uri: str) -> Us
 
 
 @contextlib.contextmanager
-def storage_errors(backend, uris: list[str], data_uri: str):
+def storage_errors(backend, uris: list[str], data_uri: str, compression: str = "none"):
     """Re-raise storage failures met inside the block (training on a pipeline over `uris`) as one-line
     UsageErrors (module docstring); anything else passes unchanged."""
     try:
@@ -202,7 +222,7 @@ def storage_errors(backend, uris: list[str], data_uri: str):
     except UsageError:
         raise
     except Exception as e:  # noqa: BLE001 — translated when it is a storage failure, re-raised otherwise
-        err = translate(e, backend, uris, data_uri) if "tensorflow" in type(e).__module__ or \
+        err = translate(e, backend, uris, data_uri, compression) if "tensorflow" in type(e).__module__ or \
             backend.metrics.failure is not None else None
         if err is None:
             raise

@@ -86,10 +86,13 @@ class LocalBackend(Backend):
         return os.path.join(local_path(prefix_uri), name)
 
     # ---- tf.data ------------------------------------------------------------------------------------------
-    def shard_source(self, uris: list[str], record_bytes_hint: int = 2048, skip_corrupt: bool = False) -> ShardSource:
+    def shard_source(self, uris: list[str], record_bytes_hint: int = 2048, skip_corrupt: bool = False,
+                     compression: str = "none") -> ShardSource:
         """TFRecordDataset per shard, counted (storage/tfreader.py); with emulated latency/bandwidth each
         READ_BYTES read blocks as above.  With `skip_corrupt`, shards are checked first and damaged ones are read
-        by our own framing parser, which skips the damaged records (storage/integrity.py)."""
+        by our own framing parser, which skips the damaged records (storage/integrity.py).  `compression`:
+        none | gzip (TFRecordDataset's compression_type)."""
+        from tfbertperf.storage.tfrecord import COMPRESSION_TYPES
         import tensorflow as tf
 
         from tfbertperf.storage.tfreader import counted_record_batches
@@ -101,11 +104,12 @@ class LocalBackend(Backend):
         metrics = self.metrics
         slow = self.read_latency_ms > 0 or self.read_bandwidth_mbps > 0
         per_read = max(1, READ_BYTES // max(1, int(record_bytes_hint)))
+        ctype = COMPRESSION_TYPES[compression]
         damaged = set()
         if skip_corrupt:
             from tfbertperf.storage.integrity import corrupt_shards
 
-            damaged = set(corrupt_shards(self, paths))
+            damaged = set(corrupt_shards(self, paths, compression))
 
         def _sleep_for(nbytes):
             t0, wait0 = time.perf_counter(), thread_core_wait()
@@ -118,8 +122,9 @@ class LocalBackend(Backend):
         def tf_read_batches(filename):
             # groups of per_read records (one reader buffer): far fewer elements through the interleave
             if not slow:
-                return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=READ_BYTES)
-            ds = tf.data.TFRecordDataset(filename, buffer_size=READ_BYTES)
+                return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=READ_BYTES,
+                                              compression_type=ctype)
+            ds = tf.data.TFRecordDataset(filename, compression_type=ctype, buffer_size=READ_BYTES)
 
             def _block(records):
                 nbytes = tf.reduce_sum(tf.cast(tf.strings.length(records), tf.int64))
@@ -136,5 +141,7 @@ class LocalBackend(Backend):
         if damaged:
             from tfbertperf.storage.integrity import skipping_read
 
-            read, read_batches = skipping_read(self, damaged, tf_read, chunk_bytes=READ_BYTES), None
-        return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local", read_batches=read_batches)
+            read, read_batches = skipping_read(self, damaged, tf_read, chunk_bytes=READ_BYTES,
+                                               compression=compression), None
+        return ShardSource(tf.data.Dataset.from_tensor_slices(paths), read, self, "local", read_batches=read_batches,
+                           compression=ctype)

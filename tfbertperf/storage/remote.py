@@ -147,24 +147,25 @@ class RemoteBackend(Backend):
 
     # ---- shard sources ----------------------------------------------------------------------------------
     def shard_source(self, uris: list[str], mode: str = "stream", data_cfg=None, record_bytes_hint: int = 2048,
-                     hashes: dict[str, str] | None = None):
+                     hashes: dict[str, str] | None = None, compression: str = "none"):
         """ShardSource reading `uris` in `mode` (stream | stage | native); see the module docstring.  `hashes`
-        ({uri: sha256} from manifest.json): stage mode checks each downloaded shard against it."""
+        ({uri: sha256} from manifest.json): stage mode checks each downloaded shard against it.  `compression`:
+        none | gzip (stream mode inflates the chunks before parsing; stage and native: TFRecordDataset's)."""
         data_cfg = data_cfg if data_cfg is not None else self.data_cfg
         if not uris:
             raise UsageError(f"{self.shown_uri}: no shards to read")
         if mode == "native":
-            return self._native_source(uris, record_bytes_hint, data_cfg)
+            return self._native_source(uris, record_bytes_hint, data_cfg, compression)
         infos = self._stat_all(uris, data_cfg)
         self._sizes = {i.uri: i.size for i in infos}
         if mode == "stream":
             from tfbertperf.storage.remote_modes import StreamReader
 
-            return StreamReader(self, infos, data_cfg).source()
+            return StreamReader(self, infos, data_cfg, compression).source()
         if mode == "stage":
             from tfbertperf.storage.remote_modes import Stager
 
-            return Stager(self, infos, data_cfg, hashes).source()
+            return Stager(self, infos, data_cfg, hashes, compression).source()
         raise UsageError(f"--set data.mode={mode}: expected one of local, native, stream, stage")
 
     def _stat_all(self, uris: list[str], data_cfg) -> list[ObjectInfo]:
@@ -172,7 +173,8 @@ class RemoteBackend(Backend):
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(self.stat, uris))
 
-    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None) -> ShardSource:
+    def _native_source(self, uris: list[str], record_bytes_hint: int, data_cfg=None,
+                       compression: str = "none") -> ShardSource:
         raise UsageError(
             f"{self.shown_uri}: data.mode=native reads through TensorFlow's own filesystem, which exists for gs:// "
             "only (tensorflow-io's az:// does not load on TF 2.21); use data.mode=stream or stage"

@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # annotations only: remote.py imports this module when a back
 class StreamReader:
     """Stream mode: ranged reads of chunk_mb, `concurrency` requests in flight across all shards."""
 
-    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg) -> None:
+    def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg, compression: str = "none") -> None:
         self.backend = backend
+        self.gzip = compression == "gzip"  # chunks are inflated before the framing parser sees them
         self.sizes = {i.uri: i.size for i in infos}
         self.uris = [i.uri for i in infos]
         self.chunk_bytes = max(64 * 1024, int(float(getattr(data_cfg, "chunk_mb", 8.0)) * MB))
@@ -71,7 +72,12 @@ class StreamReader:
         metrics, shown = self.backend.metrics, redact_text(uri)
         skip = (lambda _off, _why: metrics.skip(shown)) if self.skip_corrupt else None
         try:
-            for buf, starts, lengths in iter_record_spans(self.chunks(uri), shown, skip):
+            chunks = self.chunks(uri)
+            if self.gzip:
+                from tfbertperf.storage.tfrecord import gunzip_chunks
+
+                chunks = gunzip_chunks(chunks, shown)
+            for buf, starts, lengths in iter_record_spans(chunks, shown, skip):
                 metrics.count("records_read", len(starts))
                 yield buf, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
         except UsageError as e:
@@ -117,8 +123,9 @@ class Stager:
     GRACE_S = 5.0
 
     def __init__(self, backend: RemoteBackend, infos: list[ObjectInfo], data_cfg,
-                 hashes: dict[str, str] | None = None) -> None:
+                 hashes: dict[str, str] | None = None, compression: str = "none") -> None:
         self.backend = backend
+        self.compression = compression  # staged files keep it; TFRecordDataset inflates them
         self.infos = {i.uri: i for i in infos}
         self.uris = [i.uri for i in infos]
         self.hashes = hashes or {}  # uri -> manifest.json's sha256: every download is checked (whole files: cheap)
@@ -204,11 +211,20 @@ class Stager:
         from tfbertperf.storage.tfrecord import frame, iter_record_batches
 
         local = LocalBackend()
-        if first_problem(local, path) is None:
+        if first_problem(local, path, self.compression) is None:
             return
         shown, metrics = redact_text(uri), self.backend.metrics
-        with open(path + ".clean", "wb") as out:
-            for records in iter_record_batches(raw_chunks(local, path), shown, lambda _o, _w: metrics.skip(shown)):
+        chunks = raw_chunks(local, path)
+        if self.compression == "gzip":  # the clean copy is compressed again: the reader's compression_type stays
+            import gzip
+
+            from tfbertperf.storage.tfrecord import gunzip_chunks
+
+            chunks, opener = gunzip_chunks(chunks, shown), lambda p: gzip.open(p, "wb")
+        else:
+            opener = lambda p: open(p, "wb")  # noqa: E731
+        with opener(path + ".clean") as out:
+            for records in iter_record_batches(chunks, shown, lambda _o, _w: metrics.skip(shown)):
                 out.write(b"".join(frame(r) for r in records))
         os.replace(path + ".clean", path)
 
@@ -291,10 +307,15 @@ class Stager:
     def source(self) -> ShardSource:
         import tensorflow as tf
 
+        from tfbertperf.storage.tfrecord import COMPRESSION_TYPES
+
+        ctype = COMPRESSION_TYPES[self.compression]
+
         def read(filename):
             local = tf.py_function(self.get, [filename], tf.string)
             local.set_shape([])
-            return tf.data.TFRecordDataset(local, buffer_size=min(self.chunk_bytes, 4 * MB))
+            return tf.data.TFRecordDataset(local, compression_type=ctype, buffer_size=min(self.chunk_bytes, 4 * MB))
 
-        return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stage", close=self.close)
+        return ShardSource(tf.data.Dataset.from_tensor_slices(self.uris), read, self.backend, "stage", close=self.close,
+                           compression=ctype)
 

@@ -30,9 +30,10 @@ from tfbertperf.storage.base import thread_core_wait
 FRAMING_BYTES = 16  # per TFRecord: length (8) + length CRC (4) + data CRC (4)
 
 
-def counted_record_batches(filename, metrics, *, per_read: int, buffer_size: int):
+def counted_record_batches(filename, metrics, *, per_read: int, buffer_size: int, compression_type: str = ""):
     """TFRecordDataset(filename) in groups of `per_read` records (1-D string tensors), each group's read recorded
-    in `metrics` (a StorageMetrics) as described above."""
+    in `metrics` (a StorageMetrics) as described above.  `compression_type` "GZIP": the bytes counted are the
+    records' as decompressed (TF's reader does not say how many compressed bytes it read)."""
     import tensorflow as tf
 
     def _now():
@@ -58,10 +59,12 @@ def counted_record_batches(filename, metrics, *, per_read: int, buffer_size: int
     # span from that reading to the tally is the group's read (a py_function, not tf.timestamp: that op is
     # refused under op determinism)
     clock = tf.data.Dataset.from_tensors(0).repeat().map(lambda _: tf.py_function(_now, [], tf.float64))
-    groups = tf.data.TFRecordDataset(filename, buffer_size=buffer_size).batch(max(1, int(per_read)))
+    groups = tf.data.TFRecordDataset(filename, compression_type=compression_type,
+                                     buffer_size=buffer_size).batch(max(1, int(per_read)))
     return tf.data.Dataset.zip((clock, groups)).map(tally)
 
 
-def counted_tfrecords(filename, metrics, *, per_read: int, buffer_size: int):
+def counted_tfrecords(filename, metrics, *, per_read: int, buffer_size: int, compression_type: str = ""):
     """The same, one record per element."""
-    return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=buffer_size).unbatch()
+    return counted_record_batches(filename, metrics, per_read=per_read, buffer_size=buffer_size,
+                                  compression_type=compression_type).unbatch()

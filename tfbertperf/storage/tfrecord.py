@@ -133,3 +133,46 @@ def iter_record_batches(chunks: Iterable[bytes], shard: str, on_corrupt=None) ->
     """Like iter_record_spans, but the records of each chunk as a list of bytes (for Python consumers)."""
     for buf, starts, lengths in iter_record_spans(chunks, shard, on_corrupt):
         yield [buf[a : a + n] for a, n in zip(starts, lengths)]
+
+
+# ---- GZIP-compressed TFRecord files (TFRecordOptions(compression_type="GZIP")) ---------------------------------
+GZIP_MAGIC = b"\x1f\x8b"
+COMPRESSION_TYPES = {"none": "", "gzip": "GZIP"}  # data.compression → tf.data.TFRecordDataset's compression_type
+
+
+def gunzip_chunks(chunks: Iterable[bytes], shard: str) -> Iterator[bytes]:
+    """The decompressed bytes of a GZIP file delivered as consecutive chunks (concatenated members too, as
+    `cat a.gz b.gz` makes).  Damaged or truncated GZIP data raises UsageError("shard <uri>: …")."""
+    import zlib
+
+    d = zlib.decompressobj(wbits=31)
+    in_member = False  # bytes of a member were fed and its end not seen yet
+    try:
+        for chunk in chunks:
+            data = bytes(chunk)
+            while data:
+                in_member = True
+                out = d.decompress(data)
+                if out:
+                    yield out
+                if d.eof:  # a member ended; whatever follows is the next member
+                    data, in_member = d.unused_data, False
+                    d = zlib.decompressobj(wbits=31)
+                else:
+                    data = b""
+    except zlib.error as e:
+        raise UsageError(f"shard {shard}: damaged GZIP data ({e})") from None
+    if in_member:
+        raise UsageError(f"shard {shard}: truncated GZIP data (the compressed stream ends early)")
+
+
+def head_kind(head: bytes) -> str | None:
+    """What the first bytes of a file are: "gzip" (the GZIP magic), "tfrecord" (a frame header whose length CRC
+    checks out, or an empty file), or None (neither: not a TFRecord file)."""
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if not head:
+        return "tfrecord"
+    if len(head) < HEADER_BYTES:
+        return None
+    return "tfrecord" if _masked(google_crc32c.value(head[:8])) == _U32.unpack_from(head, 8)[0] else None

@@ -30,9 +30,10 @@ import itertools
 import time
 from typing import Callable
 
+from tfbertperf.config.schema import warmup_for
+
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
-WARMUP_SHARE = 4  # warm-up takes at most 1/4 of a run's steps
 PROBE_SHARE = 2  # the probe times at most 1/2 as many steps as the run has
 
 
@@ -45,7 +46,7 @@ def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[i
     steps as the run has (and at least 1 when it is on): with the default 20 a 3-step BERT-base run spent 260 s
     of 367 in the probe (issue 17).  report/caveats.py says when the figures then rest on too few steps.
     """
-    warmup = max(0, min(int(warmup_steps), max(1, steps // WARMUP_SHARE), steps - 1))
+    warmup = warmup_for(steps, warmup_steps)
     probe = 0 if probe_steps <= 0 else max(1, min(int(probe_steps), steps // PROBE_SHARE))
     return warmup, probe
 
@@ -108,37 +109,56 @@ def probe_source(strategy, first_batch):
     return strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.from_tensors(local).repeat())
 
 
+def _read_back(out) -> None:
+    out.numpy()
+
+
 class Probe:
     """Runs the probe's blocks: `run_block(n)` times n compute-only steps; `step_times_ms` collects them.
 
     Args:
-      step_fn: the run's compiled train step (batch → tensor [loss, accuracy]).
+      step_fn: the run's compiled train step (batch → tensor [loss, accuracy]); with feed_iterator, a step that
+        takes the cached source's iterator and pulls its own batch (Keras' `model.train_function`).
       strategy: the run's tf.distribute strategy.
-      state: the variables to snapshot and restore around a block (model + optimizer).
+      state: the variables to snapshot and restore around a block (model + optimizer, and whatever else the
+        step updates: Keras' metric variables).
       hook: called as hook("probe") before every probe step, outside its timing (loop.STEP_HOOK).
+      wait: blocks until a step's output is on the host (default: `out.numpy()`).
+      wait_each: wait for every timed step, not only the block's last — for a loop that waits every step too
+        (tfbertperf.keras.ProfileCallback with sync), so that T and T_c time the same thing.
     """
 
-    def __init__(self, step_fn, strategy, state: list, hook: Callable[[str], None] | None = None) -> None:
+    def __init__(self, step_fn, strategy, state: list, hook: Callable[[str], None] | None = None, *,
+                 feed_iterator: bool = False, wait: Callable = _read_back, wait_each: bool = False) -> None:
         self.step_fn, self.strategy, self.state, self.hook = step_fn, strategy, state, hook
+        self.feed_iterator, self.wait, self.wait_each = feed_iterator, wait, wait_each
         self.step_times_ms: list[float] = []
         self.blocks = 0
         self._iter = None
 
-    def run_block(self, first_batch, n_timed: int) -> None:
+    def run_block(self, first_batch, n_timed: int, settle_ms: float = 0.0) -> None:
+        """n_timed timed compute-only steps, after the untimed ones (PROBE_WARMUP_STEPS in the first block,
+        PROBE_SETTLE_STEPS in later ones) and, in later blocks, for at least `settle_ms` of wall time: an
+        input-bound pipeline refills its buffers (prefetch, parallel map) when a block starts, on the cores the
+        block's steps want, for about as long as it takes to produce those batches."""
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
         untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
+        settle_ms = settle_ms if self.blocks else 0.0
         saved = Snapshot(self.state)
-        last = untimed + n_timed - 1
-        for j in range(untimed + n_timed):
+        start, j, timed = time.perf_counter(), 0, 0
+        while timed < n_timed:
             if self.hook is not None:
                 self.hook("probe")
             t0 = time.perf_counter()
-            out = self.step_fn(next(self._iter))
-            if j < untimed or j == last:  # warm-up steps and the block's end wait for the device
-                out.numpy()
-            if j >= untimed:
+            settling = j < untimed or (t0 - start) * 1e3 < settle_ms
+            out = self.step_fn(self._iter if self.feed_iterator else next(self._iter))
+            if settling or timed == n_timed - 1 or self.wait_each:  # untimed steps and the block's end wait
+                self.wait(out)
+            if not settling:
                 self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
+                timed += 1
+            j += 1
         saved.restore()
         self.blocks += 1
 

@@ -6,6 +6,11 @@ Programs (--programs, comma-separated; each reported on its own):
   image  tests/programs/image_augment.py: a small CNN, per-image augmentation in a parallel map + prefetch;
   text   tests/programs/text_tokenize.py: an embedding + conv text classifier, tokenization in a map.
 image and text were written and measured before any change to the attribution model (issue 16).
+  fit:SHAPE  tests/programs/keras_fit_shapes.py: a user's own Keras `model.fit` (SHAPE: wait_serial, wait_parallel,
+         parse, tokenize, compute; `fit` = all five) with ProfileCallback(probe=True) — reported as truth, the
+         callback's measured what-if (the step file) and analyze's estimate from the capture alone (the step file
+         moved aside), with both verdicts, the load, and the truth's two halves (measured before and after the
+         fit: how far the truth itself moves on this machine) (issue 29).
 Per repetition, in a fresh interpreter:
   truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
   xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
@@ -16,6 +21,7 @@ Per repetition, in a fresh interpreter:
     python tools/bench/bench_attribution_foreign.py --programs image,text --reps 3
     python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 24     # a stronger stall
     python tools/bench/bench_attribution_foreign.py --sleep-ms 8   # the sleep pipeline (no CPU used: upper bound)
+    python tools/bench/bench_attribution_foreign.py --programs fit --reps 3   # the five Keras fit shapes
 """
 
 from __future__ import annotations
@@ -29,6 +35,72 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "programs"))
+
+
+FIT_SHAPES = ["fit:wait_serial", "fit:wait_parallel", "fit:parse", "fit:tokenize", "fit:compute"]
+
+
+def _analyze_fit(logdir: str, step_file: str) -> tuple[dict, dict]:
+    """analyze with the step file (measured) and with it moved aside (the capture alone)."""
+    import os
+
+    from tfbertperf.analyze import analyze
+
+    measured = analyze(logdir)
+    aside = step_file + ".aside"
+    os.replace(step_file, aside)
+    try:
+        alone = analyze(logdir)
+    finally:
+        os.replace(aside, step_file)
+    return measured, alone
+
+
+def own_fit(programs: list[str], reps: int) -> int:
+    """The Keras fit shapes, each repetition in a fresh interpreter, per-pair errors against the truth."""
+    import json
+    import os
+    import subprocess
+
+    rows = []
+    for k in range(reps):  # round-robin: every shape sees the same stretch of a shared machine's load
+        for program in programs:
+            shape = program.split(":", 1)[1]
+            out = tempfile.mkdtemp(prefix="bench-fit-")
+            print(f"[bench] fit {shape}: repetition {k + 1}/{reps} …", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "keras_fit_shapes.py"),
+                                   "--shape", shape, "--out", out], capture_output=True, text=True, check=True)
+            res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
+            measured, alone = _analyze_fit(res["logdir"], res["step_file"])
+            rows.append({"shape": shape, "truth": res["truth"], "halves": res["truth_halves"],
+                         "probe": res["probe"]["input_cost_fraction"],
+                         "estimate": alone["attribution"]["input_cost_estimate_fraction"],
+                         "v_alone": alone["verdict"]["bottleneck"], "v_measured": measured["verdict"]["bottleneck"],
+                         "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
+                         "pT": res["probe"]["step_ms"], "pTc": res["probe"]["compute_only_step_ms"],
+                         "cost": (measured["attribution"].get("profiler_cost") or {}).get("added_ms_per_step")})
+    print("\n**own Keras fit (ProfileCallback(probe=True)), per repetition**\n")
+    print("| shape | rep | truth (T / T_c ms) | truth before / after the fit | measured what-if (T / T_c ms) | "
+          "capture alone | verdict alone → with step file | profiler cost ms/step | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(rows):
+        pct = lambda v: "—" if v is None else f"{v * 100:.1f} % ({(v - r['truth']) * 100:+.1f} pp)"  # noqa: E731
+        cost = "—" if r["cost"] is None else f"{r['cost']:+.2f}"
+        print(f"| {r['shape']} | {i // len(programs) + 1} | {r['truth'] * 100:.1f} % ({r['T']:.1f} / {r['Tc']:.1f}) | "
+              f"{r['halves'][0] * 100:.0f} / {r['halves'][1] * 100:.0f} % | {pct(r['probe'])} ({r['pT']:.1f} / {r['pTc']:.1f}) | {pct(r['estimate'])} | {r['v_alone']} → "
+              f"{r['v_measured']} | {cost} | {r['load']:.1f} |")
+    for program in programs:
+        shape = program.split(":", 1)[1]
+        mine = [r for r in rows if r["shape"] == shape]
+        for key, name in (("probe", "measured what-if"), ("estimate", "capture alone")):
+            err = [abs(r[key] - r["truth"]) for r in mine if r[key] is not None]
+            if err:
+                print(f"\n{shape} {name}: mean |error| {statistics.fmean(err) * 100:.1f} pp, max "
+                      f"{max(err) * 100:.1f} pp over {len(err)}", end="")
+    spread = [abs(r["halves"][0] - r["halves"][1]) for r in rows]
+    print(f"\n\nthe truth's own spread (|before − after the fit|, the noise floor at this load): mean "
+          f"{statistics.fmean(spread) * 100:.1f} pp, max {max(spread) * 100:.1f} pp")
+    return len(rows)
 
 
 def main(argv=None) -> int:
@@ -45,7 +117,11 @@ def main(argv=None) -> int:
 
     t0 = time.time()
     total = 0
-    for program in a.programs.split(","):
+    programs = [x for p in a.programs.split(",") for x in (FIT_SHAPES if p == "fit" else [p])]
+    fits = [p for p in programs if p.startswith("fit:")]
+    if fits:
+        total += own_fit(fits, a.reps)
+    for program in (p for p in programs if not p.startswith("fit:")):
         rows = []
         for k in range(a.reps):
             out = Path(tempfile.mkdtemp(prefix="bench-foreign-"))

@@ -11,6 +11,9 @@ beside what the profiler added in truth (the profiled step − the unprofiled T_
 xprof: its step time and its step table (Input, device compute, All others …) from input_pipeline_analyzer,
 as `analyze` keeps them under xprof_step_time_ms / xprof_breakdown_ms (the H2D copies measured on the device
 planes moved out of its categories, as before issue 22).
+With the step file (issue 29): `analyze CAPTURE.xplane.pb.gz --steps FILE`, FILE a step file of truth.json's
+unprofiled T blocks — the profiler's cost measured, and the program's shares without the profiler
+(attribution.unprofiled), its verdict and advice.
 """
 
 from __future__ import annotations
@@ -67,11 +70,38 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print()
+    print()
+    print(with_step_file(truth))
+    print()
     print("| capture | xprof step (ms) | xprof input | xprof h2d (device copies) | xprof device compute | "
           "xprof kernel launch | xprof other | xprof's conclusion |")
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(xrows))
     return 0
+
+
+def with_step_file(truth: dict) -> str:
+    """The table of analyze with truth.json's unprofiled steps as the step file (module docstring)."""
+    from tfbertperf.analyze import analyze
+    from tfbertperf.profile import stepfile
+
+    out = ["| capture | unprofiled step (truth, ms) | profiler cost measured (ms/step) | without the profiler: "
+           "input / host→device / kernel launch / device busy (AU) | truth input / h2d share | verdict | advice |",
+           "|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for regime in ("compute", "stall", "h2d"):
+            tr = truth[regime]
+            steps = Path(tmp) / f"{regime}.json"
+            stepfile.write(steps, stepfile.document(tr["T_blocks_ms"], written_by="truth.json T_blocks_ms"))
+            doc = analyze(str(H100 / f"h100-{regime}.xplane.pb.gz"), steps=str(steps))
+            att = doc["attribution"]
+            u = att["unprofiled"]["fractions"]
+            out.append(f"| {regime} | {doc['step_file']['unprofiled_step_ms']:.1f} | "
+                       f"{att['profiler_cost']['added_ms_per_step']:.1f} | {u['input']:.1%} / "
+                       f"{u['host_to_device']:.1%} / {u['kernel_launch']:.1%} / {u['device_compute']:.1%} | "
+                       f"{tr['input_fraction']:.0%} | {doc['verdict']['bottleneck']} | "
+                       f"{' / '.join(r[:60] for r in doc['verdict']['recommendations'])} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

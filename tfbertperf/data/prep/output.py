@@ -95,15 +95,22 @@ def to_uri(out_uri: str, data_cfg, build, progress: bool = True, label: str = "-
     """Run `build(local_dir)` into `out_uri`: a local path / file:// URI directly; gs://… / az://… into a local
     temporary directory, then uploaded (storage/upload.py: parallel, idempotent, manifest.json last).  Returns
     what `build` returns."""
+    from tfbertperf.data.manifest import refuse_foreign
+
     scheme, _, path = split_uri(out_uri)
     if scheme == "file":
         if os.path.exists(path) and not os.path.isdir(path):
             raise UsageError(f"{label} {path}: exists and is not a directory")
+        from tfbertperf.storage.local import LocalBackend
+
+        refuse_foreign(path, LocalBackend(), label)  # the user's own TFRecords stay as they are
         return build(path)
     if scheme not in ("gs", "az"):
         raise UsageError(f"{label} {redact_text(out_uri)}: unknown URI scheme {scheme!r} (use a path, gs:// or az://)")
+    from tfbertperf.storage import open_backend
     from tfbertperf.storage.upload import upload_dir
 
+    refuse_foreign(out_uri, open_backend(out_uri, data_cfg), label)
     tmp = tempfile.mkdtemp(prefix="tfbertperf-prepare-")
     try:
         result = build(tmp)

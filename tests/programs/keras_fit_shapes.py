@@ -1,0 +1,187 @@
+"""A user's own Keras `model.fit`, in one of several input shapes, profiled with `ProfileCallback(probe=True)`, next
+to the what-if truth measured in the same process (issue 29's targets; tools/bench/bench_attribution_foreign.py).
+
+Shapes (the input pipeline in front of a small Keras model, all on this host's CPU):
+  wait_serial    a per-example map that waits on a slow lookup (`tf.py_function` around a sleep), no parallel calls
+  wait_parallel  the same map with num_parallel_calls=4
+  parse          per-example `tf.io.parse_single_example` of serialized tf.Examples (no parallel calls, prefetch 2)
+                 in front of an MLP that wants the same cores
+  tokenize       keras-hub's BertTextClassifierPreprocessor (WordPiece from a vocabulary list) mapped per example
+                 over English sentences (Python's pydoc topics), embedding + pooling classifier
+  compute        batches from memory in front of a wider MLP: compute-bound
+
+Truth (no profiler, no callback): (T − T_c) / T, T the step on the real pipeline and T_c the same step fed the
+same batches from memory (CACHED of the pipeline's batches, `Dataset.from_tensor_slices(batches).repeat()`), in
+alternating blocks through `model.train_function` (the step `fit` runs), each block's first SETTLE steps left out;
+half the blocks before and half after `model.fit` with ProfileCallback(probe=True) on the real pipeline.  Prints one JSON line:
+{"shape", "truth", "T_ms", "T_c_ms", "probe": callback.what_if, "logdir", "step_file"}.
+
+    python tests/programs/keras_fit_shapes.py --shape parse --out /tmp/x
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
+SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
+
+
+def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
+    for _ in range(layers):
+        x = keras.layers.Dense(hidden, activation="relu")(x)
+    return keras.Model(inputs, keras.layers.Dense(2)(x))
+
+
+def _examples(n: int):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, FEATURES)).astype("float32"), rng.integers(0, 2, size=n).astype("int32")
+
+
+def build(shape: str, wait_ms: float):
+    """(model, dataset of (x, y) batches repeating forever) for a shape (module docstring)."""
+    if shape == "tokenize":
+        return _tokenize()
+    xs, ys = _examples(2048)
+    inputs = keras.Input((FEATURES,))
+    if shape == "parse":
+        records = [tf.train.Example(features=tf.train.Features(feature={
+            **{f"f{k}": tf.train.Feature(float_list=tf.train.FloatList(value=x[k * 8:(k + 1) * 8])) for k in range(8)},
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y)]))})).SerializeToString()
+            for x, y in zip(xs, ys)]
+        spec = {**{f"f{k}": tf.io.FixedLenFeature((8,), tf.float32) for k in range(8)},
+                "label": tf.io.FixedLenFeature((), tf.int64)}
+
+        def parse(r):
+            f = tf.io.parse_single_example(r, spec)
+            return tf.concat([f[f"f{k}"] for k in range(8)], 0), tf.cast(f["label"], tf.int32)
+
+        ds = tf.data.Dataset.from_tensor_slices(records).repeat().map(parse).batch(BATCH, drop_remainder=True)
+        return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
+    if shape.startswith("wait"):
+        def lookup(x):
+            time.sleep(wait_ms / 1e3)  # a blocking lookup: the thread waits, it takes no core
+            return x
+
+        def slow(x, y):
+            x = tf.py_function(lookup, [x], tf.float32)
+            x.set_shape((FEATURES,))
+            return x, y
+
+        ds = ds.map(slow, num_parallel_calls=4 if shape == "wait_parallel" else None)
+        return _mlp(inputs, inputs, 256, 2), ds.batch(BATCH, drop_remainder=True).prefetch(2)
+    return _mlp(inputs, inputs, 1024, 4), ds.batch(BATCH, drop_remainder=True).prefetch(2)
+
+
+def _tokenize():
+    import pydoc_data.topics as topics
+    from collections import Counter
+
+    import keras_hub
+
+    text = " ".join(topics.topics.values())
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w, _ in Counter(re.findall(r"[a-z]+", text.lower()))
+                                                               .most_common(4000)]
+    pre = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer=keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True), sequence_length=128)
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
+    # shuffled once: the topics run from prose to code listings, so in their own order a batch's tokenizing cost
+    # depends on where the iterator is, and T measured at one place would not be T at another
+    np.random.default_rng(0).shuffle(sentences)
+    labels = np.arange(len(sentences)) % 2
+    ds = tf.data.Dataset.from_tensor_slices((sentences, labels.astype("int32"))).repeat()
+    ds = ds.map(lambda s, y: (pre(s)["token_ids"], y)).batch(BATCH, drop_remainder=True).prefetch(2)
+    inputs = keras.Input((128,), dtype="int32")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 128)(inputs))
+    return _mlp(inputs, x, 512, 2), ds
+
+
+def _timed(step, source, n: int, settle_ms: float = 0.0) -> list[float]:
+    """n − SETTLE timed steps, after SETTLE untimed ones and at least settle_ms of wall time (as the probe does:
+    train/probe.py run_block, keras_callback.SETTLE_REAL_STEPS)."""
+    out, start, j = [], time.perf_counter(), 0
+    while len(out) < n - SETTLE:
+        t0 = time.perf_counter()
+        logs = step(source)
+        float(logs["loss"])
+        if j >= SETTLE and (t0 - start) * 1e3 >= settle_ms:
+            out.append((time.perf_counter() - t0) * 1e3)
+        j += 1
+    return out
+
+
+class Truth:
+    """Alternating unprofiled blocks on the real pipeline and on CACHED of its batches (module docstring); call
+    `blocks(n)` before and after the profiled fit, so that both halves of a shared machine's drift are in it."""
+
+    def __init__(self, model, ds, block: int) -> None:
+        model.make_train_function()
+        self.step, self.block, self.T, self.Tc = model.train_function, block, [], []
+        self.real = iter(ds)
+        batches = [next(self.real) for _ in range(CACHED)]
+        stacked = tf.nest.map_structure(lambda *b: tf.stack(b), *batches)
+        self.cached = iter(tf.data.Dataset.from_tensor_slices(stacked).repeat())
+        _timed(self.step, self.real, SETTLE + 2)  # tracing for both sources, off the clock
+        _timed(self.step, self.cached, SETTLE + 2)
+
+    def blocks(self, rounds: int) -> None:
+        for _ in range(rounds):
+            real = _timed(self.step, self.real, self.block)
+            self.T += real
+            # the real pipeline refills its buffers while the cached steps start: wait as the probe does
+            self.Tc += _timed(self.step, self.cached, self.block, settle_ms=3 * statistics.fmean(real))
+
+    def result(self, lo: int = 0, hi: int | None = None) -> tuple[float, float, float]:
+        """(input cost, T, T_c) over the timed steps lo:hi of each kind (all by default)."""
+        t, tc = statistics.fmean(self.T[lo:hi]), statistics.fmean(self.Tc[lo:hi])
+        return max(0.0, (t - tc) / t), t, tc
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=SHAPES, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--wait-ms", type=float, default=1.0, help="wait_*: the lookup's wait per example")
+    # Many short blocks on both sides: on a shared 2-core host the speed drifts within seconds (issue 29 bench).
+    p.add_argument("--steps", type=int, default=140, help="steps of the profiled fit")
+    p.add_argument("--window", default="70:80", help="its profiled window")
+    p.add_argument("--probe-steps", type=int, default=40, help="ProfileCallback probe_steps")
+    p.add_argument("--probe-blocks", type=int, default=8, help="ProfileCallback probe_blocks")
+    p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
+    p.add_argument("--block", type=int, default=8, help="truth: steps per block (the first SETTLE not timed)")
+    a = p.parse_args()
+    from tfbertperf.keras import ProfileCallback
+
+    keras.utils.set_random_seed(0)
+    model, ds = build(a.shape, a.wait_ms)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    truth = Truth(model, ds, a.block)
+    truth.blocks(a.rounds - a.rounds // 2)
+    logdir = os.path.join(a.out, a.shape)
+    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True, probe_steps=a.probe_steps,
+                         probe_blocks=a.probe_blocks)
+    model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
+    half = len(truth.T)
+    truth.blocks(a.rounds // 2)
+    cost, t, tc = truth.result()
+    halves = [truth.result(0, half)[0], truth.result(half)[0]]  # before and after the fit: how steady the truth is
+    print(json.dumps({"shape": a.shape, "truth": cost, "truth_halves": halves, "T_ms": t, "T_c_ms": tc,
+                      "probe": cb.what_if,
+                      "logdir": logdir, "step_file": str(cb.step_file), "load": os.getloadavg()[0]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""`ProfileCallback(probe=True)`: the measured what-if inside a user's own `model.fit` (issue 29 item 1) — the
+training it probes is unchanged, and the step file it writes beside the capture carries T, T_c and every step."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfbertperf.keras import ProfileCallback
+from tfbertperf.profile import stepfile
+
+
+def _fit(tmp_path, callbacks, steps=24, sleep_ms=0.0):
+    """A tiny MLP with dropout, trained at a fixed seed with deterministic ops; returns the per-batch losses."""
+    keras.utils.set_random_seed(7)
+    tf.config.experimental.enable_op_determinism()
+    x = np.random.RandomState(0).normal(size=(steps * 8, 16)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1).batch(8, drop_remainder=True)
+    if sleep_ms:  # a map that waits without using the CPU: the input costs steps, not compute
+        wait = lambda a, b: (tf.py_function(lambda t: (__import__("time").sleep(sleep_ms / 1e3), t)[1],  # noqa: E731
+                                            [a], tf.float32), b)
+        ds = ds.map(wait).map(lambda a, b: (tf.ensure_shape(a, (8, 16)), b))
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dropout(0.3), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    losses = []
+    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(float(logs["loss"])))
+    model.fit(ds.repeat(), epochs=2, steps_per_epoch=steps // 2, callbacks=[*callbacks, record], verbose=0)
+    return losses, model
+
+
+@pytest.mark.slow
+def test_the_probe_leaves_the_loss_trajectory_and_the_weights_unchanged(tmp_path):
+    plain, m0 = _fit(tmp_path, [])
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="14:18", probe=True, probe_steps=6, probe_blocks=2,
+                         warmup_steps=2)
+    probed, m1 = _fit(tmp_path, [cb])
+    assert cb._runner.blocks == 2 and len(cb._runner.step_times_ms) == 6  # the probe did train, twice
+    assert probed == plain  # bit for bit: every probe block's updates were undone
+    for a, b in zip(m0.get_weights(), m1.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert m1.optimizer.iterations.numpy() == m0.optimizer.iterations.numpy() == 24
+
+
+@pytest.mark.slow
+def test_the_step_file_beside_the_capture_measures_a_waiting_input(tmp_path):
+    logdir = tmp_path / "logs"
+    cb = ProfileCallback(str(logdir), profile_steps="14:18", probe=True, probe_steps=6, probe_blocks=2,
+                         warmup_steps=2)
+    _fit(tmp_path, [cb], sleep_ms=20.0)
+    assert cb.step_file.parent.parent == logdir / "plugins" / "profile"  # in the capture's session folder
+    assert list(cb.step_file.parent.glob("*.xplane.pb"))
+    doc = json.loads(cb.step_file.read_text())
+    assert doc["schema"] == stepfile.SCHEMA and len(doc["step_time_ms"]) == 24 and doc["profiled_steps"] == [14, 18]
+    s = stepfile.summarize(doc, str(cb.step_file))
+    # 8 examples × 20 ms of sleep a batch against a step of well under 20 ms on the cached batch
+    assert s.compute_only_step_ms < s.unprofiled_step_ms / 2, (s.compute_only_step_ms, s.unprofiled_step_ms)
+    assert s.input_cost_fraction > 0.5 and cb.what_if["input_cost_fraction"] == pytest.approx(
+        s.input_cost_fraction, abs=1e-4)
+    from tfbertperf.analyze import analyze
+
+    out = analyze(str(logdir))
+    assert out["step_file"]["input_cost_fraction"] == pytest.approx(s.input_cost_fraction, abs=1e-4)
+    assert out["attribution"]["input_cost_fraction"] == pytest.approx(s.input_cost_fraction, abs=1e-3)
+    assert out["verdict"]["bottleneck"] == "input" and "what-if probe" in out["verdict"]["summary"]
+    assert out["attribution"]["profiler_cost"]["basis"].startswith("measured")
+
+
+def test_the_probe_needs_the_number_of_steps():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    ds = tf.data.Dataset.from_tensors((tf.zeros((2, 4)), tf.zeros((2, 1)))).repeat().take(3)
+    ds = ds.filter(lambda a, b: True)  # unknown cardinality: Keras cannot count the steps
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        model.fit(ds, callbacks=[ProfileCallback("unused", profile_steps=None, probe=True)], verbose=0)

@@ -1,0 +1,252 @@
+"""A user's own training, measured (issue 29 items 1, 2, 6): the step file beside a capture (profile/stepfile.py),
+`analyze` reading it (the profiler's cost measured, the verdict about the program without the profiler, the
+what-if's input cost), gzipped captures read as they are, and the JAX helper that writes the same file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfbertperf.analyze import analyze
+from tfbertperf.errors import UsageError
+from tfbertperf.profile import stepfile
+
+from profile_fixtures import H100, synthetic_xspace
+
+needs_h100 = pytest.mark.skipif(not H100.is_dir(), reason=f"H100 captures not found at {H100}")
+
+
+def _launch_heavy_capture(folder, busy_us=6_500, steps=4, step_us=10_000):
+    """`steps` steps of 10 ms under the profiler: the device computes `busy_us`, the rest it waits for the host
+    launching (cuLaunchKernel on the training thread) — launch-bound as captured."""
+    host, dev = {"python3": []}, {"Stream #1(Compute)": []}
+    for i in range(steps):
+        t = step_us * i
+        host["python3"] += [("train", t, step_us - 100, {"step_num": i, "_r": 1}),
+                            ("cuLaunchKernel", t, step_us - busy_us, {})]
+        dev["Stream #1(Compute)"].append(("fusion", t + step_us - busy_us, busy_us - 100, {"hlo_module": "jit_step"}))
+    folder.mkdir(parents=True, exist_ok=True)
+    return synthetic_xspace(folder / "host.xplane.pb", host, dev)
+
+
+def test_profiled_steps_40pct_slower_than_unprofiled_read_as_the_program_without_the_profiler(tmp_path):
+    # Failure shape 3: the profiler made each step 40 % slower (10 ms captured, 7.14 ms without it), all of it
+    # in the host's launch path.  Captured, the device waits 35 % of the step on launches: launch-bound.
+    session = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    capture = _launch_heavy_capture(session)
+    captured = analyze(str(capture))
+    assert captured["verdict"]["bottleneck"] == "other" and captured["step_file"] is None
+    assert captured["attribution"]["profiler_cost"]["basis"].startswith("estimate")
+    unprofiled = 10.0 / 1.4
+    doc = stepfile.document([12.0] + [unprofiled] * 20 + [10.0] * 4 + [unprofiled] * 5,
+                            profiled_steps=(21, 25), warmup_steps=1, written_by="test")
+    stepfile.write(session / stepfile.STEP_FILE, doc)
+    measured = analyze(str(tmp_path))  # the logdir: the step file is found beside the capture
+    att = measured["attribution"]
+    assert measured["step_file"]["unprofiled_step_ms"] == pytest.approx(unprofiled, abs=1e-3)
+    assert att["profiler_cost"]["added_ms_per_step"] == pytest.approx(10.0 - unprofiled, abs=0.05)
+    assert att["profiler_cost"]["basis"].startswith("measured")
+    # without the profiler: busy 6.4 of 7.14 ms; the launch wait left is ~10 % < the 15 % launch threshold
+    assert att["unprofiled"]["device_busy_fraction"] == pytest.approx(6.4 / unprofiled, abs=0.01)
+    assert att["unprofiled"]["fractions"]["kernel_launch"] == pytest.approx(0.74 / unprofiled, abs=0.01)
+    assert measured["verdict"]["bottleneck"] == "compute"
+    assert measured["accelerator_utilization"] == pytest.approx(6.4 / unprofiled, abs=0.01)
+    added = att["profiler_cost"]["added_ms_per_step"]
+    assert f"without the profiler (the 7.1 ms unprofiled step; the capture added {added:.1f} ms a step)" in \
+        measured["verdict"]["summary"]
+    assert not any("batch size" in r for r in measured["verdict"]["recommendations"])
+
+
+def test_a_launch_wait_the_profiler_does_not_explain_stays_launch_bound(tmp_path):
+    capture = _launch_heavy_capture(tmp_path / "s", busy_us=5_000)
+    steps = tmp_path / "steps.json"
+    stepfile.write(steps, stepfile.document([9.5] * 10, written_by="test"))  # the profiler added only 0.5 ms
+    doc = analyze(str(capture), steps=str(steps))
+    assert doc["verdict"]["bottleneck"] == "other"
+    assert doc["attribution"]["unprofiled"]["fractions"]["kernel_launch"] == pytest.approx(4.5 / 9.5, abs=0.01)
+
+
+def test_gzipped_capture_is_read_as_it_is_with_its_step_file_beside_it(tmp_path):
+    plain = _launch_heavy_capture(tmp_path / "work")
+    session = tmp_path / "shared"
+    session.mkdir()
+    gz = session / "host.xplane.pb.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    stepfile.write(session / stepfile.STEP_FILE, stepfile.document([10 / 1.4] * 8))
+    doc = analyze(str(gz))
+    assert doc["profile"]["xplanes"] == [str(gz)] and doc["profile"]["session"] == "shared"
+    assert doc["step_file"]["file"] == str(session / stepfile.STEP_FILE)
+    assert doc["verdict"]["bottleneck"] == "compute"
+
+
+def test_a_gz_that_is_not_gzip_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "host.xplane.pb.gz"
+    bad.write_bytes(b"not gzip at all")
+    with pytest.raises(UsageError, match=r"host\.xplane\.pb\.gz: not a readable gzip file"):
+        analyze(str(bad))
+
+
+@pytest.mark.parametrize("content,match", [
+    ("{", "not a readable step file"),
+    ('{"schema": "other"}', "not a step file"),
+    ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, -2]}', "'step_time_ms' must be a list"),
+    ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "profiled_steps": [3, 1]}', "'profiled_steps'"),
+])
+def test_a_bad_step_file_is_refused_in_one_line_naming_it(tmp_path, content, match):
+    f = tmp_path / "steps.json"
+    f.write_text(content)
+    with pytest.raises(UsageError, match=match) as e:
+        stepfile.read(f)
+    assert "\n" not in str(e.value)
+
+
+def test_step_file_summary_leaves_out_warmup_window_and_probe_steps_and_measures_the_what_if():
+    times = [50.0, 11.0, 10.0, 9.0, 99.0, 1.0, 10.0, 30.0, 30.0, 12.0, 8.0]
+    doc = stepfile.document(times, profiled_steps=(7, 9), warmup_steps=1, excluded_steps=[4, 5],
+                            what_if={"compute_only_step_ms": [6.0, 6.0, 4.0, 4.0], "blocks": [[4, 2], [9, 2]]})
+    s = stepfile.summarize(doc, "t")
+    assert s.unprofiled_steps == 6 and s.unprofiled_step_ms == pytest.approx(10.0)  # 11 10 9 10 12 8
+    assert s.profiled_step_ms == pytest.approx(30.0) and s.compute_only_step_ms == pytest.approx(5.0)
+    assert s.input_cost_fraction == pytest.approx(0.5)
+    assert s.T_blocks_ms == [pytest.approx(10.0), pytest.approx(10.0)] and s.T_c_blocks_ms == [6.0, 4.0]
+    assert doc["summary"]["input_cost_fraction"] == pytest.approx(0.5)
+
+
+def test_the_what_if_compares_a_block_with_the_real_steps_around_it_on_a_drifting_machine():
+    # the machine is twice as slow for the first 20 steps; the one probe block ran then, at half the step
+    times = [20.0] * 20 + [10.0] * 20
+    doc = stepfile.document(times, excluded_steps=[10, 11, 12, 13],
+                            what_if={"compute_only_step_ms": [10.0] * 4, "blocks": [[10, 4]]})
+    s = stepfile.summarize(doc, "t")
+    assert s.unprofiled_step_ms == pytest.approx((16 * 20 + 20 * 10) / 36)  # the run's step: all unprofiled
+    assert s.T_blocks_ms == [pytest.approx(20.0)] and s.input_cost_fraction == pytest.approx(0.5)
+
+
+def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):
+    capture = _launch_heavy_capture(tmp_path / "s")
+    steps = tmp_path / "steps.json"
+    stepfile.write(steps, stepfile.document([10.0] * 4, profiled_steps=(0, 4)))
+    doc = analyze(str(capture), steps=str(steps))
+    assert doc["step_file"]["unprofiled_step_ms"] is None
+    assert doc["attribution"]["profiler_cost"]["basis"].startswith("estimate")
+
+
+@needs_h100
+def test_h100_compute_capture_with_its_unprofiled_steps_measures_the_profilers_cost():
+    truth = json.loads((H100 / "truth.json").read_text())["regimes"]["compute"]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        steps = Path(d) / "steps.json"
+        stepfile.write(steps, stepfile.document(truth["T_blocks_ms"], written_by="truth.json"))
+        doc = analyze(str(H100 / "h100-compute.xplane.pb.gz"), steps=str(steps))
+    att = doc["attribution"]
+    T = sum(truth["T_blocks_ms"]) / 3
+    assert att["profiler_cost"]["added_ms_per_step"] == pytest.approx(att["step_time_ms"] - T, abs=0.01)
+    assert att["profiler_cost"]["added_ms_per_step"] > 10  # the estimate from host events said ~6 ms
+    # device busy ÷ the unprofiled step: ~29 of 36 ms
+    assert doc["accelerator_utilization"] == pytest.approx(att["breakdown_ms"]["device_compute"] / T, abs=0.005)
+    assert 0.75 < doc["accelerator_utilization"] < 0.85
+    # busy ~29 of the 36 ms the program takes without the profiler: compute-bound, no launch advice (issue 29)
+    assert doc["verdict"]["bottleneck"] == "compute", doc["verdict"]["summary"]
+    assert not any("launch" in r or "batch size" in r for r in doc["verdict"]["recommendations"])
+    assert "without the profiler (the 36.1 ms unprofiled step" in doc["verdict"]["summary"]
+    assert "because kernel launch takes 21%" in doc["verdict"]["summary"]
+
+
+@needs_h100
+@pytest.mark.parametrize("regime,bottleneck", [("stall", "input"), ("h2d", "transfer")])
+def test_h100_bound_captures_keep_their_verdict_with_their_unprofiled_steps(tmp_path, regime, bottleneck):
+    truth = json.loads((H100 / "truth.json").read_text())["regimes"][regime]
+    steps = tmp_path / "steps.json"
+    stepfile.write(steps, stepfile.document(truth["T_blocks_ms"]))
+    doc = analyze(str(H100 / f"h100-{regime}.xplane.pb.gz"), steps=str(steps))
+    assert doc["verdict"]["bottleneck"] == bottleneck
+    share = doc["attribution"]["unprofiled"]["fractions"]["input" if regime == "stall" else "host_to_device"]
+    assert abs(share - truth["input_fraction"]) <= 0.10
+
+
+def test_analyze_cli_takes_steps_and_prints_the_measured_cost(tmp_path):
+    capture = _launch_heavy_capture(tmp_path / "s")
+    steps = tmp_path / "steps.json"
+    stepfile.write(steps, stepfile.document([10 / 1.4] * 8))
+    out = subprocess.run([sys.executable, "-m", "tfbertperf.analyze", str(capture), "--steps", str(steps)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "profiler cost (measured): +2.83 ms a step" in out.stdout  # the 9.97 ms captured step − 7.14 ms
+    missing = subprocess.run([sys.executable, "-m", "tfbertperf.analyze", str(capture), "--steps",
+                              str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nope.json: no such file" in missing.stderr
+
+
+def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_path):
+    # JAX is not installed here: jax.profiler's three calls and block_until_ready are stood in for by plain
+    # callables that do what they do to the file system and the clock (a capture folder with an XSpace in it).
+    import time
+
+    from tfbertperf.jax_steps import StepTimer
+
+    calls = []
+
+    def start_trace(logdir, **kw):
+        calls.append(("start", kw))
+
+    def stop_trace():
+        calls.append(("stop",))
+        _launch_heavy_capture(tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00")
+
+    class Annotation:
+        def __init__(self, name, step_num):
+            calls.append(("step", name, step_num))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    waited = []
+    timer = StepTimer(tmp_path / "logs", profile_steps="3:5", warmup_steps=1, start_trace=start_trace,
+                      stop_trace=stop_trace, annotation=Annotation, wait=waited.append, profiler_options="opts")
+    for i in range(8):
+        with timer.step() as step:
+            time.sleep(0.002)
+            step.result = i
+    path = timer.close()
+    assert calls[:4] == [("step", "train", 0), ("step", "train", 1), ("step", "train", 2),
+                         ("start", {"profiler_options": "opts"})]
+    assert ("stop",) in calls and calls.index(("stop",)) == calls.index(("step", "train", 5)) - 1
+    assert waited == list(range(8)) and len(timer.step_times_ms) == 8 and min(timer.step_times_ms) >= 2.0
+    assert path == tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00" / stepfile.STEP_FILE
+    s = stepfile.read(path)
+    assert s.profiled_steps == [3, 5] and s.unprofiled_steps == 5  # 8 − warm-up 1 − profiled 2
+    assert analyze(str(tmp_path / "logs"))["step_file"]["file"] == str(path)
+
+
+def test_importing_the_jax_helper_imports_neither_jax_nor_tensorflow():
+    code = "import sys, tfbertperf.jax_steps; print(sorted(m for m in ('jax', 'tensorflow') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_analyze_says_which_input_cost_is_measured_and_which_estimated():
+    from tfbertperf.report.console import measured_lines
+
+    doc = stepfile.document([10.0] * 20, excluded_steps=[10, 11],
+                            what_if={"compute_only_step_ms": [6.0, 6.0], "blocks": [[10, 2]]})
+    summary = stepfile.summarize(doc, "steps.json").as_dict()
+    lines = measured_lines({"step_file": summary, "attribution": {
+        "input_cost_estimate_fraction": 0.25,
+        "profiler_cost": {"added_ms_per_step": 1.0, "added_fraction": 0.09, "captured_step_ms": 11.0}}})
+    assert lines[0] == "step file steps.json: 18 unprofiled steps, 10.00 ms/step"
+    assert lines[1].startswith("profiler cost (measured): +1.00 ms a step")
+    assert lines[2].startswith("input cost (measured): 40.0 %")
+    assert lines[3] == "input cost (estimated from the capture alone): 25.0 %"
+    alone = measured_lines({"step_file": None, "attribution": {"profiler_cost": {"added_ms_per_step_estimate": 6.0}}})
+    assert alone == ["profiler cost: ~6.0 ms a step, estimated (no step file beside the capture: "
+                     "tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]

@@ -1,0 +1,131 @@
+"""Step times for a JAX training loop: the step markers xprof needs, a capture of a window of steps, and the step
+file `tfbertperf analyze` reads beside it (profile/stepfile.py) — what `tfbertperf.keras.ProfileCallback` does for
+Keras, for a loop you write yourself.  Importing this module imports neither JAX nor TensorFlow.
+
+    from tfbertperf.jax_steps import StepTimer
+
+    timer = StepTimer("logs/run1", profile_steps="20:40")
+    for i in range(steps):
+        with timer.step() as step:
+            batch = next(batches)                      # inside the step: its wait for input is the step's
+            state, loss = train_step(state, batch)
+            step.result = loss                         # waited for (jax.block_until_ready) before the step ends
+    timer.close()                                      # writes logs/run1/plugins/profile/<session>/tfbertperf_steps.json
+    # then: tfbertperf analyze logs/run1
+
+Each step runs inside `jax.profiler.StepTraceAnnotation("train", step_num=i)`; `jax.profiler.start_trace(logdir)`
+opens before step START and `stop_trace()` closes before step STOP.  A step's wall time runs from entering the
+`with` to its result being ready, so the unprofiled steps' mean is the program's step time and analyze measures
+the profiler's cost as captured − unprofiled.  For the Python tracer (frames of a Python loader), pass
+`profiler_options=jax.profiler.ProfileOptions()` with `python_tracer_level = 1`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from tfbertperf.config import parse_window
+from tfbertperf.profile import stepfile
+from tfbertperf.train.probe import short_run_budget
+
+
+class _Step:
+    result = None  # set it to the step's output: it is waited for before the step's time is taken
+
+
+class StepTimer:
+    """Step markers, a capture of `profile_steps` and every step's wall time, written as a step file by close().
+
+    Args:
+      logdir: where the capture goes (`logdir/plugins/profile/<session>/`); the step file is written beside it
+        (in `logdir` when no capture was made).
+      profile_steps: "START:STOP" or (start, stop): the steps to capture (STOP exclusive); None = no capture.
+      warmup_steps: leading steps left out of the unprofiled mean (compilation); at most a quarter of the steps.
+      marker: the step marker's name.
+      profiler_options: passed to jax.profiler.start_trace (e.g. a ProfileOptions with the Python tracer on).
+      start_trace, stop_trace, annotation, wait: stand-ins for jax.profiler.start_trace(logdir, **kw),
+        jax.profiler.stop_trace(), jax.profiler.StepTraceAnnotation(name, step_num=i) and
+        jax.block_until_ready(x) — the defaults, imported on first use.
+    Attributes:
+      step_times_ms: every step's wall time so far, ms.  step_file: the file close() wrote, or None.
+    """
+
+    def __init__(self, logdir, profile_steps="20:40", warmup_steps: int = 5, marker: str = "train",
+                 profiler_options=None, start_trace: Callable | None = None, stop_trace: Callable | None = None,
+                 annotation: Callable | None = None, wait: Callable | None = None) -> None:
+        self.logdir = str(logdir)
+        self.window = parse_window(profile_steps, None, label="StepTimer(profile_steps={!r})")
+        self.warmup_steps, self.marker, self.options = int(warmup_steps), marker, profiler_options
+        self._start, self._stop, self._annotation, self._wait = start_trace, stop_trace, annotation, wait
+        self.step_times_ms: list[float] = []
+        self.step_file: Path | None = None
+        self._profiling = False
+        self._profiled: tuple[int, int] | None = None
+        self._before: set[str] = set()
+        self._session: Path | None = None
+
+    def _jax(self) -> None:
+        if None in (self._start, self._stop, self._annotation, self._wait):
+            import jax  # only when a default is needed: tests and other frameworks pass their own
+
+            self._start = self._start or jax.profiler.start_trace
+            self._stop = self._stop or jax.profiler.stop_trace
+            self._annotation = self._annotation or jax.profiler.StepTraceAnnotation
+            self._wait = self._wait or jax.block_until_ready
+
+    def step(self):
+        """Context manager for one step (module docstring); set `.result` on what it yields."""
+        return _Timed(self)
+
+    def _begin(self) -> None:
+        self._jax()
+        i = len(self.step_times_ms)
+        if self.window and i == self.window[0] and not self._profiling:
+            self._before = stepfile.sessions(self.logdir)
+            kw = {"profiler_options": self.options} if self.options is not None else {}
+            self._start(self.logdir, **kw)
+            self._profiling = True
+        if self.window and i == self.window[1] and self._profiling:
+            self._end_capture()
+
+    def _end_capture(self) -> None:
+        self._stop()
+        self._profiling = False
+        self._profiled = (self.window[0], len(self.step_times_ms))
+        self._session = stepfile.session_dir(self.logdir, self._before)
+
+    def close(self) -> Path:
+        """Stop a capture still running and write the step file (profile/stepfile.py); returns its path."""
+        if self._profiling:
+            self._end_capture()
+        warmup = short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
+        doc = stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
+                                written_by="tfbertperf.jax_steps.StepTimer")
+        self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
+        return self.step_file
+
+
+class _Timed:
+    def __init__(self, timer: StepTimer) -> None:
+        self.timer, self.step = timer, _Step()
+
+    def __enter__(self) -> _Step:
+        t = self.timer
+        t._begin()
+        self.mark = t._annotation(t.marker, step_num=len(t.step_times_ms))
+        self.mark.__enter__()
+        self.t0 = time.perf_counter()
+        return self.step
+
+    def __exit__(self, *exc) -> bool:
+        t = self.timer
+        try:
+            if exc[0] is None and self.step.result is not None:
+                t._wait(self.step.result)  # the step's device work is part of its time
+        finally:
+            self.mark.__exit__(*exc)
+        if exc[0] is None:
+            t.step_times_ms.append((time.perf_counter() - self.t0) * 1e3)
+        return False

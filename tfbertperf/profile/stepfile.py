@@ -1,0 +1,198 @@
+"""The step file: every step's wall time of a user's own training, written beside its capture, so that `analyze`
+measures what it would otherwise estimate (the profiler's cost, and with the what-if probe, the input's cost).
+
+Where: `<logdir>/plugins/profile/<session>/tfbertperf_steps.json` (STEP_FILE), next to the session's
+`<host>.xplane.pb`; written by `tfbertperf.keras.ProfileCallback` (Keras `model.fit`) and by
+`tfbertperf.jax_steps.StepTimer` (a JAX loop).  `tfbertperf analyze` finds it there, or takes `--steps FILE`.
+
+Schema "tfbertperf.steps/1" (JSON object; times in milliseconds; step i = the i-th step marker, from 0):
+  step_time_ms     [float, …]  wall time of every step in order (marker open → close, the step's result read
+                               back), profiled or not.  Required, at least one.
+  profiled_steps   [start, stop] | null   the steps inside the capture (stop exclusive); null = none profiled.
+  warmup_steps     int ≥ 0     leading steps left out of every mean (tracing, compilation, warm caches).
+  excluded_steps   [int, …]    further steps left out of the unprofiled mean: the steps a what-if block ran
+                               inside, and the steps right after it (fed from buffers a run-ahead pipeline
+                               filled while the block ran; train/probe.py recovery_steps).
+  what_if          null | {"compute_only_step_ms": [float, …] (the probe's timed steps on one cached batch),
+                           "blocks": [[before_step, timed_steps], …]}
+  written_by       str         which helper wrote it (informational).
+  summary          {…}         the figures below as the writer computed them (informational: the reader
+                               recomputes them from the lists).
+
+Definitions (`summarize`):
+  unprofiled steps: i ≥ warmup_steps, outside profiled_steps, not in excluded_steps.
+  unprofiled_step_ms = T: their mean (a throughput figure: a stall that hits one step in N counts).
+  profiled_step_ms: the mean of the profiled steps as the helper timed them (the capture's own step, read from the
+    trace, is what analyze compares with T).
+  compute_only_step_ms = T_c: the mean of what_if.compute_only_step_ms.
+  input_cost_fraction = (T − T_c) / T, clipped to [0, 1]: how much shorter the step would be with free input —
+    with each block paired with the real steps around it in time: T_blocks_ms[k] = the mean of the
+    max(n_k, BRACKET_MIN) unprofiled steps right before block k and as many right after it (n_k its timed steps),
+    T_c_blocks_ms[k] = the block's mean, and input_cost_fraction = (Σ n_k T_k − Σ n_k T_c,k) ÷ Σ n_k T_k.  On a
+    machine whose speed drifts (a shared host, thermal limits) a block is then compared with the stretch it sat
+    in, not with the whole run; without block positions, (T − T_c) / T.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfbertperf.errors import UsageError
+
+STEP_FILE = "tfbertperf_steps.json"
+SCHEMA = "tfbertperf.steps/1"
+BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
+
+
+@dataclass
+class StepSummary:
+    """What analyze reads from a step file (module docstring: definitions)."""
+    path: str
+    unprofiled_step_ms: float | None  # None when every timed step was profiled (or warm-up)
+    unprofiled_steps: int
+    profiled_step_ms: float | None = None
+    profiled_steps: list[int] | None = None
+    compute_only_step_ms: float | None = None
+    compute_only_steps: int = 0
+    input_cost_fraction: float | None = None
+    T_blocks_ms: list[float] = field(default_factory=list)
+    T_c_blocks_ms: list[float] = field(default_factory=list)
+    written_by: str = ""
+
+    def as_dict(self) -> dict:
+        r = lambda x: None if x is None else round(x, 4)  # noqa: E731
+        return {"file": self.path, "written_by": self.written_by,
+                "unprofiled_step_ms": r(self.unprofiled_step_ms), "unprofiled_steps": self.unprofiled_steps,
+                "profiled_step_ms": r(self.profiled_step_ms), "profiled_steps": self.profiled_steps,
+                "compute_only_step_ms": r(self.compute_only_step_ms), "compute_only_steps": self.compute_only_steps,
+                "input_cost_fraction": r(self.input_cost_fraction),
+                "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
+                "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms]}
+
+
+def _times(where: str, key: str, value) -> list[float]:
+    if not isinstance(value, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                              and math.isfinite(x) and x >= 0 for x in value):
+        raise UsageError(f"{where}: '{key}' must be a list of step times in milliseconds (finite, ≥ 0)")
+    return [float(x) for x in value]
+
+
+def _window(where: str, value, n: int) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2 or not all(isinstance(x, int) for x in value)
+            or not 0 <= value[0] < value[1]):
+        raise UsageError(f"{where}: 'profiled_steps' must be [start, stop] with 0 ≤ start < stop, or null")
+    return value[0], min(value[1], n)
+
+
+def document(step_time_ms, *, profiled_steps=None, warmup_steps: int = 0, excluded_steps=(), what_if=None,
+             written_by: str = "") -> dict:
+    """The step file's JSON object (module docstring), with its `summary` filled in."""
+    doc = {"schema": SCHEMA, "written_by": written_by, "step_time_ms": [round(float(x), 4) for x in step_time_ms],
+           "profiled_steps": list(profiled_steps) if profiled_steps else None, "warmup_steps": int(warmup_steps),
+           "excluded_steps": sorted({int(i) for i in excluded_steps}), "what_if": what_if}
+    doc["summary"] = summarize(doc, "(being written)").as_dict() if doc["step_time_ms"] else None
+    return doc
+
+
+def write(path, doc: dict) -> Path:
+    """Write a step file atomically (a reader sees the old file or the whole new one)."""
+    from tfbertperf.storage.atomic import write_atomic
+
+    return write_atomic(path, (json.dumps(doc, indent=1) + "\n").encode(), durable=False)
+
+
+def summarize(doc: dict, where: str) -> StepSummary:
+    """The figures of a step file's object (module docstring); UsageError naming `where` when it is malformed."""
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{where}: not a step file (expected \"schema\": \"{SCHEMA}\")")
+    steps = _times(where, "step_time_ms", doc.get("step_time_ms"))
+    window = _window(where, doc.get("profiled_steps"), len(steps))
+    warmup = doc.get("warmup_steps", 0)
+    excluded = doc.get("excluded_steps") or []
+    if not isinstance(warmup, int) or warmup < 0 or not all(isinstance(i, int) for i in excluded):
+        raise UsageError(f"{where}: 'warmup_steps' must be an int ≥ 0 and 'excluded_steps' a list of step numbers")
+    out_of_window = (lambda i: True) if window is None else (lambda i: not window[0] <= i < window[1])
+    skip = set(excluded)
+    unprofiled = [i for i in range(warmup, len(steps)) if out_of_window(i) and i not in skip]
+    if not steps:
+        raise UsageError(f"{where}: 'step_time_ms' is empty: no step was timed")
+    T = statistics.fmean(steps[i] for i in unprofiled) if unprofiled else None  # every step profiled: no T
+    s = StepSummary(path=where, unprofiled_step_ms=T, unprofiled_steps=len(unprofiled),
+                    written_by=str(doc.get("written_by") or ""))
+    if window is not None and window[0] < len(steps):
+        s.profiled_steps = list(window)
+        s.profiled_step_ms = statistics.fmean(steps[window[0]:window[1]])
+    wi = doc.get("what_if")
+    if wi:
+        if not isinstance(wi, dict):
+            raise UsageError(f"{where}: 'what_if' must be an object or null")
+        probe = _times(where, "what_if.compute_only_step_ms", wi.get("compute_only_step_ms"))
+        blocks = wi.get("blocks") or []
+        if probe and T:
+            s.compute_only_step_ms = statistics.fmean(probe)
+            s.compute_only_steps = len(probe)
+            s.T_blocks_ms, s.T_c_blocks_ms, sizes = _blocks(steps, unprofiled, probe, blocks)
+            if sizes:  # paired in time: each block against the real steps around it
+                t = sum(x * n for x, n in zip(s.T_blocks_ms, sizes))
+                tc = sum(x * n for x, n in zip(s.T_c_blocks_ms, sizes))
+                s.input_cost_fraction = max(0.0, min(1.0, (t - tc) / t)) if t > 0 else None
+            else:
+                s.input_cost_fraction = max(0.0, min(1.0, (T - s.compute_only_step_ms) / T))
+    return s
+
+
+def _blocks(steps, unprofiled, probe, blocks) -> tuple[list[float], list[float], list[int]]:
+    """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps, and its size
+    (module docstring); ([], [], []) when the blocks do not account for the probe's steps."""
+    at = [int(b[0]) for b in blocks if isinstance(b, list) and len(b) == 2]
+    sizes = [int(b[1]) for b in blocks if isinstance(b, list) and len(b) == 2]
+    if not at or sum(sizes) != len(probe):
+        return [], [], []
+    T, Tc, n_used, k = [], [], [], 0
+    for pos, n in zip(at, sizes):
+        m = max(n, BRACKET_MIN)
+        before = [i for i in unprofiled if i < pos][-m:]
+        after = [i for i in unprofiled if i >= pos][:m]
+        if n and before + after:
+            T.append(statistics.fmean(steps[i] for i in before + after))
+            Tc.append(statistics.fmean(probe[k:k + n]))
+            n_used.append(n)
+        k += n
+    return T, Tc, n_used
+
+
+def read(path) -> StepSummary:
+    """Read and summarize a step file; UsageError (one line naming the file) when it is missing or malformed."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--steps {p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{p}: not a readable step file ({type(e).__name__})") from None
+    return summarize(doc, str(p))
+
+
+def sessions(logdir) -> set[str]:
+    """The capture session folders under `logdir/plugins/profile` now (a writer lists them before it starts the
+    profiler and after it stops it: the new one is the capture's, `session_dir`)."""
+    d = Path(logdir) / "plugins" / "profile"
+    return {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
+
+
+def session_dir(logdir, before: set[str]) -> Path | None:
+    """The session folder a capture added to `logdir` since `before` (sessions()), newest first; None if none."""
+    new = sorted(sessions(logdir) - before)
+    return Path(logdir) / "plugins" / "profile" / new[-1] if new else None
+
+
+def beside(directory) -> Path | None:
+    """The step file in a capture's session directory, or None."""
+    f = Path(directory) / STEP_FILE
+    return f if f.is_file() else None

@@ -1,0 +1,72 @@
+"""The program as it runs without the profiler: a device-idle attribution (profile/device_attribution.py) re-read
+against the step measured outside the capture (our step timer, or a user's step file: profile/stepfile.py).
+
+The profiler slows the host, not the device: a kernel runs as long traced or not, and a sleep, a read or a copy
+takes its own time, but every host event the profiler records (and CUPTI's work around each launch) lengthens
+the host's path to the next launch.  So, with the captured step S, the unprofiled step T (measured) and the
+profiler's cost P = S − T:
+  * device_compute keeps its milliseconds (busy time per step);
+  * input, host_to_device, output and compile keep theirs (HOST_FIXED), scaled down together only when busy plus
+    them would not fit in T (then the profiler slowed them too: a Python loader under the tracer);
+  * kernel_launch and other (HOST_SLOWED: the host issuing work, Python, idle) get what is left of T, shared in
+    proportion to their captured milliseconds: their captured time less P when P is all theirs;
+  * a T longer than S (no measurable cost, or noise) leaves the captured milliseconds as they are; the surplus is
+    named `unexplained_ms`.
+Fractions are of T; device_busy_fraction = busy ÷ T (capped at 1): the program's AU without the profiler.
+"""
+
+from __future__ import annotations
+
+HOST_FIXED = ("input", "host_to_device", "output", "compile")
+HOST_SLOWED = ("kernel_launch", "other")
+BASIS = ("measured: the capture's device time against the unprofiled step time (profiler cost = captured − "
+         "unprofiled step, taken from the host's own work)")
+
+
+def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
+    """The unprofiled view of a device_idle attribution (module docstring), or None without a measured step."""
+    if not unprofiled_step_ms or unprofiled_step_ms <= 0 or att.get("source") != "device_idle":
+        return None
+    T, S = float(unprofiled_step_ms), float(att["step_time_ms"])
+    bd = {k: float(v) for k, v in att["breakdown_ms"].items()}
+    busy = min(bd["device_compute"], T)
+    fixed = sum(bd[k] for k in HOST_FIXED)
+    slowed = sum(bd[k] for k in HOST_SLOWED)
+    out = {k: 0.0 for k in bd}
+    out["device_compute"] = busy
+    room = T - busy
+    unexplained = 0.0
+    if fixed > room:  # the profiler slowed the fixed parts too: they share what is left, the host's own none
+        for k in HOST_FIXED:
+            out[k] = bd[k] * room / fixed if fixed else 0.0
+    else:
+        for k in HOST_FIXED:
+            out[k] = bd[k]
+        left = room - fixed
+        share = min(1.0, left / slowed) if slowed > 0 else 0.0
+        for k in HOST_SLOWED:
+            out[k] = bd[k] * share
+        unexplained = max(0.0, left - slowed * share)
+        out["other"] += unexplained
+    return {
+        "step_time_ms": round(T, 4),
+        "captured_step_ms": round(S, 4),
+        "profiler_ms_per_step": round(max(0.0, S - T), 4),
+        "breakdown_ms": {k: round(v, 4) for k, v in out.items()},
+        "fractions": {k: round(v / T, 6) for k, v in out.items()},
+        "device_busy_fraction": round(busy / T, 6),
+        "unexplained_ms": round(unexplained, 4),
+        "basis": BASIS,
+    }
+
+
+def words(att: dict) -> str:
+    """The unprofiled view in one clause for the verdict's summary ("" without one)."""
+    u = att.get("unprofiled")
+    if not u:
+        return ""
+    fr = u["fractions"]
+    return (f"without the profiler (the {u['step_time_ms']:.1f} ms unprofiled step; the capture added "
+            f"{u['profiler_ms_per_step']:.1f} ms a step) the device computes {fr['device_compute']:.0%}, waits on "
+            f"input {fr['input']:.0%}, host→device {fr['host_to_device']:.0%}, kernel launch "
+            f"{fr['kernel_launch']:.0%}, other {fr['other'] + fr['compile'] + fr['output']:.0%}")
