@@ -231,7 +231,7 @@ class FileDigest:
 def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
     names = plane.event_names
     lines = [c for c in plane.lines if c.name != "Steps"]
-    kern_s, kern_e, kern_n, kern_mod, kern_pid = [], [], [], [], []
+    kern_s, kern_e, kern_n, kern_mod, kern_pid, kern_meta = [], [], [], [], [], []
     cp = {"s": [], "e": [], "d": [], "b": [], "k": []}
     strings = plane.strings
     # per interned string (-1, no stat: the last entry): the copy's size and source memory kind
@@ -249,6 +249,7 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
         kern_s.append(start[k])
         kern_e.append(end[k])
         kern_n.append(codes[k])
+        kern_meta.append(line.meta[k])
         for stat, out in (("hlo_module", kern_mod), ("program_id", kern_pid)):
             col = line.stats.get(stat)
             out.append(col[k] if col is not None else np.full(int(k.sum()), -1 if stat == "hlo_module" else MISSING,
@@ -293,12 +294,22 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
             mod, pid = int(code // len(ids)) - 1, ids[code % len(ids)]
             key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else int(pid))
             pairs[key] = pairs.get(key, 0) + int(counts[code])
-    named = km >= 0
+    pm, pp, names_ext = km, kp, list(strings)
+    if plane.meta_programs and (km < 0).any():  # TPU: the op's metadata carries the program (module and id)
+        miss = np.flatnonzero(km < 0)
+        metas, inv = np.unique(cat(kern_meta)[miss], return_inverse=True)
+        got = [plane.meta_programs.get(m) for m in metas.tolist()]
+        mod = np.array([len(names_ext) + i if g else -1 for i, g in enumerate(got)], dtype=np.int64)
+        names_ext += [g[0] if g else "" for g in got]
+        pid = np.array([MISSING if not g or g[1] is None else g[1] for g in got], dtype=np.int64)
+        pm, pp = km.copy(), kp.copy()
+        pm[miss], pp[miss] = mod[inv.reshape(-1)], pid[inv.reshape(-1)]
+    named = pm >= 0
     keys, key_code = [], np.zeros(0, dtype=np.int64)
     if named.any():
-        codes, key_code = np.unique(np.stack([km[named], kp[named]], axis=1), axis=0, return_inverse=True)
+        codes, key_code = np.unique(np.stack([pm[named], pp[named]], axis=1), axis=0, return_inverse=True)
         key_code = key_code.reshape(-1)
-        keys = [(strings[int(mod)], None if pid == MISSING else int(pid)) for mod, pid in codes.tolist()]
+        keys = [(names_ext[int(mod)], None if pid == MISSING else int(pid)) for mod, pid in codes.tolist()]
     program_kernels = (ks[named], ke[named], key_code)
     steps = []
     for line in (c for c in plane.lines if c.name == "Steps"):

@@ -209,6 +209,7 @@ class PlaneColumns:
     strings: list
     hlo_protos: dict = field(default_factory=dict)
     hlo_by_id: dict = field(default_factory=dict)
+    meta_programs: dict = field(default_factory=dict)  # device planes: event metadata id → (hlo_module, id)
 
     def name_table(self, ids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """(codes, names): the events' metadata ids as indices into `names` (unknown ids → "", as a missing
@@ -673,7 +674,15 @@ def _plane(mm, a: np.ndarray, p: int, end: int) -> PlaneColumns:
             pid = pid if pid is not None else (int(m.group(1)) if m else None)
             if pid is not None:
                 hlo_ids[int(pid)] = (name, st["Hlo Proto"].bytes_value)
-    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo, hlo_ids)
+    meta_programs = {}  # TPU: an op's metadata, not the event, carries its program (program_facts.programs_ran)
+    if kind == "device":
+        for k, meta in head.event_metadata.items():
+            st = {stat_names.get(x.metadata_id): stat_value(x, stat_names) for x in meta.stats}
+            if st.get("hlo_module"):
+                pid = st.get("program_id")
+                meta_programs[k] = (str(st["hlo_module"]), None if pid is None else int(pid))
+    return PlaneColumns(head.id, head.name, event_names, stat_names, stats, cols, strings.values, hlo, hlo_ids,
+                        meta_programs)
 
 
 def _line_name(mm, p: int, end: int) -> str:
