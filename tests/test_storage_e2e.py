@@ -127,5 +127,11 @@ def test_azure_stage_run_prints_our_lines_only_and_a_storage_line(prepared, azur
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert all(ln.startswith("[tfbertperf]") for ln in p.stderr.splitlines()), p.stderr
-    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("storage: azure/stage: ")]
+    # console lines wrap at 120 characters (issue 30): the storage line with its continuation lines, joined
+    lines = p.stdout.splitlines()
+    (i,) = [k for k, ln in enumerate(lines) if ln.startswith("storage: azure/stage: ")]
+    j = i + 1
+    while j < len(lines) and lines[j].startswith("  "):
+        j += 1
+    line = " ".join([lines[i], *(ln.strip() for ln in lines[i + 1:j])])
     assert "MB from the store" in line and "from the local stage cache" in line and "errors 0" in line
