@@ -122,44 +122,57 @@ def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
     assert len(step_tables[0]["rows"]) == r["attribution"]["steps_profiled"] >= 10
 
 
+@pytest.mark.slow
 def test_naive_preset_waits_on_input_more_than_tuned(tmp_path):
     from tfbertperf.data import prepare_data
     from tfbertperf.job import run
 
-    # Slow storage (400 ms per read) on ~40 shards of about one batch each (a shard is one emulated read: its
-    # first READ_BYTES): the naive pipeline reads them one after another, ~400 ms a batch against a ~250 ms step,
-    # which no prefetch can hide; the tuned one's parallel interleave reads several at once.  (On 4 shards of ~330
-    # records, as data_dir, a shard is a single read of ~10 batches, and any prefetch of a few batches hides one
-    # 400 ms read in ten steps: a CI run measured naive 0.22 % against tuned 0.22 %.  At 20 ms even sequential
-    # reads keep up with tiny BERT here — see BENCHMARKS.md.)
+    # Stated about what the code decides, not about this machine's speed (issue 31: under load, with the real
+    # model, the tuned pipeline's CPU work lost the cores to the model and it waited 0.61 of the run against
+    # naive's 0.79).  Every read is a fixed 400 ms sleep (data.read_latency_ms) on ~40 shards of about one batch
+    # each (a shard is one emulated read: its first READ_BYTES), and the step is an emulated 200 ms sleep
+    # (emulate.step_ms): a sleep is never shorter than asked and leaves the cores to the pipeline, so a busy
+    # machine cannot make the naive pipeline's reads overlap nor the tuned one's reads fall behind the step.
+    # (With real compute a prefetch of a few batches hides one 400 ms read in ten steps, and at 20 ms even
+    # sequential reads keep up with tiny BERT here — see BENCHMARKS.md.)
+    latency, step = 400.0, 200.0
     sets = ["data.dupe_factor=1", "data.num_shards=40", "data.vocab_size=2000"]
     data = tmp_path / "shards"
     prepare_data(load_config(sets=sets), str(data), progress=False)
     reports = {}
     for preset in ("naive", "tuned"):
         cfg = load_config(data_uri=str(data),
-                          sets=sets + [f"pipeline.preset={preset}", "train.steps=40", "profile.steps=8:20",
-                                       "profile.probe_steps=6", f"run.out={tmp_path}", "data.read_latency_ms=400",
+                          sets=sets + [f"pipeline.preset={preset}", "train.steps=30", "profile.steps=8:20",
+                                       f"run.out={tmp_path}", f"data.read_latency_ms={latency:g}",
+                                       f"emulate.step_ms={step:g}", "pipeline.shuffle_buffer=64",
                                        "profile.ceiling_seconds=0", "profile.utilization_hz=0"])
         reports[preset] = run(cfg, progress=False)[1]
     naive, tuned = reports["naive"], reports["tuned"]
     assert naive["pipeline"]["cycle_length"] == 1 and naive["config"]["pipeline"]["preset"] == "naive"
-    # The naive pipeline's sequential reads stall the step; the tuned one hides most of them.  Measured here
-    # (2026-11-25, load ~2): blocked-wait share naive 0.130 vs tuned 0.003 over 40 steps; over 30 steps naive 0.276
-    # vs tuned 0.160 (AUTOTUNE's parallelism still ramping up over the first steps).  The step-time mean is not
-    # asserted: under load the compute's own slowdown can be larger than the wait.
-    assert naive["step_timer"]["input_wait_fraction"] > max(0.05, 1.5 * tuned["step_timer"]["input_wait_fraction"])
-    # (not asserted: the slowest step, which varies with where a stall lands (warm-up, probe or measured steps);
-    # nor the verdict, checked at 200 ms in test_regime.py.)
-    assert naive["storage"]["requests"] > 0
+    # Reads in flight (summed read time ÷ the time with at least one read in flight): the naive pipeline reads
+    # one shard after another, never two at once; the tuned one's interleave opens several shards together (at
+    # its start alone cycle_length reads of 400 ms each overlap).
+    n_sto, t_sto = naive["storage"], tuned["storage"]
+    assert n_sto["read_time_ms"] == pytest.approx(n_sto["busy_read_ms"], abs=1.0)
+    assert t_sto["read_time_ms"] - t_sto["busy_read_ms"] >= 2 * latency, t_sto
+    # The steady step: naive's holds the emulated step and most of a read that nothing ran ahead of; tuned's is
+    # the emulated step alone (its readers deliver ~a batch per 400 / cycle_length ms, well ahead of the step).
+    n_p50, t_p50 = naive["throughput"]["step_time_ms"]["p50"], tuned["throughput"]["step_time_ms"]["p50"]
+    assert n_p50 >= step + 0.25 * latency > t_p50 >= step, (n_p50, t_p50)
+    # ... which the always-on step timer reports as time blocked on input (naive ~0.5 of the run; tuned's share
+    # is its first steps and the capture's start: measured 0.54 against 0.20 on a quiet machine).
+    assert naive["step_timer"]["input_wait_fraction"] > max(0.25, tuned["step_timer"]["input_wait_fraction"])
+    # (not asserted: the slowest step, which varies with where a stall lands; nor the verdict, checked at 200 ms
+    # in test_regime.py.)
+    assert n_sto["requests"] > 0
     # xprof files the emulated reads (a py_function in a map) under preprocessing; the join with our storage
     # metrics puts them back under storage_read.
     # The reads are put per step the capture spans, as the input-op times are (xprof's totals cover the whole
     # capture, not only the steps of its table: profile/steptable.py).
-    sto, att = naive["storage"], naive["attribution"]
+    att = naive["attribution"]
     assert att["input_ops_capture_steps"] >= att["steps_profiled"]
-    assert sto["joined_read_ms_per_step"] == pytest.approx(sto["joined_read_ms"] / att["input_ops_capture_steps"],
-                                                           abs=0.01)
+    assert n_sto["joined_read_ms_per_step"] == pytest.approx(n_sto["joined_read_ms"] / att["input_ops_capture_steps"],
+                                                             abs=0.01)
     split, ops = att["input_split_us"], att["input_ops_us"]
     assert split["storage_read"] > ops["storage_read"] and split["storage_read"] >= split["preprocessing"]
     assert abs(sum(split.values()) - sum(ops.values())) < 1.0
