@@ -151,25 +151,35 @@ def test_from_config():
 
 
 def test_emulated_step_is_precise_and_uses_almost_no_cpu():
-    step_ms, n = 20.0, 10
-    errors, cpu, wall = [], 0.0, 0.0
+    # Side by side with a bare time.sleep of the same length, interleaved: a loaded machine wakes both late by
+    # the same scheduler delay, which is the machine's, not the emulation's; the emulation must never end early
+    # and not later than the bare sleep (it sleeps to 0.3 ms before the deadline and spins the rest).
+    step_ms, n = 20.0, 15
+    late, bare, cpu, wall = [], [], 0.0, 0.0
     for _ in range(n):
-        c0, t0 = time.process_time(), time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()  # this thread's CPU: the test process has others
         emulated_step(step_ms)
         dt = time.perf_counter() - t0
-        cpu += time.process_time() - c0
+        cpu += time.thread_time() - c0
         wall += dt
-        errors.append(dt * 1000 - step_ms)
-    assert min(errors) >= 0, "never early"
-    assert sorted(errors)[n // 2] < 2.0, f"median lateness {sorted(errors)[n // 2]:.3f} ms"
+        late.append(dt * 1000 - step_ms)
+        t0 = time.perf_counter()
+        time.sleep(step_ms / 1000)
+        bare.append((time.perf_counter() - t0) * 1000 - step_ms)
+    late, bare = sorted(late), sorted(bare)
+    assert late[0] >= 0, "never early"
+    spread = bare[3 * n // 4] - bare[n // 4]
+    assert late[n // 2] <= bare[n // 2] + max(0.1, spread), f"median lateness {late[n // 2]:.3f} ms, bare {bare}"
     assert cpu < 0.10 * wall, f"cpu {cpu:.4f} s of wall {wall:.3f} s"
 
 
 def test_emulated_step_counts_from_start_and_returns_at_once_when_late():
+    # 50 ms gone before the call: counted from `start`, the call waits ~10 ms of the 60 (a wait from the call
+    # would be 60 ms or more, whatever the machine's wake-up delay, up to 50 ms of it)
     t0 = time.perf_counter()
-    time.sleep(0.005)
-    waited = emulated_step(15.0, start=t0)
-    assert (time.perf_counter() - t0) * 1000 == pytest.approx(15.0, abs=2.0) and waited < 14.0
+    time.sleep(0.05)
+    waited = emulated_step(60.0, start=t0)
+    assert (time.perf_counter() - t0) * 1000 >= 60.0 and waited < 60.0
     assert emulated_step(1.0, start=time.perf_counter() - 1.0) < 1.0
 
 
