@@ -249,6 +249,7 @@ def test_a_pipeline_tf_data_cannot_save_is_fast_forwarded_on_resume(tmp_path):
     assert restored.step == 3 and restored.skip_batches == 3
 
 
+@pytest.mark.slow
 def test_a_late_usage_error_leaves_no_run_directory_unless_it_can_be_resumed(data_dir, tmp_path):
     """issue 17 finding 5: bad input found only while reading (raised here through the loop's STEP_HOOK at a
     chosen step, as a corrupt shard's error would come) leaves no debris; a run with a checkpoint stays."""

@@ -122,6 +122,7 @@ def test_bad_checkpoints_are_one_line_exit_2_before_a_run_directory(tmp_path):
     assert not runs.exists()  # refused before any data work or run directory
 
 
+@pytest.mark.slow
 def test_a_run_from_a_checkpoint_records_the_load_and_the_tokenizer(tmp_path):
     """The real CLI end to end: prepare with the checkpoint's vocab, train from its weights, report both."""
     from tfbertperf.data.vocab import vocab_sha256

@@ -34,6 +34,7 @@ def tuned_run(data_dir, tmp_path_factory):
     return run(cfg, progress=False)
 
 
+@pytest.mark.slow
 def test_run_directory_has_every_artifact(tuned_run):
     run_dir, report = tuned_run
     for name in ("report.json", "report.md", "config.yaml", "environment.json", "plots/step_breakdown.png"):
@@ -46,6 +47,7 @@ def test_run_directory_has_every_artifact(tuned_run):
     assert on_disk["run_id"] == run_dir.name
 
 
+@pytest.mark.slow
 def test_report_follows_the_design_schema(tuned_run):
     _, r = tuned_run
     for key in ("schema", "run_id", "created", "workload", "config", "environment", "model", "training",
@@ -66,6 +68,7 @@ def test_report_follows_the_design_schema(tuned_run):
     assert st["steps"] > 0 and 0.0 <= st["input_wait_fraction"] <= 1.0
 
 
+@pytest.mark.slow
 def test_report_has_every_key_of_the_schema_documented_in_the_package(tuned_run):
     from test_layout import schema_keys
 
@@ -77,6 +80,7 @@ def test_report_has_every_key_of_the_schema_documented_in_the_package(tuned_run)
         assert not missing, (section, sorted(missing))
 
 
+@pytest.mark.slow
 def test_cpu_run_reports_no_device_planes_and_agrees_with_its_environment(tuned_run):
     # job.py hands attribute() the fingerprint's devices: a CPU run on a CPU machine gets no mismatch warning, no
     # accelerator planes, and the host-side figures (compute on the host, no copies to take out of input).
@@ -87,6 +91,7 @@ def test_cpu_run_reports_no_device_planes_and_agrees_with_its_environment(tuned_
     assert a["breakdown_ms"]["host_to_device"] == 0.0
 
 
+@pytest.mark.slow
 def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     _, r = tuned_run
     a = r["attribution"]
@@ -107,6 +112,7 @@ def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     assert T_c > 0 and abs(a["input_cost_fraction"] - max(0.0, (T - T_c) / T)) < 1e-3
 
 
+@pytest.mark.slow
 def test_xprof_finds_the_same_steps_in_the_runs_xplane(tuned_run):
     from xprof.convert import raw_to_tool_data
 
@@ -178,6 +184,7 @@ def test_naive_preset_waits_on_input_more_than_tuned(tmp_path):
     assert abs(sum(split.values()) - sum(ops.values())) < 1.0
 
 
+@pytest.mark.slow
 def test_main_job_cli_prints_the_table_and_writes_the_report(data_dir, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     r = subprocess.run(
@@ -190,6 +197,7 @@ def test_main_job_cli_prints_the_table_and_writes_the_report(data_dir, tmp_path)
     assert len(reports) == 1
 
 
+@pytest.mark.slow
 def test_two_local_workers_each_get_an_attribution(data_dir, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     r = subprocess.run(
@@ -240,6 +248,7 @@ def _labels(text: str) -> set[str]:
     return out
 
 
+@pytest.mark.slow
 def test_readme_output_block_has_the_labels_the_code_prints(tuned_run):
     """README's output block (tools/readme_output.py pastes it) may not drift from the code's labels."""
     import contextlib
@@ -266,6 +275,7 @@ def test_readme_output_block_has_the_labels_the_code_prints(tuned_run):
     assert fixed <= theirs, sorted(fixed - theirs)
 
 
+@pytest.mark.slow
 def test_short_runs_scale_warmup_and_probe_and_say_their_figures_rest_on_too_few_steps(data_dir, tmp_path, capsys):
     """Issue 17 finding 2: `train.steps=2` with the default 5 warm-up steps printed examples/s with no caveat,
     and a 3-step run spent most of its time in the default 20-step probe."""
@@ -294,6 +304,7 @@ def test_short_runs_scale_warmup_and_probe_and_say_their_figures_rest_on_too_few
     assert "caveat: throughput rests on 1 steady step" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_long_enough_run_has_no_step_caveats(tuned_run):
     _, r = tuned_run
     assert r["throughput"]["steps_measured"] >= 10
@@ -324,6 +335,7 @@ def test_a_window_that_missed_the_stalls_is_a_caveat():
     assert "is slower than" in line
 
 
+@pytest.mark.slow
 def test_tracer_settings_tensorflow_ignores_are_caveats_not_silence(data_dir, tmp_path, capsys):
     """TF 2.21's pip build drops every ProfilerOptions value ("python_tracer_level expects an i value."): a run
     that asks for the Python tracer or another host level must say that the capture did not get them."""
@@ -357,6 +369,7 @@ def test_tracer_settings_tensorflow_ignores_are_caveats_not_silence(data_dir, tm
     assert len(lines) == 1 and "profile.host_tracer_level=7 is not a level" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_input_op_figures_are_per_step_of_wall_time_and_analyze_repeats_them(tuned_run):
     """Issue 23 item 4: `analyze` printed "preprocessing 605204 µs/step" on a 169 ms step — xprof's input-op
     times are self times summed over every thread and the whole capture (an async iterator's wait for its buffer
