@@ -145,6 +145,7 @@ def _drain(it, n: int | None, timeout_s: float = 240.0) -> int:
     return len(got)
 
 
+@pytest.mark.slow  # a dispatcher and two worker processes, one killed, per mode (~20 s each under load)
 @pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
 def test_a_killed_worker_leaves_the_survivor_delivering(data_dir, mode):
     """2 workers on the training pipeline (repeating); worker 0 is killed (SIGKILL) after the first batches arrive:
