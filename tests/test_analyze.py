@@ -25,6 +25,7 @@ from runner import run_program  # noqa: E402
 STALL_ROUNDS = 24
 
 
+# trains the foreign program's model (tests/programs/stall_loop.py): the tests that use it are marked slow
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
     out = tmp_path_factory.mktemp("profiles")
