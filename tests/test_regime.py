@@ -83,8 +83,11 @@ def test_slow_storage_is_input_bound_with_an_idle_cpu_and_says_storage(tmp_path)
     # named from the reads' share of the step even when other processes keep the shared machine's CPU busy
     assert v["input_cause"] == "storage" and "waiting on storage" in v["summary"], v["summary"]
     assert "headroom" in v["summary"] and r["emulation"]["au_pass"] is False
-    # the reads' share is taken over the measured steps (storage.read_wait_fraction), at most the whole span
-    assert 0.5 <= r["storage"]["read_wait_fraction"] <= 1.0, r["storage"]
+    # the reads' share is taken over the measured steps (storage.read_wait_fraction), at most the whole span.  On a
+    # loaded machine part of a read's wall time is its thread waiting for a core, reported apart
+    # (read_core_wait_fraction; 0.477 + the rest under load ~6, issue 31): the two together are the reads' share.
+    s = r["storage"]
+    assert s["read_wait_fraction"] <= 1.0 and 0.5 <= s["read_wait_fraction"] + s["read_core_wait_fraction"] <= 1.0, s
 
 
 @pytest.mark.slow
@@ -111,7 +114,13 @@ def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_saturated_cpu_and_
     assert 0.0 <= s["read_core_wait_fraction"] and s["read_wait_fraction"] + s["read_core_wait_fraction"] <= 1.0
     assert s["read_core_wait_ms"] > 0, s  # the reading threads waited for a core: the CPU is saturated
     assert f"storage reads {s['read_wait_fraction']:.0%} of the step" in v["summary"], v["summary"]
-    assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
+    if "the host is contended" in v["summary"]:
+        # other processes held most of the CPU (a shared machine, issue 31: 78 % of it): the verdict does not
+        # blame this run's preprocessing for a saturation that is mostly waiting for a core (verdict._contended,
+        # unit-tested in test_a_cpu_held_by_other_processes_is_not_this_pipelines_preprocessing)
+        assert v["input_cause"] in ("mixed", "storage") and "other processes hold" in v["summary"], v["summary"]
+    else:
+        assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
     assert f"CPU saturation {th['cpu_saturation_fraction']:.0%}" in v["summary"], v["summary"]
 
 
