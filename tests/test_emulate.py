@@ -189,3 +189,28 @@ def test_au_definition():
     with pytest.raises(ValueError):
         au(-1.0, 10.0)
     assert math.isfinite(au(1.0, 1e-9))
+
+
+def test_the_emulated_loop_times_each_step_from_its_batch_and_feeds_the_global_batch():
+    """train/emulated_training.py without a model or a run (the fast tier's check of the loop the slow
+    test_regime.py runs end to end): every step is at least the emulated step counted from its batch's arrival, the
+    wait in next() is timed apart, the pipeline is built at accelerators × batch_size, and AU is compute ÷ wall."""
+    from tfbertperf.compose.training import dataset_config
+    from tfbertperf.config import load_config
+    from tfbertperf.data.synthetic import synthetic_dataset_fn
+    from tfbertperf.train.emulated_devices import from_config
+    from tfbertperf.train.emulated_training import train_emulated
+
+    cfg = load_config(sets=["emulate.step_ms=5", "emulate.accelerators=2", "train.batch_size=4", "train.steps=6",
+                            "train.warmup_steps=1", "data.seq_len=16", "data.max_predictions=2",
+                            "profile.steps=none"])
+    emulation = from_config(cfg)
+    data_cfg = dataset_config(cfg, emulation)
+    assert data_cfg.train.batch_size == 8 == emulation.global_batch_size
+    r = train_emulated(cfg, emulation, synthetic_dataset_fn(data_cfg, 100), None, progress=None, vocab_size=100)
+    assert r.steps == 6 and r.global_batch_size == 8 and r.loss_trajectory == [] and r.probe_steps == 0
+    assert all(s - w >= 5.0 for s, w in zip(r.step_times_ms, r.input_wait_ms))  # a sleep is never short
+    e = r.extra["emulation"]
+    busy = [s - w for s, w in zip(r.step_times_ms, r.input_wait_ms)]
+    assert e["au"] == pytest.approx(sum(busy[1:]) / sum(r.step_times_ms[1:]), abs=1e-5) and e["au_steps"] == 5
+    assert e["overrun_ms_mean"] >= -0.05 and r.compute_only_step_ms == 5.0
