@@ -71,3 +71,24 @@ def test_a_slow_pipeline_stops_at_the_time_bound():
     assert ends[-2] - t0 < limit <= ends[-1] - t0 and c["seconds"] == pytest.approx(ends[-1] - t0, abs=1e-3)
     with pytest.raises(ValueError):
         measure_ceiling(_paced(0.01), 0)
+
+
+def test_a_runs_demand_and_read_share_come_from_the_emulation_or_the_probe_and_the_measured_steps():
+    """compose/inputceiling.py's choices, checked in the fast tier (runs use them in test_regime.py): the demand is
+    the emulated devices' rate, else the global batch over the probe's T_c; the reads' share is the measured
+    steps' read_wait_fraction, else read time per step over the mean step."""
+    from tfbertperf.compose.inputceiling import demand_examples_per_sec, input_ceiling, read_share
+    from tfbertperf.config import load_config
+    from tfbertperf.train.emulated_devices import from_config
+    from tfbertperf.train.result import TrainResult
+
+    result = TrainResult(steps=4, global_batch_size=32, replicas=1, seq_len=128, loss_trajectory=[], final_loss=0.0,
+                         step_times_ms=[100.0] * 4, input_wait_ms=[0.0] * 4, warmup_steps=1, profile_window=None,
+                         tensorboard_dir=None, compute_only_step_ms=80.0)
+    emulation = from_config(load_config(sets=["emulate.step_ms=20", "emulate.accelerators=2", "train.batch_size=8"]))
+    assert demand_examples_per_sec(result, emulation) == pytest.approx(800.0)
+    assert demand_examples_per_sec(result, None) == pytest.approx(400.0)  # 32 examples per 80 ms
+    assert read_share({"read_wait_fraction": 0.4, "read_ms_per_step": 90.0}, 100.0) == 0.4
+    assert read_share({"read_ms_per_step": 30.0}, 120.0) == pytest.approx(0.25)
+    assert read_share({}, 100.0) is None and read_share({"read_ms_per_step": 5.0}, None) is None
+    assert input_ceiling(load_config(sets=["profile.ceiling_seconds=0"]), None, None, 0.0, print) is None
