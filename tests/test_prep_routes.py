@@ -118,6 +118,7 @@ def three_labels(tmp_path):
             "--set", f"run.out={tmp_path / 'runs'}"]
 
 
+@pytest.mark.slow
 def test_a_three_label_csv_trains_and_the_report_says_three_labels(three_labels, tmp_path):
     """Issue 23 item 1: before, model.num_labels stayed 2 and TensorFlow failed on label 2 mid-run."""
     r = _run(three_labels, tmp_path)
@@ -162,6 +163,7 @@ def test_one_atomic_write_helper_serves_every_writer():
     assert not own, own
 
 
+@pytest.mark.slow
 def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, tmp_path):
     """`tfbertperf run --set data.corpus=F` prepares before TensorFlow is imported: the tokenizer runs on the eager
     runtime loaded without the `tensorflow` package's __init__ (data/eager_runtime.py), a helper process forked
