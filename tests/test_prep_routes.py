@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,7 +156,8 @@ def test_one_atomic_write_helper_serves_every_writer():
         rel = path.relative_to(PKG).as_posix()
         if rel == "storage/atomic.py":
             continue
-        text = path.read_text()
+        # a tuple of file-name suffixes to skip (storage/listing.py's NON_DATA_SUFFIXES) writes nothing
+        text = "\n".join(ln for ln in path.read_text().splitlines() if not re.match(r"\s*(\w*_SUFFIXES = )?\(?\"\.", ln))
         patterns = ("mkstemp(", ".tmp\"", ".part\"", "os.fsync(") if rel != "train/checkpoint.py" else ("mkstemp(",)
         for pattern in patterns:
             if pattern in text:
