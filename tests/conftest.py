@@ -89,3 +89,23 @@ def tfrecord_shards(tmp_path_factory):
     (d / "manifest.json").write_text(json.dumps({"shards": [{"name": n, "examples": len(r)}
                                                             for n, r in shards.items()]}))
     return str(d), shards
+
+
+# The fast tier (`python -m pytest -m "not slow"`, docs/testing.md) stays fast only if tests that train end to end
+# carry the slow marker.  A test not marked slow that takes longer than this is listed at the end of the session
+# (a warning, not a failure: wall time depends on how busy the machine is, and a test must not).
+FAST_TEST_WARN_SECONDS = 15.0
+_slow_unmarked: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > FAST_TEST_WARN_SECONDS and "slow" not in report.keywords:
+        _slow_unmarked.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _slow_unmarked:
+        terminalreporter.section("tests not marked slow that took over "
+                                 f"{FAST_TEST_WARN_SECONDS:.0f} s (mark them slow if they train end to end)")
+        for nodeid, seconds in sorted(_slow_unmarked, key=lambda x: -x[1]):
+            terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")

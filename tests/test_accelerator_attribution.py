@@ -273,6 +273,7 @@ def test_sync_points_close_every_stretch_the_report_measures():
     assert sync_points(5, 1, None, [], 100) == {0, 4}
 
 
+@pytest.mark.slow
 def test_deferred_sync_keeps_every_loss_and_the_timer(tmp_path):
     from tfbertperf.data.synthetic import synthetic_dataset_fn
     from tfbertperf.train.loop import train

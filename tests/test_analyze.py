@@ -25,6 +25,7 @@ from runner import run_program  # noqa: E402
 STALL_ROUNDS = 24
 
 
+# trains the foreign program's model (tests/programs/stall_loop.py): the tests that use it are marked slow
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
     out = tmp_path_factory.mktemp("profiles")
@@ -52,6 +53,7 @@ def assert_one_line_exit_2(p, *needles):
         assert n in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_input_stall_is_named_input_bound(profiles):
     doc = analyze_json(profiles["stall"]["logdir"])
     assert doc["verdict"]["bottleneck"] == "input"
@@ -59,12 +61,14 @@ def test_input_stall_is_named_input_bound(profiles):
     assert doc["attribution"]["steps_profiled"] >= 10
 
 
+@pytest.mark.slow
 def test_compute_bound_program_is_named_compute_bound(profiles):
     doc = analyze_json(profiles["compute"]["logdir"])
     assert doc["verdict"]["bottleneck"] == "compute", doc["verdict"]
     assert doc["attribution"]["input_cost_estimate_fraction"] < 0.2
 
 
+@pytest.mark.slow
 def test_stall_estimate_is_closer_to_the_what_if_truth_than_xprofs_figure(profiles):
     # The acceptance criterion.  what-if truth: the same program, stall pipeline vs fed from memory, in
     # alternating unprofiled blocks.  xprof's input share counts only the time the loop stood blocked for a
@@ -76,6 +80,7 @@ def test_stall_estimate_is_closer_to_the_what_if_truth_than_xprofs_figure(profil
     assert att["input_cost_fraction"] is None  # no probe in a foreign profile
 
 
+@pytest.mark.slow
 def test_breakdown_sums_to_step_time_and_fractions_to_one(profiles):
     att = analyze_json(profiles["stall"]["logdir"])["attribution"]
     # measured, not the remainder: xprof's step is the program's own step (its wall clock around each step),
@@ -91,6 +96,7 @@ def test_breakdown_sums_to_step_time_and_fractions_to_one(profiles):
     assert att["input_ops_us"]["preprocessing"] > 0  # the heavy map shows up as preprocessing
 
 
+@pytest.mark.slow
 def test_table_output_names_categories_and_verdict(profiles):
     p = analyze_cli(profiles["stall"]["logdir"])
     assert p.returncode == 0, p.stderr
@@ -98,6 +104,7 @@ def test_table_output_names_categories_and_verdict(profiles):
     assert "verdict: input-bound" in p.stdout
 
 
+@pytest.mark.slow
 def test_several_hosts_give_a_table_per_host_and_combined(profiles, tmp_path):
     (src,) = Path(profiles["memory"]["logdir"]).rglob("*.xplane.pb")
     session = tmp_path / "logdir" / "plugins" / "profile" / "2099_01_01_00_00_00"
@@ -117,6 +124,7 @@ def test_several_hosts_give_a_table_per_host_and_combined(profiles, tmp_path):
     assert abs(sum(doc["attribution"]["fractions"].values()) - 1) <= 0.01
 
 
+@pytest.mark.slow
 def test_session_flag_picks_an_older_session(profiles, tmp_path):
     prof = tmp_path / "plugins" / "profile"
     for name, mode in (("2000_01_01_00_00_00", "stall"), ("2001_01_01_00_00_00", "memory")):
@@ -131,12 +139,14 @@ def test_session_flag_picks_an_older_session(profiles, tmp_path):
     assert_one_line_exit_2(analyze_cli(tmp_path, "--session", "nope"), "--session nope")
 
 
+@pytest.mark.slow
 def test_xplane_file_path_is_accepted(profiles):
     (src,) = Path(profiles["stall"]["logdir"]).rglob("*.xplane.pb")
     doc = analyze_json(src)
     assert doc["verdict"]["bottleneck"] == "input"
 
 
+@pytest.mark.slow
 def test_profile_without_step_markers_says_how_to_add_them(profiles):
     p = analyze_cli(profiles["nomarkers"]["logdir"])
     assert_one_line_exit_2(p, 'Trace("train", step_num=', "_r=1", "ProfileCallback")
@@ -161,6 +171,7 @@ def test_corrupt_xplane_exits_2_naming_the_file(tmp_path):
     assert_one_line_exit_2(analyze_cli(tmp_path), "host.xplane.pb", "empty")
 
 
+@pytest.mark.slow
 def test_validate_needs_one_of_our_run_directories(profiles):
     assert_one_line_exit_2(analyze_cli(profiles["stall"]["logdir"], "--validate"), "--validate", "report.json")
 

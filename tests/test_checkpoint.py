@@ -43,29 +43,57 @@ def _sets(items) -> list[str]:
     return [x for s in items for x in ("--set", s)]
 
 
-def _start_and_stop_at(cmd: list[str], runs: Path, sig: int, at_step: int, timeout: float = 240) -> tuple[Path, int]:
-    """Start cmd; once the run's latest checkpoint holds >= at_step steps send `sig`; (run dir, exit status)."""
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            latest = list(runs.glob("*/checkpoints/latest.json"))
-            if latest and json.loads(latest[0].read_text())["step"] >= at_step:
-                proc.send_signal(sig)
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"the run ended (rc {proc.returncode}) before step {at_step}: "
-                            f"{proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.01)
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+# `python -m tfbertperf.run ARGS` with the loop's STEP_HOOK set to hold the run before step AT (steps 0..AT-1
+# done, their checkpoint saved): it writes the file HELD, then waits for the test's signal.  A held run cannot finish
+# before the signal comes, however slowly this machine schedules the test (issue 31: a poller that lagged behind a
+# run it did not hold saw it finish, rc 0, before its SIGINT).  SIGINT raises KeyboardInterrupt in the hook, between
+# steps, as a Ctrl-C there does; SIGKILL ends the process wherever it is.
+HOLD = """
+import runpy, sys, time
+from pathlib import Path
+from tfbertperf.train import loop
+held, at = Path(sys.argv[1]), int(sys.argv[2])
+calls = []
+def hold(kind):
+    if kind == "train":
+        calls.append(kind)
+        if len(calls) == at + 1:
+            held.write_text(str(at))
+            while True:
+                time.sleep(0.01)
+loop.STEP_HOOK = hold
+sys.argv = ["tfbertperf.run", *sys.argv[3:]]
+runpy.run_module("tfbertperf.run", run_name="__main__", alter_sys=True)
+"""
+
+
+def _start_and_stop_at(args: list[str], runs: Path, sig: int, at_step: int, timeout: float = 600) -> tuple[Path, int]:
+    """Run `python -m tfbertperf.run *args`, held before step `at_step`; once it says it is held, send `sig`;
+    (run dir, exit status).  Output goes to files: a pipe nobody reads while the run is held could fill."""
+    held = runs.parent / f"held-{runs.name}"
+    with open(runs.parent / f"{runs.name}.out", "w+") as out, open(runs.parent / f"{runs.name}.err", "w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(held), str(at_step), *args], env=_env(),
+                                stdout=out, stderr=err, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        try:
+            while not held.exists():
+                if proc.poll() is not None:
+                    err.seek(0)
+                    pytest.fail(f"the run ended (rc {proc.returncode}) before step {at_step}: {err.read()[-2000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the run did not reach step {at_step} in {timeout:.0f} s")
+                time.sleep(0.01)
+            proc.send_signal(sig)
+            rc = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     (run_dir,) = runs.iterdir()
     return run_dir, rc
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_continues_the_uninterrupted_run(data_dir, tmp_path):
     from tfbertperf.job import run
 
@@ -73,13 +101,13 @@ def test_sigkill_then_resume_continues_the_uninterrupted_run(data_dir, tmp_path)
     _, whole = run(load_config(data_uri=str(data_dir), sets=RUN + [f"run.out={tmp_path / 'whole'}"]), progress=False)
 
     runs = tmp_path / "killed"
-    # slowed reads keep the killed run in training while the test watches for its checkpoint; data are unchanged
-    run_dir, rc = _start_and_stop_at(_cli("--data", str(data_dir), *_sets(RUN + [f"run.out={runs}",
-                                          "data.read_latency_ms=20"])), runs, signal.SIGKILL, at_step=10)
+    # slowed reads, as a remote store's would be (the data are unchanged); killed while held before step 10
+    run_dir, rc = _start_and_stop_at(["--data", str(data_dir), *_sets(RUN + [f"run.out={runs}",
+                                      "data.read_latency_ms=20"])], runs, signal.SIGKILL, at_step=10)
     assert rc == -signal.SIGKILL
     assert not (run_dir / "report.json").exists() and (run_dir / "config.yaml").is_file()
     done = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
-    assert 10 <= done < STEPS and done % 5 == 0
+    assert done == 10  # checkpoints every 5 steps: the one after step 10 was the last before the kill
 
     r = subprocess.run(_cli("--resume", str(run_dir), "--set", "data.read_latency_ms=0"), env=_env(),
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -100,15 +128,17 @@ def test_sigkill_then_resume_continues_the_uninterrupted_run(data_dir, tmp_path)
     assert not list(run_dir.rglob("*.tmp")) and not list((run_dir / "checkpoints").glob(".tmp-*"))
 
 
+@pytest.mark.slow
 def test_sigint_writes_an_incomplete_report_and_a_marker(data_dir, tmp_path, capsys):
     from tfbertperf.analyze import main as analyze_main
 
     runs = tmp_path / "runs"
-    run_dir, rc = _start_and_stop_at(_cli("--data", str(data_dir), *_sets(RUN + [
-        f"run.out={runs}", "data.read_latency_ms=20", "profile.steps=5:25"])), runs, signal.SIGINT, at_step=10)
+    run_dir, rc = _start_and_stop_at(["--data", str(data_dir), *_sets(RUN + [
+        f"run.out={runs}", "data.read_latency_ms=20", "profile.steps=5:25"])], runs, signal.SIGINT, at_step=10)
     assert rc == 130
     rep = json.loads((run_dir / "report.json").read_text())
-    assert rep["incomplete"] is True and 10 <= rep["interrupted_at_step"] < STEPS
+    # Ctrl-C between steps 10 and 11: the 10 steps done are the report; the window 5:25 was still open
+    assert rep["incomplete"] is True and rep["interrupted_at_step"] == 10
     assert rep["throughput"]["steps"] == rep["interrupted_at_step"]
     assert len(rep["training"]["loss_trajectory"]) == rep["interrupted_at_step"]
     assert "interrupted (SIGINT) after step" in (run_dir / "INTERRUPTED").read_text()
@@ -219,6 +249,7 @@ def test_a_pipeline_tf_data_cannot_save_is_fast_forwarded_on_resume(tmp_path):
     assert restored.step == 3 and restored.skip_batches == 3
 
 
+@pytest.mark.slow
 def test_a_late_usage_error_leaves_no_run_directory_unless_it_can_be_resumed(data_dir, tmp_path):
     """issue 17 finding 5: bad input found only while reading (raised here through the loop's STEP_HOOK at a
     chosen step, as a corrupt shard's error would come) leaves no debris; a run with a checkpoint stays."""

@@ -342,3 +342,29 @@ def test_no_negative_zero_is_printed():
 
     assert number(-0.04) == "0.0" and number(-0.04, 2) == "-0.04" and number(-1.26) == "-1.3"
     assert fmt({"median": -0.0001, "min": -0.02, "max": 0.01, "n": 3}) == "0.0 (0.0–0.0)"
+
+
+def test_comparison_page_is_self_contained_and_marks_failed_rows_and_key_columns(tmp_path):
+    """report/html.py in the fast tier (the rendered page is checked in a browser on a real comparison above): no
+    script, link or URL; plots embedded; a failed cell's row marked; the verdict column highlighted; run
+    directories linked relative to the comparison directory."""
+    from tfbertperf.report.html import comparison_page
+
+    inside = tmp_path / "cmp" / "runs" / "r1"
+    inside.mkdir(parents=True)
+    doc = {"id": "cmp-1", "repeat": 2, "order": "interleaved", "explanation": {"lines": ["naive <is> slower"]},
+           "ranking": {"fastest": "tuned"}, "tensorboard": "tensorboard --logdir runs",
+           "rows": [{"label": "tuned", "status": "ok", "repeats": 2, "bottleneck": "compute",
+                     "stats": {"examples_per_sec": {"median": 100.0, "min": 98.0, "max": 102.0}},
+                     "storage": {"backend": "local", "mode": "local"}, "recommendations": ["none needed"],
+                     "run_dirs": [str(inside), "/elsewhere/r2"]},
+                    {"label": "naive", "status": "failed", "error": "exit 2", "run_dirs": []}]}
+    page = comparison_page(doc, out_dir=str(tmp_path / "cmp"))
+    assert not re.search(r"https?://", page) and "<script" not in page and "<link" not in page
+    assert "<img" not in page and "<figure id='breakdown' class='chart'" in page  # charts are page text (issue 30)
+    assert "naive &lt;is&gt; slower" in page  # text is escaped
+    assert re.search(r"<tr class='failed'><td[^>]*>naive</td>", page)
+    assert "data-label='verdict' class=key>compute</td>" in page
+    hrefs = dict((name, href) for href, name in re.findall(r"<a href='([^']*)/'>([^<]*)</a>", page))
+    assert hrefs["r1"] == "runs/r1"  # relative: the comparison directory can be moved with its runs
+    assert os.path.normpath(os.path.join(tmp_path / "cmp", hrefs["r2"])) == "/elsewhere/r2"

@@ -145,6 +145,7 @@ def _drain(it, n: int | None, timeout_s: float = 240.0) -> int:
     return len(got)
 
 
+@pytest.mark.slow  # a dispatcher and two worker processes, one killed, per mode (~20 s each under load)
 @pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
 def test_a_killed_worker_leaves_the_survivor_delivering(data_dir, mode):
     """2 workers on the training pipeline (repeating); worker 0 is killed (SIGKILL) after the first batches arrive:
@@ -185,6 +186,7 @@ def _run(data_dir, out, *sets, wait=None):
     return json.loads(report.read_text()), err
 
 
+@pytest.mark.slow
 def test_same_loss_trajectory_with_and_without_the_service(data_dir, tmp_path):
     sets = ["train.deterministic=true", "train.steps=12", "train.batch_size=8", "train.warmup_steps=2"]
     off, _ = _run(data_dir, tmp_path / "off", *sets)
@@ -209,6 +211,7 @@ def _service_children(pid: int) -> list[int]:
     return sorted(out)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_worker_killed_mid_run_completes_and_says_so(data_dir, tmp_path):
     killed = []
 
@@ -243,6 +246,7 @@ def test_scale_out_advice_only_for_a_cpu_bound_input():
     assert scale_out_advice(verdict, 0.3, load_config(sets=["pipeline.data_service=local:2"])) == verdict
 
 
+@pytest.mark.slow
 def test_two_trainers_read_from_one_service(data_dir, tmp_path):
     """`run --workers 2` (MultiWorkerMirrored on loopback) with local:1: the launcher starts one service, both
     trainers share one job of it, and the report has the service's view and each trainer's."""

@@ -9,6 +9,18 @@ from tfbertperf.model import build_encoder, build_model, config_for, describe, e
 
 
 @pytest.mark.parametrize("size, published", [("base", 109_482_240), ("large", 335_141_888)])
+def test_the_closed_form_gives_the_published_bert_parameter_counts(size, published):
+    assert encoder_parameters(config_for(size, 30522)) == published
+
+
+@pytest.mark.parametrize("size", ["tiny", "mini"])
+def test_a_built_encoder_has_the_closed_form_parameter_count(size):
+    # the fast tier's check that the formula and the Keras model agree (base and large below build in full)
+    assert build_encoder(size, vocab_size=30522).count_params() == encoder_parameters(config_for(size, 30522))
+
+
+@pytest.mark.slow  # initialises 110 M and 335 M weights: ~1 min of the 2 cores
+@pytest.mark.parametrize("size, published", [("base", 109_482_240), ("large", 335_141_888)])
 def test_encoder_plus_pooler_has_published_bert_parameter_count(size, published):
     # Built symbolically (no batch runs); the closed form must agree with the built weights.
     encoder = build_encoder(size, vocab_size=30522)

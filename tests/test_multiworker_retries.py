@@ -4,12 +4,15 @@ which worker, which signal, the kept log and the faulthandler stack of the crash
 import os
 from pathlib import Path
 
+import pytest
+
 from tfbertperf.config import load_config
 from tfbertperf.train.multiworker import launch_workers
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_reruns_the_group_and_the_result_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PROGRAMS), os.environ.get("PYTHONPATH", "")]))
     cfg = load_config(overrides={"train.steps": 2, "profile.steps": "none"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,7 @@ def three_labels(tmp_path):
             "--set", f"run.out={tmp_path / 'runs'}"]
 
 
+@pytest.mark.slow
 def test_a_three_label_csv_trains_and_the_report_says_three_labels(three_labels, tmp_path):
     """Issue 23 item 1: before, model.num_labels stayed 2 and TensorFlow failed on label 2 mid-run."""
     r = _run(three_labels, tmp_path)
@@ -154,7 +156,8 @@ def test_one_atomic_write_helper_serves_every_writer():
         rel = path.relative_to(PKG).as_posix()
         if rel == "storage/atomic.py":
             continue
-        text = path.read_text()
+        # a tuple of file-name suffixes to skip (storage/listing.py's NON_DATA_SUFFIXES) writes nothing
+        text = "\n".join(ln for ln in path.read_text().splitlines() if not re.match(r"\s*(\w*_SUFFIXES = )?\(?\"\.", ln))
         patterns = ("mkstemp(", ".tmp\"", ".part\"", "os.fsync(") if rel != "train/checkpoint.py" else ("mkstemp(",)
         for pattern in patterns:
             if pattern in text:
@@ -162,6 +165,7 @@ def test_one_atomic_write_helper_serves_every_writer():
     assert not own, own
 
 
+@pytest.mark.slow
 def test_a_run_prepares_on_tensorflows_eager_runtime_alone_then_trains(corpus, tmp_path):
     """`tfbertperf run --set data.corpus=F` prepares before TensorFlow is imported: the tokenizer runs on the eager
     runtime loaded without the `tensorflow` package's __init__ (data/eager_runtime.py), a helper process forked

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent / "programs"))
 from runner import run_program  # noqa: E402
 
 
+# trains the foreign program's model (tests/programs/stall_loop.py): the tests that use it are marked slow
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory):
     return run_program(tmp_path_factory.mktemp("profiles"), "stall,memory", steps=30, window="12:26")
@@ -24,6 +25,7 @@ def xplanes_of(res, mode):
     return xprof_tools.find_xplanes(res[mode]["logdir"])
 
 
+@pytest.mark.slow
 def test_find_xplanes_accepts_logdir_session_dir_and_file(profiles):
     from_logdir = xplanes_of(profiles, "stall")
     assert len(from_logdir) == 1 and from_logdir[0].name.endswith(".xplane.pb")
@@ -49,6 +51,7 @@ def test_find_xplanes_rejects_non_profiles_with_one_line(tmp_path):
         assert "\n" not in str(e.value) and str(bad) in str(e.value)
 
 
+@pytest.mark.slow
 def test_convert_returns_parsed_json_and_leaves_the_profile_dir_untouched(profiles):
     xp = xplanes_of(profiles, "stall")
     before = sorted(p.name for p in xp[0].parent.iterdir())
@@ -61,6 +64,7 @@ def test_convert_returns_parsed_json_and_leaves_the_profile_dir_untouched(profil
     assert sorted(p.name for p in xp[0].parent.iterdir()) == before  # no ALL_HOSTS cache written next to it
 
 
+@pytest.mark.slow
 def test_stall_pipeline_steals_cpu_and_memory_feed_does_not(profiles):
     stall = contention.step_contention(xprof_tools.convert(xplanes_of(profiles, "stall"), "trace_viewer"))
     mem = contention.step_contention(xprof_tools.convert(xplanes_of(profiles, "memory"), "trace_viewer"))
@@ -119,6 +123,7 @@ def test_lost_share():
     assert contention.lost_share(3, 8, 8) == pytest.approx(3 / 11)
 
 
+@pytest.mark.slow
 def test_attribution_block_has_the_report_schema(profiles):
     doc = attribution.attribute(xplanes_of(profiles, "stall"))
     att = doc["attribution"]
@@ -141,6 +146,7 @@ def test_attribution_block_has_the_report_schema(profiles):
     assert (doc["verdict"]["bottleneck"] == "input") == (share >= 0.20)
 
 
+@pytest.mark.slow
 def test_probe_gives_input_cost_fraction_and_au(profiles):
     xp = xplanes_of(profiles, "stall")
     doc = attribution.attribute(xp, step_time_ms=20.0, compute_only_step_ms=5.0, trace=False,

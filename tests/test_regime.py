@@ -31,6 +31,7 @@ def emulated(tmp_path_factory):
                 "train.batch_size=8", "train.steps=14", "profile.steps=4:10", "profile.ceiling_seconds=0.5")
 
 
+@pytest.mark.slow
 def test_emulated_run_reports_the_device_au_and_global_batch(emulated):
     run_dir, r = emulated
     e = r["emulation"]
@@ -47,6 +48,7 @@ def test_emulated_run_reports_the_device_au_and_global_batch(emulated):
     assert r["throughput"]["step_time_ms"]["p50"] >= 20.0
 
 
+@pytest.mark.slow
 def test_every_run_reports_input_ceiling_headroom_and_host_utilization(emulated):
     run_dir, r = emulated
     c = r["input_ceiling"]
@@ -66,6 +68,7 @@ def test_every_run_reports_input_ceiling_headroom_and_host_utilization(emulated)
     assert saved["host_utilization"]["samples"] == h["samples"] and saved["emulation"]["au"] == r["emulation"]["au"]
 
 
+@pytest.mark.slow
 def test_slow_storage_is_input_bound_with_an_idle_cpu_and_says_storage(tmp_path):
     # 200 ms per read, naive pipeline, 8 emulated devices demanding 6,400 examples/s: the pipeline cannot keep up.
     _, r = _run(tmp_path, "emulate.step_ms=20", "emulate.accelerators=8", "train.batch_size=16",
@@ -80,10 +83,14 @@ def test_slow_storage_is_input_bound_with_an_idle_cpu_and_says_storage(tmp_path)
     # named from the reads' share of the step even when other processes keep the shared machine's CPU busy
     assert v["input_cause"] == "storage" and "waiting on storage" in v["summary"], v["summary"]
     assert "headroom" in v["summary"] and r["emulation"]["au_pass"] is False
-    # the reads' share is taken over the measured steps (storage.read_wait_fraction), at most the whole span
-    assert 0.5 <= r["storage"]["read_wait_fraction"] <= 1.0, r["storage"]
+    # the reads' share is taken over the measured steps (storage.read_wait_fraction), at most the whole span.  On a
+    # loaded machine part of a read's wall time is its thread waiting for a core, reported apart
+    # (read_core_wait_fraction; 0.477 + the rest under load ~6, issue 31): the two together are the reads' share.
+    s = r["storage"]
+    assert s["read_wait_fraction"] <= 1.0 and 0.5 <= s["read_wait_fraction"] + s["read_core_wait_fraction"] <= 1.0, s
 
 
+@pytest.mark.slow
 def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_saturated_cpu_and_says_preprocessing(tmp_path):
     # Inline WordPiece tokenization + masking in tf.data feeding 16 emulated devices at 5 ms (102,400 examples/s,
     # beyond any ceiling here): headroom < 1, so the verdict is input-bound however much the pipeline overlaps;
@@ -107,7 +114,13 @@ def test_cpu_heavy_inline_preprocessing_is_input_bound_with_a_saturated_cpu_and_
     assert 0.0 <= s["read_core_wait_fraction"] and s["read_wait_fraction"] + s["read_core_wait_fraction"] <= 1.0
     assert s["read_core_wait_ms"] > 0, s  # the reading threads waited for a core: the CPU is saturated
     assert f"storage reads {s['read_wait_fraction']:.0%} of the step" in v["summary"], v["summary"]
-    assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
+    if "the host is contended" in v["summary"]:
+        # other processes held most of the CPU (a shared machine, issue 31: 78 % of it): the verdict does not
+        # blame this run's preprocessing for a saturation that is mostly waiting for a core (verdict._contended,
+        # unit-tested in test_a_cpu_held_by_other_processes_is_not_this_pipelines_preprocessing)
+        assert v["input_cause"] in ("mixed", "storage") and "other processes hold" in v["summary"], v["summary"]
+    else:
+        assert v["input_cause"] == "preprocessing" and "preprocessing-limited" in v["summary"], v["summary"]
     assert f"CPU saturation {th['cpu_saturation_fraction']:.0%}" in v["summary"], v["summary"]
 
 
@@ -154,6 +167,7 @@ def test_max_accelerators_search_finds_the_edge_with_few_runs():
     assert r["n"] >= 1 and r["au_at_n"] == 0.95
 
 
+@pytest.mark.slow
 def test_run_max_accelerators_reports_n_and_the_au_on_both_sides(tmp_path):
     from tfbertperf.accelerator_search import max_accelerators
 
@@ -251,6 +265,7 @@ def test_a_cpu_held_by_other_processes_is_not_this_pipelines_preprocessing():
     assert input_cause(host(0.8, 0.75, 0.75, 0.79), read_share=0.29, wait_share=0.50)[0] == "mixed"
 
 
+@pytest.mark.slow
 def test_an_emulated_run_counts_its_model_like_the_real_run_and_analyze_repeats_its_figures(emulated):
     """One definition, one source (issue 23, item 4): the emulated run's parameter count is the real model's on the
     same data; `analyze` of its directory gives the run's AU and the same input-op lines; the emulated device's

@@ -105,6 +105,9 @@ def test_an_emulator_restarted_mid_read_is_survived(tfrecord_shards, monkeypatch
         cfg = dataclasses.replace(SMALL, mode="stream", concurrency=1)
         b = open_backend("gs://restart/data", cfg)
         b.backoff_s = 0.05
+        # retries outlast the restart however long this machine takes to relaunch the emulator (the default
+        # budget, ~2.6-7.7 s of backoff, is about real outages, not about this test)
+        b.max_attempts = 40
         uris = [b.join("gs://restart/data", n) for n in sorted(shards)]
         src = open_shards(uris, cfg, b)
         got, first = [], len(shards[sorted(shards)[0]])

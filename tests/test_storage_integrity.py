@@ -252,6 +252,7 @@ def test_stream_run_on_a_damaged_shard_exits_2_with_one_line_naming_it(prepared_
     assert p.stderr.rstrip().splitlines()[-1] == want
 
 
+@pytest.mark.slow
 def test_run_with_skip_corrupt_reports_the_skipped_records_and_the_shard(prepared_damaged, tmp_path, capsys):
     from tfbertperf.config import load_config
     from tfbertperf.job import run

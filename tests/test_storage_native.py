@@ -53,6 +53,7 @@ def demo_data(demo_env):
     return uri
 
 
+@pytest.mark.slow
 def test_native_mode_trains_from_the_demo_bucket_with_the_printed_environment(demo_env, demo_data, tmp_path):
     p = subprocess.run([sys.executable, "-m", "tfbertperf.run", "--data", demo_data,
                         *_sets(SMALL_DATA + SHORT_RUN + [f"run.out={tmp_path}", "data.mode=native"])],

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_DATA = ["data.dupe_factor=1", "data.num_shards=4", "data.vocab_size=2000"]
 SHORT_RUN = ["train.steps=12", "profile.steps=4:8", "profile.probe_steps=2", "train.batch_size=8",
@@ -29,6 +31,7 @@ def _cmd(env: dict, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.mark.slow
 def test_planted_secrets_appear_in_no_artifact_or_log(azurite, tmp_path):
     from tfbertperf.testing.emulators import AZURITE_KEY
 
@@ -64,6 +67,7 @@ def test_planted_secrets_appear_in_no_artifact_or_log(azurite, tmp_path):
     assert report["storage"]["backend"] == "azure" and report["storage"]["bytes_read"] > 0
 
 
+@pytest.mark.slow
 def test_two_runs_started_at_once_never_collide(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
            "TFBERTPERF_DATA_HOME": str(tmp_path / "home")}  # both must prepare the default data set

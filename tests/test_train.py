@@ -39,6 +39,7 @@ def _xprof_steps(logdir):
     return [int(str(row["c"][0]["v"]).split()[-1]) for row in step_table["rows"]]
 
 
+@pytest.mark.slow
 def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_path):
     cfg = _cfg(**{"train.steps": 30, "profile.steps": "5:25", "profile.probe_steps": 4, "train.log_every": 10})
     lines = []
@@ -74,6 +75,7 @@ def test_probe_plan_spreads_blocks_over_steady_steps_away_from_the_window():
     assert probe_plan(60, 5, None, 0, 4) == []
 
 
+@pytest.mark.slow
 def test_interleaved_probe_leaves_no_trace_in_the_loss_trajectory():
     # The probe trains on one cached batch; its blocks sit inside the run, so the variables are restored
     # after each block: the run's losses must equal a run without the probe, step for step.
@@ -87,6 +89,7 @@ def test_interleaved_probe_leaves_no_trace_in_the_loss_trajectory():
     assert [l for _, l in probed.loss_trajectory] == [l for _, l in plain.loss_trajectory]
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars_for_loss_throughput_and_step_time_are_written(tmp_path):
     import tensorflow as tf
 
@@ -101,6 +104,7 @@ def test_tensorboard_scalars_for_loss_throughput_and_step_time_are_written(tmp_p
         assert tags.get(tag) == 4, tags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["pretrain", "classify"])
 def test_loss_falls_on_a_short_run(task):
     # A small pool of fixed batches: a working model+optimizer must fit it within a few dozen steps.
@@ -114,6 +118,7 @@ def test_loss_falls_on_a_short_run(task):
 
 @pytest.mark.parametrize("over", [{"train.precision": "mixed_float16"}, {"train.precision": "mixed_bfloat16"},
                                   {"train.jit": True}])
+@pytest.mark.slow
 def test_precision_and_xla_variants_train_and_restore_the_policy(over):
     import keras
 

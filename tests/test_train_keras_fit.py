@@ -28,6 +28,7 @@ def _xprof_steps(logdir):
     return [int(str(r["c"][0]["v"]).split()[-1]) for r in rows]
 
 
+@pytest.mark.slow
 def test_plain_model_fit_with_profile_callback_gives_xprof_steps_across_epochs(tmp_path):
     cfg = load_config(overrides={"model.task": "classify", "data.seq_len": 32})
     model = build_model(cfg.model, vocab_size=500, seq_len=32)

@@ -12,6 +12,7 @@ from tfbertperf.storage import open_backend, open_shards
 from tfbertperf.train.loop import train
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["pretrain", "classify"])
 def test_loss_falls_on_real_prepared_shards(tmp_path, task):
     cfg = load_config(overrides={

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tfbertperf.config import load_config
 from tfbertperf.train.multiworker import launch_workers
 
@@ -37,6 +39,7 @@ def _python(body: str, timeout_s: float = 300) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_mirrored_on_two_logical_cpus_splits_the_global_batch_and_matches_single_device_losses():
     out = _python("""
         from tfbertperf.train.strategy import split_cpu_devices
@@ -58,6 +61,7 @@ def test_mirrored_on_two_logical_cpus_splits_the_global_batch_and_matches_single
     assert "train.batch_size=7" in out["err"] and "2 replicas" in out["err"]
 
 
+@pytest.mark.slow
 def test_a_mirrored_run_on_two_logical_cpus_is_profiled_and_xprof_finds_its_steps(tmp_path):
     out = _python(f"""
         from tfbertperf.train.strategy import split_cpu_devices
@@ -77,6 +81,7 @@ def test_a_mirrored_run_on_two_logical_cpus_is_profiled_and_xprof_finds_its_step
     assert out["fractions"]["host_compute"] >= 0.3, out["fractions"]
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_loss_trajectories_and_another_seed_does_not():
     out = _python("""
         a = run(cfg(**{"train.deterministic": True, "train.seed": 7}))
@@ -98,6 +103,7 @@ def _xprof_step_count(logdir) -> int:
     return len(next(t for t in tables if t.get("cols") and t["cols"][0]["id"] == "stepnum")["rows"])
 
 
+@pytest.mark.slow
 def test_two_local_workers_finish_the_same_steps_and_each_profile_has_steps(tmp_path):
     cfg = load_config(overrides={
         "train.steps": 20, "train.batch_size": 8, "data.seq_len": 32, "data.max_predictions": 5,

@@ -161,3 +161,38 @@ def test_thread_cpu_tells_a_cpu_bound_thread_from_a_waiting_one():
     assert idle["cpu_saturation_fraction"] < 0.5, idle
     assert busy["process_cores_wanted"] >= busy["process_cores_used"] > idle["process_cores_used"]
     assert UtilizationSampler(hz=10).thread_cpu("a", "b") == {}  # no marks, no figures
+
+
+def test_a_runs_host_figures_cover_the_measured_steps_when_the_sampler_caught_them():
+    """compose/hostsampling.py's choice of span, in the fast tier: the measured steps (between the loop's
+    measured_start / measured_end marks) when at least 3 samples fall in them, else the whole training; the report
+    block adds the whole run and the threads over the same span."""
+    from tfbertperf.compose.hostsampling import host_summary, host_utilization, start_sampler
+    from tfbertperf.config import load_config
+
+    assert start_sampler(load_config(sets=["profile.utilization_hz=0"])) is None
+    s = start_sampler(load_config(sets=["profile.utilization_hz=20"]))
+    try:
+        s.mark("train_start")
+        time.sleep(0.2)
+        s.mark("measured_start")
+        time.sleep(0.5)
+        s.mark("measured_end")
+        s.mark("train_end")
+    finally:
+        s.stop()
+    summary, start, end = host_summary(s)
+    marks = {m["name"]: m["t"] for m in s.marks}
+    caught = s.summary(marks["measured_start"], marks["measured_end"]).get("samples", 0)
+    assert (summary["span"], start, end) == (("measured steps", "measured_start", "measured_end") if caught >= 3
+                                             else ("training", "train_start", "train_end"))
+    block = host_utilization(s)
+    assert block["span"] == summary["span"] and "cpu_busy_fraction_mean" in block["whole_run"]
+    assert "thread_cpu" in block
+
+    bare = start_sampler(load_config(sets=["profile.utilization_hz=20"]))
+    bare.mark("train_start")
+    time.sleep(0.1)
+    bare.mark("train_end")
+    bare.stop()
+    assert host_summary(bare)[0]["span"] == "training"  # no measured marks: the whole training

@@ -194,3 +194,21 @@ def test_native_mode_trains_on_the_users_gzip_shards_through_tfs_own_gs_filesyst
     r = json.loads(next(runs.glob("*/report.json")).read_text())
     assert r["storage"]["mode"] == "native" and tunnels > 0 and r["data"]["compression"] == "gzip"
     assert r["training"]["loss_trajectory"] == reference["report"]["training"]["loss_trajectory"]
+
+
+def test_compare_runs_the_users_sets_side_by_side_and_names_each_runs_data(user):
+    out = user["runs"] / "compare"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    quick = SHORT_RUN + ["profile.steps=none", "profile.probe_steps=0"]
+    p = subprocess.run([sys.executable, "-m", "tfbertperf.compare", "--matrix",
+                        f"data.uri={user['plain']},{user['gz']}", "--repeat", "1", "--out", str(out),
+                        *[x for s in quick for x in ("--set", s)]], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (cdir,) = [d for d in out.iterdir() if d.name.endswith("-compare")]
+    doc = json.loads((cdir / "comparison.json").read_text())
+    summaries = [r["data"][0] for r in doc["rows"]]
+    assert [", GZIP," in s for s in summaries] == [False, True] and all(s.startswith("your data: 2 files") for s in
+                                                                       summaries)
+    md = (cdir / "comparison.md").read_text()
+    assert all(s in md for s in summaries) and summaries[1] in p.stdout

@@ -45,7 +45,14 @@ process; stopping on another thread, or through the profiler server (tf.profiler
 same Consume() in the worker's process.  Profiling only the chief would drop the other workers' attribution
 (report.json `workers`) and still not be safe by the mechanism above.  So runs keep the mitigation that works:
 launch_workers re-runs the group when a worker dies of a signal and report.json records each crash in `retries`
-(attempt, worker, signal, stack). Why no test: whether a run crashes depends on the per-process hash order of thread
+(attempt, worker, signal, stack). Issue 31 asked whether the crash comes from two profiler sessions in one process, from the order of stop and
+shutdown, or from TF itself.  Each worker is its own process and starts one session (profile/capture.py; TF
+refuses a second with "Another profiler is running"); the crash is inside stop(), in Consume(), before anything
+shuts down.  So it is TF's, and the code is unchanged upstream (openxla/xla 45bd14fd traceme_recorder.cc, where
+TraceMeRecorder::Consume still pushes each thread's deque into `result` after SplitEventTracker kept a pointer
+into it; a `result.reserve(recorders.size())` before the loop would close it).  No upstream issue was found for
+it (searched tensorflow/tensorflow and openxla/xla issues for the message, TraceMeRecorder and SplitEventTracker,
+2026-11-25).  Why no test: whether a run crashes depends on the per-process hash order of thread
 recorders and on glibc noticing the write to freed memory, so no run is certain to crash or not to; a test would be
 a coin flip.
 """

@@ -117,17 +117,15 @@ def write_beside_newest_capture(logdir: str, a: dict, b: dict):
     (logdir/plugins/profile/<session>/, where the capture that just stopped landed), atomically; returns its
     path, or None when there is no session directory (the capture wrote nothing)."""
     import json
-    import tempfile
 
     sessions = [p for p in glob.glob(os.path.join(str(logdir), "plugins", "profile", "*")) if os.path.isdir(p)]
     if not sessions:
         return None
     session = max(sessions, key=os.path.getmtime)
     path = os.path.join(session, SIDECAR)
-    fd, tmp = tempfile.mkstemp(dir=session, prefix=".threadcpu-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(window_record(a, b), f)
-    os.replace(tmp, path)
+    from tfbertperf.storage.atomic import write_atomic
+
+    write_atomic(path, json.dumps(window_record(a, b)).encode(), durable=False)
     return path
 
 

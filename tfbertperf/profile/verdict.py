@@ -1,5 +1,4 @@
-"""The verdict: which resource bounds the step, in one line with its numbers, and the advice that applies
-(profile/advice.py).  Thresholds are module constants; README quotes them."""
+"""The verdict (which resource bounds the step, one line with its numbers) and its advice (profile/advice.py)."""
 
 from __future__ import annotations
 
@@ -67,11 +66,10 @@ def idle_decision(att: dict) -> tuple[str, dict | None]:
     cost = None if att.get("unprofiled") else profiler_ms(att)
     step = float(att.get("step_time_ms") or 0.0)
     discounted = None
-    busy_unprofiled = fr["device_compute"] if att.get("unprofiled") else 0.0
     for name, (share, threshold) in sorted(shares.items(), key=lambda kv: -kv[1][0]):
         if share < threshold:
             break
-        if name == "launch" and busy_unprofiled >= COMPUTE_BOUND_BUSY:
+        if name == "launch" and att.get("unprofiled") and fr["device_compute"] >= COMPUTE_BOUND_BUSY:
             continue  # compute-bound: the device computes most of the unprofiled step (COMPUTE_BOUND_BUSY)
         if name in HOST_BOUND and cost and cost[0] > 0 and step > cost[0]:
             without = max(0.0, share * step - cost[0]) / (step - cost[0])
@@ -84,8 +82,7 @@ def idle_decision(att: dict) -> tuple[str, dict | None]:
 
 
 def idle_bottleneck(att: dict) -> str:
-    """The bottleneck of a device_idle attribution (idle_decision)."""
-    return idle_decision(att)[0]
+    return idle_decision(att)[0]  # the bottleneck of a device_idle attribution
 
 
 def _discount_words(d: dict) -> str:
@@ -142,8 +139,8 @@ def _idle_summary(att: dict, au: float, bottleneck: str, au_threshold: float, di
             f"{fr['other'] + fr['compile'] + fr['output']:.0%}{f' ({named})' if named else ''}; AU {au:.0%} "
             f"{'≥' if au >= au_threshold else '<'} {au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
     if bottleneck == "compute" and au < au_threshold and seen["kernel_launch"] >= LAUNCH_BOUND_SHARE:
-        text += (f" because kernel launch takes {seen['kernel_launch']:.0%} of the step, not input (the device "
-                 f"computes ≥ {COMPUTE_BOUND_BUSY:.0%} of it: compute-bound)")
+        text += f" because kernel launch takes {seen['kernel_launch']:.0%} of the step, not input (the device " \
+                f"computes ≥ {COMPUTE_BOUND_BUSY:.0%} of it: compute-bound)"
     text += _variant_words(att)
     if discounted:
         text += f"; {_discount_words(discounted)}"

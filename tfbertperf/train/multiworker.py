@@ -98,9 +98,15 @@ def launch_workers(
       timeout_s: wall-clock limit for each attempt of the whole group (None = none).
       progress: one line per worker start/finish.
       retries: times the whole group is rerun when a worker is killed by a signal (a crash inside TF, not a
-        Python error): TF 2.21's profiler sometimes crashes collecting a multi-worker trace (a use-after-free
-        in TSL's TraceMeRecorder::Consume; the cause and measurements: tests/programs/mw_profiler_crash.py).
-        Python errors are never retried.
+        Python error): TF 2.21's profiler sometimes crashes collecting a multi-worker trace (`free(): invalid
+        pointer` / `double free` in tf.profiler.experimental.stop).  Not ours: each worker is its own process
+        with one profiler session, and the crash is inside stop(), before any shutdown.  It is TF's: a
+        use-after-free in TSL's TraceMeRecorder::Consume (openxla/xla xla/tsl/profiler/backends/cpu/
+        traceme_recorder.cc: a raw pointer into a per-thread std::deque kept across the reallocation of the
+        `result` vector, which copies deques because std::deque's move is not noexcept in libstdc++; still so
+        at openxla/xla 45bd14fd), hit by the cross-thread TraceMe pairs of every collective launch.  No
+        upstream issue was found for it in tensorflow/tensorflow's or openxla/xla's trackers (issue 31); the
+        cause and measurements: tests/programs/mw_profiler_crash.py.  Python errors are never retried.
     Returns:
       the workers' result dicts, in worker index order (each has "worker_index", "attempt" and "retries" added:
       one {"attempt", "worker", "signal", "log", "stack"} per crashed attempt — the crashed worker's log is kept
