@@ -17,7 +17,7 @@ from profile_fixtures import FIXTURES, H100, V100, synthetic_xspace
 from tfbertperf.analyze import analyze
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import columns, intervals as iv
-from tfbertperf.profile.columns import parents as _parents
+from tfbertperf.profile.intervals import parents as _parents
 from tfbertperf.profile.xspace import MISSING, read_columns, read_space, stat_value
 
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"shared captures not found at {FIXTURES}")

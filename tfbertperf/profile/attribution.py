@@ -15,8 +15,7 @@ from tfbertperf.profile import devices, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
 from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
-                                                  accelerator_utilization, attribute_host, joined_input_split,
-                                                  step_timer_summary)
+                                                  accelerator_utilization, attribute_host, joined_input_split)
 from tfbertperf.profile.accelerator_facts import cross_check
 from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
@@ -138,3 +137,24 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         "hosts": per_host,
         "devices": devs,
     }
+
+
+def step_timer_summary(step_times_ms, input_wait_ms, warmup_steps: int) -> dict:
+    """report.json `step_timer` from the always-on timer.
+
+    Args:
+      step_times_ms: wall time of every step (get-next + step), ms, in order.
+      input_wait_ms: per step, wall time blocked in next(iterator), ms.
+      warmup_steps: leading steps left out (tracing/compilation).
+    Returns:
+      {"steps": steps counted, "input_wait_fraction": Σ wait / Σ step time,
+       "compute_fraction": 1 − input_wait_fraction} over the steps after warm-up (0.0s when none remain).
+    """
+    st = list(step_times_ms)[warmup_steps:]
+    wt = list(input_wait_ms)[warmup_steps:]
+    total = sum(st)
+    if not st or total <= 0:
+        return {"steps": len(st), "input_wait_fraction": 0.0, "compute_fraction": 0.0}
+    wait = min(total, sum(wt[: len(st)]))
+    f = wait / total
+    return {"steps": len(st), "input_wait_fraction": round(f, 6), "compute_fraction": round(1.0 - f, 6)}

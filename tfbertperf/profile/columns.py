@@ -25,6 +25,8 @@ import numpy as np
 
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import intervals as iv
+from tfbertperf.profile import kernel_programs
+from tfbertperf.profile.intervals import parents
 from tfbertperf.profile.xspace import MISSING, read_columns
 
 PROGRESS_FROM_BYTES = 100_000_000
@@ -72,30 +74,6 @@ class Names:
 
     def mask(self, codes: np.ndarray, rule) -> np.ndarray:
         return self.table(rule)[codes]
-
-
-def parents(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(parent index or -1, depth) of each event of a thread sorted by (start, −end): the innermost earlier
-    event still open when it starts (a stack walk; chunked so that only one chunk's Python ints exist)."""
-    n = len(start)
-    parent = np.empty(n, dtype=np.int64)
-    depth = np.empty(n, dtype=np.int64)
-    stack: list[int] = []
-    ends: list[int] = []
-    for lo in range(0, n, 1 << 18):
-        s_chunk, e_chunk = start[lo:lo + (1 << 18)].tolist(), end[lo:lo + (1 << 18)].tolist()
-        par, dep = [0] * len(s_chunk), [0] * len(s_chunk)
-        for j, (s, e) in enumerate(zip(s_chunk, e_chunk)):
-            while ends and ends[-1] <= s:
-                ends.pop()
-                stack.pop()
-            par[j] = stack[-1] if stack else -1
-            dep[j] = len(stack)
-            stack.append(lo + j)
-            ends.append(e)
-        parent[lo:lo + len(par)] = par
-        depth[lo:lo + len(dep)] = dep
-    return parent, depth
 
 
 @dataclass
@@ -277,40 +255,8 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
     kernel_names: dict = {}
     for code in np.flatnonzero(counts := np.bincount(kn, minlength=len(values))).tolist():
         kernel_names[values[code]] = kernel_names.get(values[code], 0) + int(counts[code])  # same text, one name
-    hlo = {}
-    for i in np.flatnonzero(counts := np.bincount(km[km >= 0], minlength=len(strings))).tolist():
-        if strings[i]:
-            hlo[strings[i]] = hlo.get(strings[i], 0) + int(counts[i])
-    programs: dict = {}
-    pairs: dict = {}  # (program name, program id) → kernels: one name may be compiled into several programs
-    has = (km >= 0) | (kp != MISSING)
-    if has.any():
-        ids, inv = np.unique(kp[has], return_inverse=True)  # one sort: ids are arbitrary int64s
-        per_id = np.bincount(inv, minlength=len(ids))
-        programs = {pid: int(c) for pid, c in zip(ids.tolist(), per_id.tolist()) if pid != MISSING and c}
-        pair = (km[has] + 1) * len(ids) + inv  # no name (-1) → 0
-        counts = np.bincount(pair)
-        for code in np.flatnonzero(counts).tolist():
-            mod, pid = int(code // len(ids)) - 1, ids[code % len(ids)]
-            key = (strings[mod] if mod >= 0 else None, None if pid == MISSING else int(pid))
-            pairs[key] = pairs.get(key, 0) + int(counts[code])
-    pm, pp, names_ext = km, kp, list(strings)
-    if plane.meta_programs and (km < 0).any():  # TPU: the op's metadata carries the program (module and id)
-        miss = np.flatnonzero(km < 0)
-        metas, inv = np.unique(cat(kern_meta)[miss], return_inverse=True)
-        got = [plane.meta_programs.get(m) for m in metas.tolist()]
-        mod = np.array([len(names_ext) + i if g else -1 for i, g in enumerate(got)], dtype=np.int64)
-        names_ext += [g[0] if g else "" for g in got]
-        pid = np.array([MISSING if not g or g[1] is None else g[1] for g in got], dtype=np.int64)
-        pm, pp = km.copy(), kp.copy()
-        pm[miss], pp[miss] = mod[inv.reshape(-1)], pid[inv.reshape(-1)]
-    named = pm >= 0
-    keys, key_code = [], np.zeros(0, dtype=np.int64)
-    if named.any():
-        codes, key_code = np.unique(np.stack([pm[named], pp[named]], axis=1), axis=0, return_inverse=True)
-        key_code = key_code.reshape(-1)
-        keys = [(names_ext[int(mod)], None if pid == MISSING else int(pid)) for mod, pid in codes.tolist()]
-    program_kernels = (ks[named], ke[named], key_code)
+    hlo, programs, pairs, program_kernels, keys = kernel_programs.tally(ks, ke, km, kp, cat(kern_meta), strings,
+                                                                        plane.meta_programs)
     steps = []
     for line in (c for c in plane.lines if c.name == "Steps"):
         steps += [(names.get(m, ""), s, e) for m, s, e in zip(line.meta.tolist(), line.start.tolist(),

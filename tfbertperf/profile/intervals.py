@@ -90,3 +90,27 @@ def subtract(a, b) -> np.ndarray:
     if not len(b) or not len(a):
         return as_array(a).copy()
     return _sweep(a, b, lambda x, y: x & ~y)
+
+
+def parents(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(parent index or -1, depth) of each event of a thread sorted by (start, −end): the innermost earlier
+    event still open when it starts (a stack walk; chunked so that only one chunk's Python ints exist)."""
+    n = len(start)
+    parent = np.empty(n, dtype=np.int64)
+    depth = np.empty(n, dtype=np.int64)
+    stack: list[int] = []
+    ends: list[int] = []
+    for lo in range(0, n, 1 << 18):
+        s_chunk, e_chunk = start[lo:lo + (1 << 18)].tolist(), end[lo:lo + (1 << 18)].tolist()
+        par, dep = [0] * len(s_chunk), [0] * len(s_chunk)
+        for j, (s, e) in enumerate(zip(s_chunk, e_chunk)):
+            while ends and ends[-1] <= s:
+                ends.pop()
+                stack.pop()
+            par[j] = stack[-1] if stack else -1
+            dep[j] = len(stack)
+            stack.append(lo + j)
+            ends.append(e)
+        parent[lo:lo + len(par)] = par
+        depth[lo:lo + len(dep)] = dep
+    return parent, depth

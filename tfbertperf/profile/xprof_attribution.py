@@ -345,23 +345,3 @@ def accelerator_utilization(att: dict, *, step_time_ms: float | None = None,
     compute -= att.get("input_stolen_cpu_fraction") or 0.0
     return max(0.0, min(1.0, compute))
 
-
-def step_timer_summary(step_times_ms, input_wait_ms, warmup_steps: int) -> dict:
-    """report.json `step_timer` from the always-on timer.
-
-    Args:
-      step_times_ms: wall time of every step (get-next + step), ms, in order.
-      input_wait_ms: per step, wall time blocked in next(iterator), ms.
-      warmup_steps: leading steps left out (tracing/compilation).
-    Returns:
-      {"steps": steps counted, "input_wait_fraction": Σ wait / Σ step time,
-       "compute_fraction": 1 − input_wait_fraction} over the steps after warm-up (0.0s when none remain).
-    """
-    st = list(step_times_ms)[warmup_steps:]
-    wt = list(input_wait_ms)[warmup_steps:]
-    total = sum(st)
-    if not st or total <= 0:
-        return {"steps": len(st), "input_wait_fraction": 0.0, "compute_fraction": 0.0}
-    wait = min(total, sum(wt[: len(st)]))
-    f = wait / total
-    return {"steps": len(st), "input_wait_fraction": round(f, 6), "compute_fraction": round(1.0 - f, 6)}
