@@ -357,6 +357,34 @@ def test_two_variants_that_both_ran_are_named_with_their_share_of_device_time(tm
     assert "jit_step ran as 2 compiled programs (#9 f32 91%, #7 bf16 9% of device time)" in summary, summary
 
 
+
+def test_a_program_named_only_in_the_ops_metadata_is_read_from_there(tmp_path):
+    """TPU planes put `hlo_module` / `program_id` on the op's event metadata, not on each event: the columnar
+    parse reads them there, as main's protobuf reading of the device events did."""
+    from tfbertperf.profile import program_facts
+    from tfbertperf.profile.xspace import xplane_pb2
+
+    host = {"python3": [("train", 10_000 * i, 9_900, {"step_num": i, "_r": 1}) for i in range(4)]}
+    dev = {"XLA Ops": [(op, 10_000 * i + at, dur, {}) for i in range(4)
+                       for op, at, dur in (("fusion.9", 200, 8_800), ("fusion.7", 9_000, 900))]}
+    path = synthetic_xspace(tmp_path / "tpu.xplane.pb", host, dev,
+                            [("jit_step", 7, _hlo_with_dot("BF16")), ("jit_step", 9, _hlo_with_dot("F32"))])
+    space = xplane_pb2().XSpace()
+    space.ParseFromString(path.read_bytes())
+    plane = next(p for p in space.planes if p.name.startswith("/device"))
+    plane.name = "/device:TPU:0"
+    ids = {"hlo_module": 101, "program_id": 102}
+    for name, i in ids.items():
+        plane.stat_metadata[i].id, plane.stat_metadata[i].name = i, name
+    for meta in plane.event_metadata.values():
+        meta.stats.add(metadata_id=101, str_value="jit_step")
+        meta.stats.add(metadata_id=102, int64_value=int(meta.name.split(".")[1]))
+    path.write_bytes(space.SerializeToString())
+    trace = load_trace([path])
+    ran = {p["program_id"]: (p["module"], p["precision"], p["device_ms"]) for p in program_facts.programs_ran(trace)}
+    assert ran == {9: ("jit_step", "f32", pytest.approx(4 * 8.8)), 7: ("jit_step", "bf16", pytest.approx(4 * 0.9))}
+
+
 # ---- loader work inside the frame that hands the batch to the device (issue 29)
 
 def _hand_off_frame(tmp_path):

@@ -21,8 +21,8 @@ def _collected(path: str) -> list[str]:
 
 
 def test_readme_counts_and_names_the_tests_that_skip_without_shared():
-    """test_devices.py skips as a module, test_accelerator_attribution.py per test (@needs_fixtures), test_layout.py
-    one test; README says how many and which."""
+    """test_devices.py skips as a module, test_accelerator_attribution.py and test_parse_scale.py per test
+    (@needs_fixtures), test_layout.py one test; README says how many and which."""
     devices = _collected("tests/test_devices.py")
     src = (ROOT / "tests" / "test_accelerator_attribution.py").read_text()
     marked = set(re.findall(r"@needs_fixtures\n(?:@[^\n]*\n)*def (test_\w+)", src))
@@ -32,11 +32,14 @@ def test_readme_counts_and_names_the_tests_that_skip_without_shared():
     assert "shared/DESIGN.md is not beside this checkout" in (ROOT / "tests" / "test_layout.py").read_text()
     idle = [t for t in _collected("tests/test_device_idle.py")  # the H100 tests (@needs_h100) and the MI300X ones
             if t.split("::")[1].startswith(("test_h100_", "test_mi300x_"))]
-    total = len(devices) + len(attribution) + len(idle) + 1
+    scale_src = (ROOT / "tests" / "test_parse_scale.py").read_text()
+    scale = set(re.findall(r"@needs_fixtures\n(?:@[^\n]*\n)*def (test_\w+)", scale_src))
+    total = len(devices) + len(attribution) + len(idle) + len(scale) + 1
     assert f"{total} tests read material that lives beside the clone" in README
     text = " ".join(README.split())
     assert f"the {len(devices)} tests of `tests/test_devices.py`, {len(attribution)} of " \
            f"`tests/test_accelerator_attribution.py`, {len(idle)} of `tests/test_device_idle.py`" in text
+    assert f"{len(scale)} of `tests/test_parse_scale.py`" in text
     assert f"`{layout}`" in README
 
 

@@ -65,13 +65,15 @@ def step_file(xplanes, steps: str | None):
     return stepfile.read(found) if found else None
 
 
-def analyze(path, session: str | None = None, trace: bool = True, steps: str | None = None) -> dict:
+def analyze(path, session: str | None = None, trace: bool = True, steps: str | None = None,
+            xprof: str = "auto") -> dict:
     """Attribution document for a profile PATH (see module docstring): attribution, verdict, AU, hosts.
 
     When PATH is one of our run directories, its report.json supplies the config (advice names its knobs),
     the storage metrics, the steady step time and the what-if probe (input_cost_fraction).  A step file
     (`steps`, or tfbertperf_steps.json beside the capture) supplies the unprofiled step time and, when the
-    what-if ran, T_c; the document's `step_file` holds its figures (None without one)."""
+    what-if ran, T_c; the document's `step_file` holds its figures (None without one).  xprof: when xprof's
+    converter runs ("auto" | "always" | "never"; profile/xprof_attribution.py XPROF_MODES)."""
     from tfbertperf.profile import attribution, devices, xprof_tools
 
     xplanes = xprof_tools.find_xplanes(path, session=session)
@@ -98,7 +100,7 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
         icf = measured.input_cost_fraction  # paired in time with the blocks (stepfile.py): T_c at T's scale
         kw["compute_only_step_ms"] = None if icf is None else T * (1.0 - icf)
     try:
-        doc = attribution.attribute(xplanes, trace=trace, **kw)
+        doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:
         if not any(d["events"] for d in devs):
             raise
@@ -142,6 +144,10 @@ def main(argv=None) -> int:
                    help="--validate: runs per configuration, interleaved round-robin (default 3)")
     p.add_argument("--advice", action="append", default=[], metavar="KEY=V[,KEY=V]",
                    help="--validate these overrides (repeatable: one advice each) instead of the verdict's advice")
+    p.add_argument("--xprof", choices=("auto", "always", "never"), default="auto",
+                   help="when xprof's input_pipeline_analyzer runs: auto (default) only where its figures are the "
+                        "answer or feed it — host compute, no device-idle reading, tf.data input ops; always; "
+                        "never. attribution.xprof in --json says whether it ran and why not")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
     a = p.parse_args(argv)
@@ -153,8 +159,8 @@ def main(argv=None) -> int:
         raise UsageError(f"{' '.join(a.path)}: give one logdir/session dir, or several .xplane.pb files")
     path = a.path if len(a.path) > 1 else a.path[0]
     if sys.stderr.isatty():  # progress for people; logs and error checks see only the result or one error line
-        print("tfbertperf analyze: converting the profile with xprof …", file=sys.stderr, flush=True)
-    doc = analyze(path, session=a.session, trace=not a.no_trace, steps=a.steps)
+        print("tfbertperf analyze: reading the profile …", file=sys.stderr, flush=True)
+    doc = analyze(path, session=a.session, trace=not a.no_trace, steps=a.steps, xprof=a.xprof)
     if a.validate:
         report = read_run_report(path)
         if not report:

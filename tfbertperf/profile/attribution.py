@@ -15,8 +15,7 @@ from tfbertperf.profile import devices, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
 from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
-                                                  accelerator_utilization, attribute_host, joined_input_split,
-                                                  step_timer_summary)
+                                                  accelerator_utilization, attribute_host, joined_input_split)
 from tfbertperf.profile.accelerator_facts import cross_check
 from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
@@ -59,7 +58,7 @@ def _emulated_wait_is_device_compute(att: dict, step_ms: float) -> dict:
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
               env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
-              emulated_step_ms: float | None = None) -> dict:
+              emulated_step_ms: float | None = None, xprof: str = "auto") -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -79,6 +78,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         them first): the verdict reads them as it is made, once.  None (a foreign profile): not read.
       emulated_au: an emulated run's AU as its devices measured it (report.json emulation.au, DLIO's
         definition); it is the run's AU, so `run` and `analyze` of its directory give one figure.
+      xprof: when xprof's input_pipeline_analyzer runs ("auto" | "always" | "never", xprof_attribution
+        XPROF_MODES); attribution.xprof says whether it ran and why not.
       emulated_step_ms: an emulated run's device step (report.json emulation.step_ms).  xprof sees the emulated
         device's wait as host compute; it is the device's compute, so up to that much per step moves from
         host_compute to device_compute (`emulated_device_ms` says how much).
@@ -97,11 +98,11 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     hosts = xprof_tools.by_host(xplanes)
     devs = devices.device_planes(xplanes)  # a damaged file is refused here, in one line, before xprof reads it
     kw = {"step_time_ms": step_time_ms, "compute_only_step_ms": compute_only_step_ms, "env_devices": env_devices}
-    per_host = {h: attribute_host(files, trace=trace, **kw) for h, files in hosts.items()}
+    per_host = {h: attribute_host(files, trace=trace, xprof=xprof, **kw) for h, files in hosts.items()}
     if len(per_host) == 1:
         att = dict(next(iter(per_host.values())))
     else:
-        att = attribute_host(xplanes, trace=False, **kw)
+        att = attribute_host(xplanes, trace=False, xprof=xprof, **kw)
         est = [a["input_stolen_cpu_fraction"] for a in per_host.values() if a["input_stolen_cpu_fraction"] is not None]
         if est:
             stolen = statistics.fmean(est)
@@ -136,3 +137,24 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         "hosts": per_host,
         "devices": devs,
     }
+
+
+def step_timer_summary(step_times_ms, input_wait_ms, warmup_steps: int) -> dict:
+    """report.json `step_timer` from the always-on timer.
+
+    Args:
+      step_times_ms: wall time of every step (get-next + step), ms, in order.
+      input_wait_ms: per step, wall time blocked in next(iterator), ms.
+      warmup_steps: leading steps left out (tracing/compilation).
+    Returns:
+      {"steps": steps counted, "input_wait_fraction": Σ wait / Σ step time,
+       "compute_fraction": 1 − input_wait_fraction} over the steps after warm-up (0.0s when none remain).
+    """
+    st = list(step_times_ms)[warmup_steps:]
+    wt = list(input_wait_ms)[warmup_steps:]
+    total = sum(st)
+    if not st or total <= 0:
+        return {"steps": len(st), "input_wait_fraction": 0.0, "compute_fraction": 0.0}
+    wait = min(total, sum(wt[: len(st)]))
+    f = wait / total
+    return {"steps": len(st), "input_wait_fraction": round(f, 6), "compute_fraction": round(1.0 - f, 6)}

@@ -151,14 +151,10 @@ def _setting(field: str, value: int) -> str:
 
 def has_python_frames(xplanes) -> bool:
     """The capture's host plane holds Python tracer frames (event names "$file.py:line function")."""
-    from tfbertperf.profile.xspace import read_space
+    from tfbertperf.profile.columns import digest, is_python_frame
 
-    for path in xplanes:
-        for plane in read_space(path).planes:
-            if plane.name.startswith("/host:CPU") and any(m.name.startswith("$")
-                                                          for m in plane.event_metadata.values()):
-                return True
-    return False
+    # the host threads' name tables are the /host:CPU planes' event metadata (read once per analysis)
+    return any(t.names.table(is_python_frame).any() for path in xplanes for t in digest(path).threads)
 
 
 def ignored_settings(profile_cfg, dropped: list[str], xplanes=()) -> list[str]:

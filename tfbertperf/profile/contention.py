@@ -187,8 +187,8 @@ def _busy_threads(by_thread: dict, threads: dict, keep, fallback_events: tuple =
         ivs = ivs or [_span(e) for e in evs if e["name"] in fallback_events]
         if ivs:
             waits = _union([_span(e) for e in evs if PY_FUNC_EVENT.search(e["name"])])
-            ivs = _subtract(_union(ivs), waits) if waits else _union(ivs)
-            out.append(ivs) if ivs else None
+            ivs = _subtract(_union(ivs), waits) if len(waits) else _union(ivs)
+            out.append(ivs) if len(ivs) else None
     return out
 
 

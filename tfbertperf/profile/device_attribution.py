@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from tfbertperf.profile import idle, intervals, program_facts, unprofiled
 from tfbertperf.profile.accelerator_facts import measured_facts
 from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
@@ -65,11 +67,13 @@ def _ms(ps: float) -> float:
 def _transfer(trace: Trace, rows: list[idle.StepIdle], hw: dict | None) -> dict | None:
     h2d_ps = statistics.fmean(r.charged["host_to_device"] for r in rows)
     nbytes = statistics.fmean(r.transfer_bytes for r in rows)
-    copies = [c for d in trace.active_devices() for c in d.copies if c.direction == "h2d" and c.bytes]
-    if not copies and h2d_ps <= 0:
+    sel = [(d.copies, d.copies.of("h2d") & (d.copies.bytes > 0)) for d in trace.active_devices()]
+    if not any(m.any() for _, m in sel) and h2d_ps <= 0:
         return None
-    copy_ps = intervals.length(intervals.union((c.start, c.end) for c in copies))
-    engine = sum(c.bytes for c in copies) / (copy_ps / 1e12) / 1e9 if copy_ps else None
+    copy_ps = intervals.length(intervals.union(np.concatenate(
+        [intervals.from_columns(c.start[m], c.end[m]) for c, m in sel] or [intervals.EMPTY])))
+    total_bytes = sum(int(c.bytes[m].sum()) for c, m in sel)
+    engine = total_bytes / (copy_ps / 1e12) / 1e9 if copy_ps else None
     effective = nbytes / (h2d_ps / 1e12) / 1e9 if h2d_ps > 0 and nbytes else None
     facts = measured_facts((hw or {}).get("model"), (hw or {}).get("family")) or {}
     pinned = facts.get("pinned_h2d_gb_per_s") or engine
@@ -83,7 +87,8 @@ def _transfer(trace: Trace, rows: list[idle.StepIdle], hw: dict | None) -> dict 
             "pinned_basis": "measured (device table)" if facts.get("pinned_h2d_gb_per_s") else
                             "this capture's copy-engine rate",
             "memory": memory,
-            "source_memory_recorded": sorted({c.src_kind for c in copies if c.src_kind}),
+            "source_memory_recorded": sorted({c.src_kind[i] for c, m in sel for i in np.flatnonzero(m).tolist()
+                                              if c.src_kind[i]}),
             "measured": "host→device idle time per step (device copies and host staging), idle.py"}
 
 

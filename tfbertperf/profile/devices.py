@@ -2,7 +2,7 @@
 
 xprof's converters answer per-step questions, but its generic step table has no host→device column and says
 nothing about devices that did no work.  This module reads each `/device:<KIND>:<N>` plane itself, with the
-protobuf classes TensorFlow ships, parsed once by profile/xspace.py.
+protobuf classes TensorFlow ships, read once into columns by profile/columns.py.
 
 Definitions (all per device plane; `/host:*` planes and `/device:CPU:*` are skipped):
   - counted lines: the `Stream #…` lines a GPU tracer writes (CUPTI / ROCm: "Stream #134(Compute)",
@@ -23,110 +23,28 @@ functions here take and return picoseconds; everything named `*_ms` is milliseco
 
 from __future__ import annotations
 
-import functools
 import os
-import re
-from pathlib import Path
 
-from tfbertperf.errors import UsageError
+import numpy as np
+
+from tfbertperf.profile.columns import copy_direction, digest, stream_tags  # noqa: F401  (their home was here)
 from tfbertperf.profile.intervals import clip as _clip
 from tfbertperf.profile.intervals import length as _length
 from tfbertperf.profile.intervals import union as _union
-from tfbertperf.profile.xspace import read_space
 
 PS_PER_MS = 1_000_000_000
-_DEVICE_RE = re.compile(r"^/device:([A-Za-z_]+):(\d+)$")
-_STREAM_TAGS_RE = re.compile(r"\(([^)]*)\)\s*$")
 CONTRACT_KEYS = ("name", "kind", "busy_ms", "memcpy_ms", "h2d_ms", "d2h_ms", "window_ms", "busy_fraction")
 
 
-def stream_tags(line_name: str) -> list[str]:
-    """The tags of a GPU stream line: "Stream #14(Compute,Memset)" → ["Compute", "Memset"]; [] without any."""
-    m = _STREAM_TAGS_RE.search(line_name)
-    return [t.strip() for t in m.group(1).split(",")] if m else []
-
-
-def copy_direction(tag: str) -> str:
-    """"h2d", "d2h" or "other" from a copy event's name or its stream's tag ("MemcpyH2D" → "h2d")."""
-    return "h2d" if "H2D" in tag.upper() else "d2h" if "D2H" in tag.upper() else "other"
-
-
-def _plane_summary(plane, host: str, kind: str, index: int) -> dict:
-    """Intervals (ps) of one device plane, before rounding; see the module docstring for definitions."""
-    meta = plane.event_metadata
-    streams = [ln for ln in plane.lines if ln.name.startswith("Stream")]
-    counted = streams or [ln for ln in plane.lines if ln.name == "XLA Ops"]
-    busy, copies = [], {"h2d": [], "d2h": [], "other": []}
-    first, last, events = None, None, 0
-    for line in counted:
-        base = line.timestamp_ns * 1000
-        tags = stream_tags(line.name)
-        copy_only = bool(tags) and all(t.startswith("Memcpy") for t in tags)
-        for ev in line.events:
-            if ev.WhichOneof("data") == "num_occurrences":  # aggregated event: no position in time
-                continue
-            s = base + ev.offset_ps
-            e = s + ev.duration_ps
-            events += 1
-            first = s if first is None else min(first, s)
-            last = e if last is None else max(last, e)
-            name = meta[ev.metadata_id].name if ev.metadata_id in meta else ""
-            if name.startswith("Memcpy"):
-                copies[copy_direction(name)].append((s, e))
-            elif copy_only:
-                copies[copy_direction(tags[0] if len(tags) == 1 else "")].append((s, e))
-            else:
-                busy.append((s, e))
-    steps = []
-    for line in plane.lines:
-        if line.name == "Steps":
-            base = line.timestamp_ns * 1000
-            for ev in line.events:
-                s = base + ev.offset_ps
-                steps.append((meta[ev.metadata_id].name if ev.metadata_id in meta else "", s, s + ev.duration_ps))
-    stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
-    stats = {stat_names.get(st.metadata_id, ""): getattr(st, st.WhichOneof("value") or "str_value", None)
-             for st in plane.stats}
-    cc = None
-    if stats.get("compute_cap_major") is not None:
-        cc = f"{int(stats['compute_cap_major'])}.{int(stats.get('compute_cap_minor') or 0)}"
-    return {"host": host, "name": plane.name, "kind": kind, "index": index, "events": events,
-            "vendor": stats.get("device_vendor") or None, "compute_capability": cc,
-            "model": stats.get("device_name") or stats.get("gpu_device_name") or stats.get("device_type_string")
-            or None,
-            "busy": _union(busy), "memcpy": _union([iv for v in copies.values() for iv in v]),
-            "h2d": _union(copies["h2d"]), "d2h": _union(copies["d2h"]),
-            "first": first, "last": last, "steps": steps}
-
-
-@functools.lru_cache(maxsize=16)
-def _file_planes(path: str, _mtime_ns: int, _size: int) -> tuple[dict, ...]:
-    """Device-plane summaries of one file (cached on path + mtime + size, since several helpers read it)."""
-    p = Path(path)
-    space = read_space(p)
-    host = space.hostnames[0] if space.hostnames else p.name.removesuffix(".xplane.pb")
-    out = []
-    for plane in space.planes:
-        m = _DEVICE_RE.match(plane.name)
-        if m and m.group(1).upper() != "CPU":
-            out.append(_plane_summary(plane, host, m.group(1).upper(), int(m.group(2))))
-    out.sort(key=lambda d: (d["kind"], d["index"]))
-    return tuple(out)
-
-
 def raw_planes(paths) -> list[dict]:
-    """Per device plane: its busy / copy intervals in picoseconds (merged), before rounding."""
+    """Per device plane: its busy / copy intervals in picoseconds (merged (n, 2) arrays, profile/intervals.py),
+    before rounding, and what its stats say (profile/columns.py reads each file once)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out = []
-    for path in paths:
-        p = Path(path)
-        try:
-            st = p.stat()
-        except OSError as e:
-            raise UsageError(f"{p}: cannot read profile ({e.strerror or e})") from None
-        out.extend(_file_planes(str(p), st.st_mtime_ns, st.st_size))
-    return out
+    return [{"host": d.host, "name": d.name, "kind": d.kind, "index": d.index, "events": d.events,
+             "vendor": d.vendor, "compute_capability": d.compute_capability, "model": d.model, "busy": d.busy,
+             "memcpy": d.memcpy, "h2d": d.h2d, "d2h": d.d2h, "first": d.first, "last": d.last, "steps": d.steps}
+            for path in paths for d in digest(path).devices]
 
 
 def _ms(ps: int) -> float:
@@ -167,7 +85,8 @@ def h2d_intervals(paths: list[str], device: str | None = None) -> list[tuple[int
     With device=None the union over all device planes: the wall time during which at least one H2D copy was in
     flight (copies to 8 GPUs at once count once).  device="GPU:4" restricts it to one plane.
     """
-    return _union([iv for d in _select(paths, device) for iv in d["h2d"]])
+    merged = _union(np.concatenate([d["h2d"] for d in _select(paths, device)] or [np.zeros((0, 2), np.int64)]))
+    return [(s, e) for s, e in merged.tolist()]
 
 
 def h2d_ms_between(paths: list[str], start_ps: int, end_ps: int, device: str | None = None) -> float:
@@ -222,7 +141,8 @@ def h2d_ms_by_step(paths: list[str], exposed: bool = False) -> dict[str, float]:
         copies = _length(_clip(d["h2d"], st["start_ps"], st["end_ps"]))
         if exposed:  # |copies \ busy| = |copies ∪ busy| − |busy|, both clipped to the step
             busy = _clip(d["busy"], st["start_ps"], st["end_ps"])
-            copies = _length(_union(_clip(d["h2d"], st["start_ps"], st["end_ps"]) + busy)) - _length(busy)
+            copies = _length(_union(np.concatenate([_clip(d["h2d"], st["start_ps"], st["end_ps"]), busy]))) \
+                - _length(busy)
         out[st["step"]] = max(out.get(st["step"], 0.0), _ms(copies))
     return out
 

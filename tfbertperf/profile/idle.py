@@ -32,11 +32,13 @@ step's wall time exactly.
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tfbertperf.profile import intervals as iv
+from tfbertperf.profile.columns import is_python_frame
 from tfbertperf.profile.steps import Step
 from tfbertperf.profile.trace import HostThread, Trace
 
@@ -83,72 +85,84 @@ def _kind(name: str) -> str | None:
     return None
 
 
-def _python_frames(thread: HostThread, markers) -> tuple[list, list]:
-    """(input frames, other Python frames) of the training thread (module docstring, rule 3)."""
-    evs = thread.events
-    n = len(evs)
-    handoff = [False] * n
-    loader = [False] * n
-    parent = [-1] * n
-    stack: list[int] = []
-    for i, e in enumerate(evs):
-        while stack and evs[stack[-1]].end <= e.start:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
-    for i in range(n - 1, -1, -1):  # children come after parents: fold flags upward
-        e = evs[i]
-        handoff[i] = handoff[i] or _kind(e.name) in _HANDOFF
-        loader[i] = loader[i] or bool(e.name.startswith("$") and LOADER_LEAF.search(e.name.split(" ", 1)[-1]))
-        if parent[i] >= 0:
-            handoff[parent[i]] |= handoff[i]
-            loader[parent[i]] |= loader[i]
-    starts = sorted(e.start for e in evs if _kind(e.name) in _HANDOFF)  # the hand-off events themselves
+_KINDS = tuple(kind for kind, _ in _HOST_RULES)
+
+
+def _kind_code(name: str) -> int:
+    """_kind as an index into _KINDS (-1: none), evaluated once per distinct event name (columns.Names)."""
+    kind = _kind(name)
+    return _KINDS.index(kind) if kind else -1
+
+
+def _is_loader_frame(name: str) -> bool:
+    return name.startswith("$") and bool(LOADER_LEAF.search(name.split(" ", 1)[-1]))
+
+
+def _python_frames(thread: HostThread, markers) -> tuple[np.ndarray, np.ndarray]:
+    """(input frames, other Python frames) of the training thread (module docstring, rule 3), as interval rows."""
+    start, end = thread.start, thread.end
+    n = len(start)
+    if not n:
+        return iv.EMPTY, iv.EMPTY
+    kinds = thread.names.table(_kind_code, np.int8)[thread.name_id]
+    own = np.isin(kinds, [_KINDS.index(k) for k in _HANDOFF])
+    handoff = own.copy()
+    loader = thread.mask(_is_loader_frame)
+    parent, depth = thread.nesting()
+    for d in range(int(depth.max()), 0, -1):  # children after parents: fold the flags up, deepest level first
+        at = np.flatnonzero(depth == d)
+        handoff[parent[at[handoff[at]]]] = True
+        loader[parent[at[loader[at]]]] = True
+    starts = start[own]  # the hand-off events themselves (sorted: the thread is)
     first_handoff = {}
     for m in markers:
-        k = bisect.bisect_left(starts, m.start)
-        first = starts[k] if k < len(starts) and starts[k] < m.end else m.end
+        k = int(np.searchsorted(starts, m.start, side="left"))
+        first = int(starts[k]) if k < len(starts) and starts[k] < m.end else m.end
         first_handoff[m.start] = (m.end, first)
-    marker_starts = sorted(first_handoff)
-    inputs, python = [], []
-    for i, e in enumerate(evs):
-        if not e.name.startswith("$") or (parent[i] >= 0 and evs[parent[i]].name.startswith("$")
-                                          and not handoff[parent[i]]):
-            continue  # not Python, or inside a frame already judged whole
-        if handoff[i]:
-            # a frame that hands work to the device: the part before its first hand-off (its own time included,
-            # which the tracer records no child frame for) is the loader preparing what it hands over
-            k = bisect.bisect_left(starts, e.start)
-            first = min(e.end, starts[k]) if k < len(starts) else e.end
-            if first > e.start:
-                inputs.append((e.start, first))
-            python.append((first, e.end))
-            continue
-        k = bisect.bisect_right(marker_starts, e.start) - 1  # the marker this frame starts in, if any
-        before = k >= 0 and e.end <= first_handoff[marker_starts[k]][1]
-        (inputs if before or loader[i] else python).append((e.start, e.end))
-    return inputs, python
+    marker_starts = np.array(sorted(first_handoff), dtype=np.int64)
+    first = np.array([first_handoff[s][1] for s in marker_starts.tolist()], dtype=np.int64)
+    python = thread.mask(is_python_frame)
+    has_parent = parent >= 0
+    p = np.where(has_parent, parent, 0)
+    judged = has_parent & python[p] & ~handoff[p]  # inside a frame already judged whole
+    frame = python & ~judged
+    # a frame that hands work to the device: the part before its first hand-off (its own time included, which the
+    # tracer records no child frame for) is the loader preparing what it hands over; the rest is other Python
+    split = frame & handoff
+    h_start, h_end = start[split], end[split]
+    k = np.searchsorted(starts, h_start, side="left")
+    nxt = starts[np.minimum(k, len(starts) - 1)] if len(starts) else h_end
+    h_first = np.where(k < len(starts), np.minimum(h_end, nxt), h_end)
+    k = np.searchsorted(marker_starts, start, side="right") - 1  # the marker each frame starts in, if any
+    before = (k >= 0) & (end <= (first[np.maximum(k, 0)] if len(first) else end - 1))
+    inputs = frame & ~handoff & (before | loader)
+    other = frame & ~handoff & ~inputs
+    # empty parts (a frame whose first event is its hand-off) are dropped by the union host_activity takes
+    return (iv.from_columns(np.concatenate([start[inputs], h_start]), np.concatenate([end[inputs], h_first])),
+            iv.from_columns(np.concatenate([start[other], h_first]), np.concatenate([end[other], h_end])))
 
 
-def host_activity(trace: Trace) -> dict[str, list[tuple[int, int]]]:
+def host_activity(trace: Trace) -> dict[str, np.ndarray]:
     """Per CHARGE_ORDER host category, the merged intervals (ps) during which the host was doing it."""
     acts: dict[str, list] = {k: [] for k in CHARGE_ORDER}
-    markers = {id(t): [e for e in t.events if e.step_num is not None] for t in trace.threads}
+    markers = {id(t): [t.event(i) for i in t.marker_index().tolist()] for t in trace.threads}
     training = [t for t in trace.threads if markers[id(t)]] or \
-               [t for t in trace.threads if any(LAUNCH.search(e.name) for e in t.events)]
+               [t for t in trace.threads if t.mask(LAUNCH).any()]
     for t in trace.threads:
-        for e in t.events:
-            kind = _kind(e.name)
-            if kind:
-                acts[kind].append((e.start, e.end))
+        kinds = t.names.table(_kind_code, np.int8)[t.name_id]
+        for code, kind in enumerate(_KINDS):
+            m = kinds == code
+            if m.any():
+                acts[kind].append(iv.from_columns(t.start[m], t.end[m]))
     acts["input_serial"] = []  # input on the training thread itself: it delays that thread's next dispatch
     for t in training:
         inputs, python = _python_frames(t, markers[id(t)])
-        acts["input"].extend(inputs)
-        acts["python"].extend(python)
-        acts["input_serial"].extend(inputs)
-        acts["input_serial"].extend((e.start, e.end) for e in t.events if GET_NEXT.search(e.name))
-    return {k: iv.union(v) for k, v in acts.items()}
+        acts["input"].append(inputs)
+        acts["python"].append(python)
+        acts["input_serial"].append(inputs)
+        m = t.mask(GET_NEXT)
+        acts["input_serial"].append(iv.from_columns(t.start[m], t.end[m]))
+    return {k: iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
 
 
 def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
@@ -156,10 +170,10 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
     acts = host_activity(trace)
     out = []
     for d in trace.active_devices():
-        h2d = iv.union((c.start, c.end) for c in d.copies if c.direction == "h2d")
-        d2h = iv.union((c.start, c.end) for c in d.copies if c.direction == "d2h")
-        covers = {k: iv.union(acts[k] + (h2d if k == "host_to_device" else d2h if k == "output" else []))
-                  for k in CHARGE_ORDER}
+        h2d, d2h = d.copies.intervals("h2d"), d.copies.intervals("d2h")
+        covers = {k: iv.union(np.concatenate([acts[k], h2d])) if k == "host_to_device" else
+                  iv.union(np.concatenate([acts[k], d2h])) if k == "output" else acts[k] for k in CHARGE_ORDER}
+        h2d_copy = d.copies.of("h2d")
         for st in steps:
             busy = iv.clip(d.busy, st.start, st.end)
             idle = iv.subtract([(st.start, st.end)], busy)
@@ -174,13 +188,13 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
             for kind, serial in (("input", "input_serial"), ("host_to_device", "host_to_device")):
                 # delayed dispatch (module docstring): launch idle after the hidden work, up to its length
                 hidden = iv.intersect(busy, iv.clip(acts[serial], st.start, st.end))
-                after = iv.clip(launch_idle, hidden[0][0], st.end) if hidden else []
+                after = iv.clip(launch_idle, hidden[0, 0], st.end) if len(hidden) else iv.EMPTY
                 moved = min(iv.length(hidden), iv.length(after))
                 res.charged["kernel_launch"] -= moved
                 res.charged[kind] += moved
                 res.delayed_dispatch[kind] = moved
                 launch_idle = iv.subtract(launch_idle, after[:1]) if moved else launch_idle
-            res.transfer_bytes = sum(c.bytes or 0 for c in d.copies
-                                     if c.direction == "h2d" and st.start <= c.start < st.end)
+            inside = h2d_copy & (d.copies.start >= st.start) & (d.copies.start < st.end)
+            res.transfer_bytes = int(d.copies.bytes[inside].sum())
             out.append(res)
     return out

@@ -24,13 +24,14 @@ Definitions:
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter
 
-from tfbertperf.profile import devices
+import numpy as np
+
+from tfbertperf.profile import intervals as iv
 from tfbertperf.profile.trace import Trace
-from tfbertperf.profile.xspace import hlo_pb2, read_space, stat_value
+from tfbertperf.profile.xspace import hlo_pb2
 
 HOST_EVENT_COST_US = 1.7
 """Measured cost of one host event that TensorFlow's profiler records, in microseconds: the median over 61
@@ -58,10 +59,13 @@ def xla_compiled(trace: Trace, programs: list[dict] | None = None) -> bool | Non
     return any(d.hlo_modules for d in active)
 
 
+def _graph_launch(name: str) -> bool:
+    return name.startswith(("cuGraphLaunch", "command_buffer", "hipGraphLaunch"))
+
+
 def cuda_graphs(trace: Trace) -> bool:
     """The host launched work as CUDA graphs / XLA command buffers (cuGraphLaunch, command_buffer events)."""
-    return any(e.name.startswith(("cuGraphLaunch", "command_buffer", "hipGraphLaunch"))
-               for t in trace.threads for e in t.events)
+    return any(t.mask(_graph_launch).any() for t in trace.threads)
 
 
 def _proto_precision(blob: bytes) -> str | None:
@@ -90,39 +94,16 @@ def _proto_precision(blob: bytes) -> str | None:
     return votes.most_common(1)[0][0] if votes else None
 
 
-_PROGRAM_STATS = ("hlo_module", "program_id")
-_NAME_ID = re.compile(r"\((\d+)\)$")
+def _in_steps_ps(spans: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Picoseconds of each [a, b) inside the merged step intervals `spans` (sorted, disjoint): the steps' time
+    before b less the steps' time before a."""
+    before = np.concatenate([[0], np.cumsum(spans[:, 1] - spans[:, 0])])
 
-
-def _hlo_by_program(trace: Trace) -> dict[int, tuple[str, bytes]]:
-    """program id → (module name, serialized HloProto), from each file's `/host:metadata` plane: the event
-    metadata that carry an "Hlo Proto" stat, their id from the `program_id` stat (else the name's "(id)")."""
-    out = {}
-    for path in trace.paths:
-        for plane in read_space(path).planes:
-            if plane.name != "/host:metadata":
-                continue
-            names = {k: m.name for k, m in plane.stat_metadata.items()}
-            for meta in plane.event_metadata.values():
-                st = {names.get(s.metadata_id): s for s in meta.stats}
-                if "Hlo Proto" not in st:
-                    continue
-                pid = stat_value(st["program_id"], names) if "program_id" in st else None
-                m = _NAME_ID.search(meta.name)
-                pid = pid if pid is not None else (int(m.group(1)) if m else None)
-                if pid is not None:
-                    out[int(pid)] = (_NAME_ID.sub("", meta.name), st["Hlo Proto"].bytes_value)
-    return out
-
-
-def _in_steps(starts: list[int], ends: list[int], a: int, b: int) -> int:
-    """Picoseconds of [a, b) inside the (sorted, disjoint) step intervals."""
-    k = max(0, bisect.bisect_right(starts, a) - 1)
-    got = 0
-    while k < len(starts) and starts[k] < b:
-        got += max(0, min(b, ends[k]) - max(a, starts[k]))
-        k += 1
-    return got
+    def upto(t):
+        k = np.searchsorted(spans[:, 0], t, side="right") - 1
+        kk = np.maximum(k, 0)
+        return np.where(k >= 0, before[kk] + np.minimum(t, spans[kk, 1]) - spans[kk, 0], 0)
+    return upto(b) - upto(a)
 
 
 def programs_ran(trace: Trace, steps=None) -> list[dict]:
@@ -130,42 +111,22 @@ def programs_ran(trace: Trace, steps=None) -> list[dict]:
     first: [{"module", "program_id" (None where the kernels carry none), "device_ms" (their kernels' time inside
     `steps`, the whole capture without them), "device_share" (of all the programs' device time), "precision"
     (None: no HLO for it, or no matrix instructions)}].
-    Reads only the kernels' `hlo_module` and `program_id` stats on each active device's counted lines
-    (devices.py), and the HLO of the metadata plane (_hlo_by_program)."""
-    spans = sorted((s.start, s.end) for s in steps or ())
-    starts, ends = [a for a, _ in spans], [b for _, b in spans]
+    Reads the kernels' `hlo_module` and `program_id` stats that the parse kept (columns.py program_kernels, each
+    active device's counted lines) and the HLO of the metadata plane by program id (trace.hlo_by_id)."""
+    spans = iv.union([(s.start, s.end) for s in steps or ()])
     time_ps: Counter = Counter()
     for d in trace.active_devices():
-        plane = next((p for p in read_space(d.summary["path"]).planes if p.name == d.name), None)
-        if plane is None:
+        if not d.program_kernels or not len(d.program_kernels[0]):
             continue
-        names = {k: m.name for k, m in plane.stat_metadata.items()}
-        want = {k for k, n in names.items() if n in _PROGRAM_STATS}
-        streams = [ln for ln in plane.lines if ln.name.startswith("Stream")]
-        for line in streams or [ln for ln in plane.lines if ln.name == "XLA Ops"]:
-            tags = devices.stream_tags(line.name)
-            if tags and all(t.startswith("Memcpy") for t in tags):
-                continue
-            base = line.timestamp_ns * 1000
-            for ev in line.events:
-                if ev.WhichOneof("data") == "num_occurrences":
-                    continue
-                meta = plane.event_metadata.get(ev.metadata_id)
-                if meta is not None and meta.name.startswith("Memcpy"):
-                    continue
-                st = {names[s.metadata_id]: stat_value(s, names) for s in ev.stats if s.metadata_id in want}
-                if not st.get("hlo_module") and meta is not None:  # TPU: the op's metadata carries them
-                    st = {names[s.metadata_id]: stat_value(s, names) for s in meta.stats if s.metadata_id in want}
-                if not st.get("hlo_module"):
-                    continue
-                a = base + ev.offset_ps
-                dur = _in_steps(starts, ends, a, a + ev.duration_ps) if spans else ev.duration_ps
-                pid = st.get("program_id")
-                time_ps[(str(st["hlo_module"]), None if pid is None else int(pid))] += dur
-    hlo = _hlo_by_program(trace) if time_ps else {}
+        a, b, code = d.program_kernels
+        dur = _in_steps_ps(spans, a, b) if len(spans) else b - a
+        per = np.bincount(code, weights=dur.astype(np.float64), minlength=len(d.program_keys))
+        for key, ps in zip(d.program_keys, per.tolist()):
+            time_ps[key] += int(round(ps))
+    hlo = trace.hlo_by_id if time_ps else {}
     total = sum(time_ps.values()) or 1
     out = []
-    for (module, pid), ps in time_ps.most_common():
+    for (module, pid), ps in sorted(time_ps.items(), key=lambda kv: -kv[1]):
         blob = hlo[pid][1] if pid in hlo else trace.hlo_protos.get(module)
         out.append({"module": module, "program_id": pid, "device_ms": round(ps / 1e9, 4),
                     "device_share": round(ps / total, 4), "precision": _proto_precision(blob)})
@@ -218,7 +179,8 @@ def profiler_cost(trace: Trace, steps, measured_step_ms: float | None) -> dict:
                 "added_fraction": round(added / captured, 4) if captured else None,
                 "basis": "measured: the captured step against the run's always-on step timer"}
     lo, hi = (steps[0].start, steps[-1].end) if steps else (0, 0)
-    events = sum(1 for t in trace.threads for e in t.events if lo <= e.start < hi)
+    events = sum(int(np.searchsorted(t.start, hi, "left") - np.searchsorted(t.start, lo, "left"))
+                 for t in trace.threads)  # events starting in [lo, hi): each thread's starts are sorted
     est_ms = events / max(1, n) * HOST_EVENT_COST_US / 1e3
     return {"captured_step_ms": round(captured, 3), "host_events_per_step": round(events / max(1, n)),
             "python_tracer": trace.python_tracer, "added_ms_per_step_estimate": round(est_ms, 3),

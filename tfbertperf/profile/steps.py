@@ -19,6 +19,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from tfbertperf.profile.trace import Trace
 
 _LAUNCH_RE = re.compile(r"Execute \(([\w.\-]+)\)$")
@@ -49,8 +51,8 @@ def _outermost(events) -> list:
 
 def _device_end(trace: Trace, after: int) -> int:
     """End of the last device event (kernel or copy) that started at or after `after`; 0 when none."""
-    ends = [e for d in trace.devices for s, e in d.busy if s >= after]
-    ends += [c.end for d in trace.devices for c in d.copies if c.start >= after]
+    ends = [int(d.busy[d.busy[:, 0] >= after, 1].max(initial=0)) for d in trace.devices]
+    ends += [int(d.copies.end[d.copies.start >= after].max(initial=0)) for d in trace.devices]
     return max(ends, default=0)
 
 
@@ -80,7 +82,7 @@ def step_intervals(trace: Trace) -> tuple[list[Step], str | None]:
         return _chain(trace, starts), SOURCE_MARKERS
     launches = defaultdict(list)
     for thread in trace.threads:
-        for ev in _outermost([e for e in thread.events if _LAUNCH_RE.search(e.name)]):
+        for ev in _outermost([thread.event(i) for i in np.flatnonzero(thread.mask(_LAUNCH_RE)).tolist()]):
             launches[_LAUNCH_RE.search(ev.name).group(1)].append(ev)
     counts = Counter({k: len(v) for k, v in launches.items()})
     if not counts or counts.most_common(1)[0][1] < 2:

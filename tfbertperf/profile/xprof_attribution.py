@@ -37,6 +37,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import contention, devices, intervals, threadcpu, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
@@ -144,10 +146,9 @@ def _accelerator(devs: list[dict], env_devices) -> dict | None:
     return {**facts, "model": d.get("model")} if facts is not None else None
 
 
-def _idle_reading(att: dict, xplanes, step_time_ms: float | None) -> dict:
+def _idle_reading(att: dict, idle_att: dict | None) -> dict:
     """att with the device-idle reading (profile/device_attribution.py) in place of xprof's step table where the
     capture allows one; xprof's figures stay under xprof_step_time_ms / xprof_breakdown_ms."""
-    idle_att = attribute_from_idle(load_trace(xplanes), hw=att.get("accelerator"), measured_step_ms=step_time_ms)
     if idle_att is None:
         return att
     out = {**att, "xprof_step_time_ms": att.get("step_time_ms"), "xprof_breakdown_ms": att.get("breakdown_ms"),
@@ -161,30 +162,74 @@ INPUT_OP_PREFIXES = ("Iterator::", "MemcpyHToD", "InfeedEnqueue")
 IsInfeedEnqueueOp, IsMemcpyHToDOp)."""
 
 
+def _is_input_op(name: str) -> bool:
+    return name.startswith(INPUT_OP_PREFIXES)
+
+
 def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
     """The input-op figures per step the capture spans (steptable.input_ops_per_step): the capture's span and
     its wall time with an input op running are read from the host plane (union over threads)."""
     if not step_ms:  # no step to divide by (the caller fills them in once it has one)
         return {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
                 "input_ops_capture_steps": None}
-    events = [e for t in load_trace(xplanes).threads for e in t.events]
-    if not events:
+    trace = load_trace(xplanes)
+    span = trace.host_span()
+    if span is None:
         return input_ops_per_step(ipa, rows, None)
-    span_ps = max(e.end for e in events) - min(e.start for e in events)
-    wall_ps = intervals.length(intervals.union((e.start, e.end) for e in events
-                                               if e.name.startswith(INPUT_OP_PREFIXES)))
+    span_ps = span[1] - span[0]
+    ops = [(t, t.mask(_is_input_op)) for t in trace.threads]
+    wall_ps = intervals.length(intervals.union(np.concatenate(
+        [intervals.from_columns(t.start[m], t.end[m]) for t, m in ops] or [intervals.EMPTY])))
     return input_ops_per_step(ipa, max(rows, span_ps / 1e9 / step_ms), wall_ps / 1e6)
 
 
+XPROF_MODES = ("auto", "always", "never")
+"""When analyze runs xprof's input_pipeline_analyzer (`--xprof`): auto — only where its figures are the answer or
+feed one (module docstring of attribute_host); always — on every capture (its step table and input conclusion
+beside ours); never — not at all (a capture whose answer is xprof's step table is then refused)."""
+
+
+def _xprof_needed(trace, devs: list[dict], idle_att: dict | None, mode: str) -> str | None:
+    """Why xprof's conversion is not run (the JSON's attribution.xprof.skipped), or None when it is."""
+    if mode == "always":
+        return None
+    if mode == "never":
+        return "--xprof never"
+    if not any(d["busy_ms"] > 0 for d in devs) or idle_att is None:
+        return None  # host compute, or no device-idle reading: xprof's step table is the attribution
+    if any(t.mask(_is_input_op).any() for t in trace.threads):
+        return None  # tf.data input ops: xprof's split of them (read / preprocess / enqueue) feeds the advice
+    return ("accelerator capture read from device idle time, with no input op for xprof to split: its step "
+            "table and input-op figures would add nothing (--xprof always runs it)")
+
+
 def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
-                   compute_only_step_ms: float | None = None, trace: bool = True, env_devices=None) -> dict:
+                   compute_only_step_ms: float | None = None, trace: bool = True, env_devices=None,
+                   xprof: str = "auto") -> dict:
     """The `attribution` block for one set of xplanes (one host, or several combined by xprof).
 
     env_devices: the environment's devices section (report.json environment.devices), for naming the chip.
-    Raises NoStepsError when xprof finds no steps.
+    xprof: XPROF_MODES.  With "auto" xprof's input_pipeline_analyzer runs when the capture computes on the host
+      (its step table is the breakdown), when our device-idle reading cannot be made (no steps, no host plane),
+      or when the host ran tf.data input ops (its input-op split feeds the advice); an accelerator capture read
+      from device idle time without input ops skips it.  attribution.xprof says which: {"ran": bool, "tools":
+      [...], "skipped": why or None}; the xprof-only keys (xprof_step_time_ms, xprof_breakdown_ms,
+      xprof_transfer, xprof_input_conclusion) are None when it did not run.
+    Raises NoStepsError when neither xprof nor the device-idle reading finds steps; UsageError for
+    `xprof="never"` on a capture whose answer is xprof's step table.
     """
+    if xprof not in XPROF_MODES:
+        raise UsageError(f"--xprof {xprof}: expected one of {', '.join(XPROF_MODES)}")
     devs = devices.device_planes(xplanes)  # also refuses a damaged file in one line, before xprof reads it
+    accelerator = _accelerator(devs, env_devices)
+    tr = load_trace(xplanes)
+    idle_att = (attribute_from_idle(tr, hw=accelerator, measured_step_ms=step_time_ms)
+                if any(d["busy_ms"] > 0 for d in devs) else None)
+    skipped = _xprof_needed(tr, devs, idle_att, xprof)
+    if skipped is not None:
+        return _without_xprof(xplanes, devs, idle_att, accelerator, skipped, step_time_ms, compute_only_step_ms)
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
+    ran = {"xprof": {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}}
     rows = step_rows(ipa)
     meta = table_meta(ipa)
     if not rows:
@@ -195,8 +240,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             att = _idle_reading({"source": "xprof", **meta, "hardware_type": hw, "compute_on": "accelerator",
                                  "input_cost_fraction": None, "input_cost_estimate_fraction": None,
                                  "input_stolen_cpu_fraction": None, "cores_seen": None,
-                                 **_input_ops(ipa, xplanes, None), "accelerator": _accelerator(devs, env_devices)},
-                                xplanes, step_time_ms)
+                                 **_input_ops(ipa, xplanes, None), "accelerator": accelerator, **ran}, idle_att)
             if att.get("source") == "device_idle":
                 return {**att, **_input_ops(ipa, xplanes, att["step_time_ms"], att["steps_profiled"])}
         where = Path(xplanes[0]).parent if xplanes else "profile"
@@ -221,6 +265,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
         c = _contention_for(xprof_tools.convert(xplanes, "trace_viewer"), numbers,
                             threadcpu.read_beside(xplanes[0]) if xplanes else None)
+        ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
             cores, cpu_basis, input_cpu_ms = c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"]
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
@@ -245,9 +290,35 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "compute_on": "host" if on_host else "accelerator",
         "transfer": transfer,
         "device_busy_fraction": None if busy is None else round(busy, 6),
-        "accelerator": None if on_host else _accelerator(devs, env_devices),
+        "accelerator": None if on_host else accelerator,
+        **ran,
     }
-    return att if on_host else _idle_reading(att, xplanes, step_time_ms)
+    return att if on_host else _idle_reading(att, idle_att)
+
+
+def _without_xprof(xplanes, devs: list[dict], idle_att: dict | None, accelerator, skipped: str,
+                   step_time_ms: float | None, compute_only_step_ms: float | None) -> dict:
+    """attribute_host's block from the device-idle reading alone (xprof not run: `skipped` says why)."""
+    if idle_att is None:
+        where = Path(xplanes[0]) if xplanes else "profile"
+        raise UsageError(f"{where}: --xprof never, but this capture's attribution is xprof's step table (it "
+                         f"computes on the host, or the device-idle reading finds no steps); run with --xprof auto")
+    active = [d for d in devs if d["busy_ms"] > 0]
+    T = step_time_ms or idle_att["step_time_ms"]
+    cost = None
+    if compute_only_step_ms is not None and T and T > 0:
+        cost = round(max(0.0, min(1.0, (T - compute_only_step_ms) / T)), 6)
+    # no input op on the host: xprof's input-op split is zero, known without it (auto); never: unknown
+    has_ops = any(t.mask(_is_input_op).any() for t in load_trace(xplanes).threads)
+    ops = (_input_ops([], xplanes, idle_att["step_time_ms"], idle_att["steps_profiled"]) if not has_ops else
+           {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
+            "input_ops_capture_steps": None})
+    return {"source": "xprof", "hardware_type": active[0]["kind"], "xprof_input_conclusion": None,
+            "compute_on": "accelerator", "input_cost_estimate_fraction": None, "input_stolen_cpu_fraction": None,
+            "input_cpu_basis": None, "input_cpu_ms_per_step": None, "cores_seen": None, **ops, "accelerator": accelerator,
+            "xprof": {"ran": False, "tools": [], "skipped": skipped},
+            "xprof_step_time_ms": None, "xprof_breakdown_ms": None, "xprof_transfer": None,
+            **idle_att, "input_cost_fraction": cost}
 
 
 def input_share(att: dict) -> tuple[float, str]:
@@ -274,23 +345,3 @@ def accelerator_utilization(att: dict, *, step_time_ms: float | None = None,
     compute -= att.get("input_stolen_cpu_fraction") or 0.0
     return max(0.0, min(1.0, compute))
 
-
-def step_timer_summary(step_times_ms, input_wait_ms, warmup_steps: int) -> dict:
-    """report.json `step_timer` from the always-on timer.
-
-    Args:
-      step_times_ms: wall time of every step (get-next + step), ms, in order.
-      input_wait_ms: per step, wall time blocked in next(iterator), ms.
-      warmup_steps: leading steps left out (tracing/compilation).
-    Returns:
-      {"steps": steps counted, "input_wait_fraction": Σ wait / Σ step time,
-       "compute_fraction": 1 − input_wait_fraction} over the steps after warm-up (0.0s when none remain).
-    """
-    st = list(step_times_ms)[warmup_steps:]
-    wt = list(input_wait_ms)[warmup_steps:]
-    total = sum(st)
-    if not st or total <= 0:
-        return {"steps": len(st), "input_wait_fraction": 0.0, "compute_fraction": 0.0}
-    wait = min(total, sum(wt[: len(st)]))
-    f = wait / total
-    return {"steps": len(st), "input_wait_fraction": round(f, 6), "compute_fraction": round(1.0 - f, 6)}

@@ -10,6 +10,8 @@ the same name, removed when the process exits; `source_dir` names the folder it 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import os
 import shutil
@@ -208,6 +210,25 @@ def convert(xplanes: list[Path] | Path | str, tool: str, params: dict | None = N
     if tool not in TOOLS:
         raise ValueError(f"unknown xprof tool {tool!r} (known: {', '.join(TOOLS)})")
     files = [Path(xplanes)] if isinstance(xplanes, (str, os.PathLike)) else [Path(x) for x in xplanes]
+    stamps = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError as e:
+            raise UsageError(f"{f}: cannot read profile ({e.strerror or e})") from None
+        stamps.append((str(f), st.st_mtime_ns, st.st_size))
+    key = (tuple(stamps), tool, json.dumps(params or {}, sort_keys=True))
+    if tool.startswith("trace_viewer"):  # every host event: read once by one caller, too large to keep
+        return _convert.__wrapped__(*key)
+    return copy.deepcopy(_convert(*key))
+
+
+@functools.lru_cache(maxsize=4)
+def _convert(stamps: tuple, tool: str, params_json: str):
+    """convert's work, once per set of files (path, mtime, size), tool and options: one analysis never runs a
+    conversion twice (callers get copies)."""
+    files = [Path(p) for p, _, _ in stamps]
+    params = json.loads(params_json)
     data = _raw_convert(files, tool, params or {})
     if data is None or (isinstance(data, (bytes, str)) and not data.strip()):
         # Find the culprit: convert each file on its own.

@@ -317,8 +317,10 @@ def print_analysis(doc: dict) -> None:
     att = doc.get("attribution") or {}
     if att.get("source") == "device_idle":  # say what the step is, and xprof's own reading beside it
         xs = att.get("xprof_step_time_ms")
+        skipped = (att.get("xprof") or {}).get("ran") is False
         print(f"step = wall time from {att['step_source']}; device idle charged to the host's work"
-              + (f" (xprof's own step: {xs:.2f} ms of device time)" if xs else ""))
+              + (f" (xprof's own step: {xs:.2f} ms of device time)" if xs else
+                 " (xprof's converter not run: --xprof always adds its step table)" if skipped else ""))
     warning = att.get("hardware_warning")
     if warning:
         print(f"warning: {warning}")

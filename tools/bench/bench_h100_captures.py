@@ -42,7 +42,7 @@ def main() -> int:
             path = Path(tmp) / f"h100-{regime}.xplane.pb"
             path.write_bytes(gzip.decompress((H100 / f"h100-{regime}.xplane.pb.gz").read_bytes()))
             t0 = time.perf_counter()
-            doc = analyze(str(path))
+            doc = analyze(str(path), xprof="always")  # its table below is xprof's own (issue 32: auto skips it)
             secs = time.perf_counter() - t0
             att, tr = doc["attribution"], truth[regime]
             fr, xb = att["fractions"], att.get("xprof_breakdown_ms") or {}
