@@ -27,8 +27,7 @@ AU_THRESHOLD_DEFAULT = 0.90
 
 
 HOST_BOUND = ("launch", "other")
-"""Idle shares charged to the host's own work: the profiler's cost lands there (it slows the host, not the
-device), so these are the findings judged without it too (idle_decision)."""
+"""Idle shares charged to the host's own work, where the profiler's cost lands: judged without it (idle_decision)."""
 
 
 def profiler_ms(att: dict) -> tuple[float, str] | None:
@@ -251,8 +250,8 @@ def input_cause(host: dict | None, read_share: float | None = None, *, model_on_
       A busy CPU held by other processes (_contended: this run's threads used little of it, and it is not
       most of the machine's busy time) is not this pipeline's preprocessing: its saturation is the run's
       threads waiting for a core.  The words say the host is contended and the cause is what the run waits on:
-      reads ≥ READS_IN_FLIGHT_SHARE of the step, or of its blocked wait for input (`wait_share`, the step's
-      share blocked in next()) → storage; else mixed (a quiet host would tell preprocessing apart)."""
+      reads ≥ READS_IN_FLIGHT_SHARE of the step, or of a blocked wait for input of ≥ 5 % of it (`wait_share`,
+      the share blocked in next()) → storage; else mixed (a quiet host would tell preprocessing apart)."""
     if not host or not host.get("samples"):
         return None, ""
     busy, own = float(host["cpu_busy_fraction_mean"]), float(host.get("process_cpu_fraction_mean") or 0.0)
@@ -271,7 +270,8 @@ def input_cause(host: dict | None, read_share: float | None = None, *, model_on_
     contended = _contended(busy, own, {**th, "cores": host.get("cores")} if sat is not None else None) \
         if crowded else None
     if contended:
-        of_wait = bool(read_share is not None and wait_share and read_share >= READS_IN_FLIGHT_SHARE * wait_share)
+        of_wait = bool(read_share is not None and (wait_share or 0.0) >= 0.05  # a smaller wait names no cause
+                       and read_share >= READS_IN_FLIGHT_SHARE * wait_share)
         if of_wait and not reads:
             contended += f"; reads are {read_share / wait_share:.0%} of its {wait_share:.0%} blocked wait"
         return ("storage" if reads or of_wait else "mixed"), words + contended
