@@ -79,6 +79,7 @@ CASES = [
     ("analyze", ["{d}/no/such/logdir"], "{d}/no/such/logdir"),
     ("analyze", ["{d}/empty_logdir"], "{d}/empty_logdir"),
     ("analyze", ["{d}/bad.xplane.pb"], "{d}/bad.xplane.pb"),
+    ("analyze", ["--xprof", "sometimes", "{d}/bad.xplane.pb"], "--xprof"),
     ("analyze", ["{d}/empty_logdir", "{d}/not.json"], "{d}/empty_logdir"),
     ("env", ["--bogus"], "--bogus"),
     ("env", ["--diff", "{d}/not.json"], "--diff"),
