@@ -109,3 +109,21 @@ def pytest_terminal_summary(terminalreporter):
                                  f"{FAST_TEST_WARN_SECONDS:.0f} s (mark them slow if they train end to end)")
         for nodeid, seconds in sorted(_slow_unmarked, key=lambda x: -x[1]):
             terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_op_determinism(request):
+    """A test that turns TF's op determinism on must turn it off again: it is process-wide, and on it makes every
+    later pipeline with a stateful function (our emulated reads, random masking) interleave and map serially — two
+    timing tests failed in the full suite, never alone, because test_keras_probe.py had left it on."""
+    import sys
+
+    yield
+    if "tensorflow" not in sys.modules:
+        return
+    from tensorflow.python.framework import config as tf_config
+
+    if tf_config.is_op_determinism_enabled():
+        tf_config.disable_op_determinism()
+        pytest.fail(f"{request.node.nodeid} left tf.config.experimental.enable_op_determinism() on "
+                    "(process-wide: restore it in the test)", pytrace=False)

@@ -49,9 +49,12 @@ def _sets(items) -> list[str]:
 # run it did not hold saw it finish, rc 0, before its SIGINT).  SIGINT raises KeyboardInterrupt in the hook, between
 # steps, as a Ctrl-C there does; SIGKILL ends the process wherever it is.
 HOLD = """
-import runpy, sys, time
+import runpy, signal, sys, time
 from pathlib import Path
 from tfbertperf.train import loop
+# Ctrl-C's own handler, whatever the test runner's was: a shell that starts pytest in the background
+# (`pytest &`) has it ignore SIGINT, the run inherits that, and the held run would never see the signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 held, at = Path(sys.argv[1]), int(sys.argv[2])
 calls = []
 def hold(kind):

@@ -14,10 +14,24 @@ from tfbertperf.keras import ProfileCallback
 from tfbertperf.profile import stepfile
 
 
+@pytest.fixture(autouse=True)
+def _op_determinism():
+    """Deterministic ops for this module's fits only: the setting is process-wide, and left on it makes every later
+    tf.data pipeline in the process with a stateful function (a py_function read, random masking) run its
+    interleave and map serially (TF's documented rule), which broke two timing tests that ran after this module
+    in the same pytest process."""
+    from tensorflow.python.framework import config as tf_config
+
+    was = tf_config.is_op_determinism_enabled()
+    tf.config.experimental.enable_op_determinism()
+    yield
+    if not was:
+        tf_config.disable_op_determinism()
+
+
 def _fit(tmp_path, callbacks, steps=24, sleep_ms=0.0):
     """A tiny MLP with dropout, trained at a fixed seed with deterministic ops; returns the per-batch losses."""
     keras.utils.set_random_seed(7)
-    tf.config.experimental.enable_op_determinism()
     x = np.random.RandomState(0).normal(size=(steps * 8, 16)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1).batch(8, drop_remainder=True)
