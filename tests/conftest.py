@@ -91,7 +91,7 @@ def tfrecord_shards(tmp_path_factory):
     return str(d), shards
 
 
-# The fast tier (`python -m pytest -m "not slow"`, docs/testing.md) stays fast only if tests that train end to end
+# The fast tier (`python -m pytest -m "not slow" -n 2`, docs/testing.md) stays fast only if tests that train end to end
 # carry the slow marker.  A test not marked slow that takes longer than this is listed at the end of the session
 # (a warning, not a failure: wall time depends on how busy the machine is, and a test must not).
 FAST_TEST_WARN_SECONDS = 15.0
