@@ -157,6 +157,11 @@ def test_h100_compute_capture_with_its_unprofiled_steps_measures_the_profilers_c
     assert not any("launch" in r or "batch size" in r for r in doc["verdict"]["recommendations"])
     assert "without the profiler (the 36.1 ms unprofiled step" in doc["verdict"]["summary"]
     assert "because kernel launch takes 21%" in doc["verdict"]["summary"]
+    # the answer analyze opens with names the program as it runs without the profiler, and no launch advice
+    from tfbertperf.report.headline import headline
+
+    h = headline(doc)
+    assert h["line"].startswith("compute-bound on the accelerator: input costs ") and "launch" not in h["line"]
 
 
 @needs_h100
@@ -179,6 +184,9 @@ def test_analyze_cli_takes_steps_and_prints_the_measured_cost(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "profiler cost (measured): +2.83 ms a step" in out.stdout  # the 9.97 ms captured step − 7.14 ms
+    # the console opens with the one answer, as a run's does (issue 30): verdict, input-cost figure and its source
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("answer: ") and "of the step (" in first and len(first) <= 120
     missing = subprocess.run([sys.executable, "-m", "tfbertperf.analyze", str(capture), "--steps",
                               str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "nope.json: no such file" in missing.stderr

@@ -173,6 +173,13 @@ def main(argv=None) -> int:
                 raise UsageError(f"--advice {adv!r}: expected section.key=value[,section.key=value]")
         doc["validation"] = validate(report, doc, progress=sys.stderr.isatty(), repeat=a.repeat,
                                      advice_sets=sets or None)
+    if doc.get("verdict") and doc.get("steps_marked") is not False:
+        from tfbertperf.report.headline import headline
+
+        # the one answer, as a run's console and report open with it (issue 30): the verdict, the one input-cost
+        # figure with its source (the step file's measured what-if, else the capture's estimate, else the blocked
+        # wait) and the one action that matters most
+        doc["headline"] = headline(doc)
     if doc["profile"].get("interrupted"):
         print(f"tfbertperf: note: this profile is from an interrupted run ({doc['profile']['interrupted']}): "
               "its window may hold fewer steps than the run planned", file=sys.stderr)

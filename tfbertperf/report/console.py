@@ -307,6 +307,8 @@ def print_analysis(doc: dict) -> None:
     if doc.get("steps_marked") is False:
         print(format_device_table(devs))
         return
+    if doc.get("headline"):  # first, as a run's console opens (report/headline.py)
+        print("\n".join(wrap(f"answer: {doc['headline']['line']}")))
     hosts = doc["hosts"]
     for host, att in hosts.items():  # one host: its table is the run's attribution (with the joined input split)
         print(host_table(doc["attribution"] if len(hosts) == 1 else att, f"host {host}"))
