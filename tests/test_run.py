@@ -146,10 +146,10 @@ def test_naive_preset_waits_on_input_more_than_tuned(tmp_path):
     data = tmp_path / "shards"
     prepare_data(load_config(sets=sets), str(data), progress=False)
     reports = {}
-    # tuned's parallelism is pinned (4 files, 4 parallel calls): with num_parallel_calls AUTOTUNE, tf.data's own
-    # tuning decides how many reads run at once from what it measures, and beside two busy processes it read one
-    # file at a time (a full-suite run with a CPU hog: no two reads ever in flight) — a decision of the machine's
-    # load, not of our code
+    # tuned's parallelism is pinned (4 files, 4 parallel calls), so that how many reads run at once is this
+    # config's, not tf.data's AUTOTUNE's.  (A full-suite run once saw no two reads in flight, first blamed on the
+    # machine's load; the cause was an earlier test leaving TF's op determinism on, which makes every interleave
+    # with a stateful function serial — tests/conftest.py now fails a test that leaks it.)
     pinned = {"naive": [], "tuned": ["pipeline.cycle_length=4", "pipeline.num_parallel_calls=4"]}
     for preset in ("naive", "tuned"):
         cfg = load_config(data_uri=str(data),
