@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tfbertperf.errors import UsageError
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile import kernel_programs
 from tfbertperf.profile.intervals import parents
@@ -329,9 +328,6 @@ def _digest(path: str, _mtime_ns: int, size: int) -> FileDigest:
 def digest(path) -> FileDigest:
     """The FileDigest of one `.xplane.pb` (or `.xplane.pb.gz`) file, read once per analysis (cached on path,
     mtime and size).  Raises UsageError (one line naming the file) for a missing, unreadable or damaged file."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError as e:
-        raise UsageError(f"{p}: cannot read profile ({e.strerror or e})") from None
-    return _digest(str(p), st.st_mtime_ns, st.st_size)
+    from tfbertperf.profile.xspace_proto import file_key
+
+    return _digest(*file_key(path))

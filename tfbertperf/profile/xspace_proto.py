@@ -116,15 +116,21 @@ def _cached(path: str, _mtime_ns: int, _size: int):
     return _parse(Path(path))
 
 
-def read_space(path) -> object:
-    """The parsed XSpace of one `.xplane.pb` file (cached on path + mtime + size: parsed once per analysis).
-    Raises UsageError (one line naming the file) for a missing, unreadable or damaged file."""
+def file_key(path) -> tuple[str, int, int]:
+    """(path, mtime ns, size) of a profile file: the key its parse is cached on, so a file rewritten in place is
+    read again.  Raises UsageError (one line naming the file) for a missing or unreadable one."""
     p = Path(path)
     try:
         st = p.stat()
     except OSError as e:
         raise UsageError(f"{p}: cannot read profile ({e.strerror or e})") from None
-    return _cached(str(p), st.st_mtime_ns, st.st_size)
+    return str(p), st.st_mtime_ns, st.st_size
+
+
+def read_space(path) -> object:
+    """The parsed XSpace of one `.xplane.pb` file (cached on path + mtime + size: parsed once per analysis).
+    Raises UsageError (one line naming the file) for a missing, unreadable or damaged file."""
+    return _cached(*file_key(path))
 
 
 def stat_value(stat, names: dict[int, str]):
