@@ -161,26 +161,57 @@ def test_optimizer_decays_kernels_and_embeddings_but_not_layernorm_or_biases():
     assert abs(kernel.numpy() - (1 - 0.1 * 0.01)).max() < 1e-6
 
 
-def test_probe_snapshot_restores_host_state_from_a_checkpoint_and_cleans_up():
-    """Issue 17 memory: the probe no longer copies the state to host numpy arrays per block (a second copy of
-    BERT-base's weights + Adam slots alive during the probe's steps); host-resident state goes to a temporary
-    checkpoint and comes back bit-exact, and the directory is removed."""
-    import os
-
+def _small_state():
     import keras
-    import numpy as np
-
-    from tfbertperf.train.probe import Snapshot
 
     m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     opt = keras.optimizers.Adam()
     opt.build(m.trainable_variables)
-    state = [*m.variables, *opt.variables]
+    return [*m.variables, *opt.variables]
+
+
+def test_probe_snapshot_restores_host_state_from_a_checkpoint_and_cleans_up(monkeypatch):
+    """Issue 17 memory: the probe no longer copies the state to host numpy arrays per block (a second copy of
+    BERT-base's weights + Adam slots alive during the probe's steps); host-resident state above HOST_COPY_BYTES
+    goes to a temporary checkpoint and comes back bit-exact, and the directory is removed."""
+    import os
+
+    import numpy as np
+
+    from tfbertperf.train import probe
+    from tfbertperf.train.probe import Snapshot
+
+    state = _small_state()
+    monkeypatch.setattr(probe, "HOST_COPY_BYTES", probe.state_bytes(state) - 1)  # one byte too big for memory
     before = [v.numpy().copy() for v in state]
     snap = Snapshot(state)
-    assert not snap.on_device and os.path.isdir(snap.dir) and snap.copies is None
+    assert not snap.on_device and not snap.in_memory and os.path.isdir(snap.dir) and snap.copies is None
     for v in state:
         v.assign(v + 1)
     snap.restore()
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, state))
     assert not os.path.exists(snap.dir)
+
+
+def test_probe_snapshot_keeps_small_host_state_in_memory_and_writes_no_file(monkeypatch, tmp_path):
+    """Issue 29: a checkpoint written before each probe block slowed the next ~100 ms of steps by 0.3–0.4 ms
+    each on a 2-core VM, so a small model's T_c read high; state up to HOST_COPY_BYTES is copied in memory,
+    restored bit-exact, and nothing is written to the temporary directory."""
+    import tempfile
+
+    import numpy as np
+
+    from tfbertperf.train import probe
+    from tfbertperf.train.probe import Snapshot
+
+    state = _small_state()
+    assert probe.state_bytes(state) == sum(v.numpy().nbytes for v in state) <= probe.HOST_COPY_BYTES
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = [v.numpy().copy() for v in state]
+    snap = Snapshot(state)
+    assert snap.in_memory and not snap.on_device and snap.dir is None and len(snap.copies) == len(state)
+    for v in state:
+        v.assign(v + 1)
+    snap.restore()
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, state))
+    assert snap.copies is None and list(tmp_path.iterdir()) == []

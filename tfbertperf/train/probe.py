@@ -163,15 +163,38 @@ class Probe:
         self.blocks += 1
 
 
+HOST_COPY_BYTES = 256 * 2**20
+"""Host-resident state up to this size is snapshot by copies in memory, not a checkpoint on disk (`Snapshot`)."""
+
+
+def state_bytes(state: list) -> int:
+    """Bytes held by the variables in `state` (their shapes and dtypes; nothing is read)."""
+    import tensorflow as tf
+
+    total = 0
+    for v in state:
+        n = 1
+        for d in v.shape:
+            n *= int(d or 0)
+        total += n * tf.as_dtype(v.dtype).size
+    return total
+
+
 class Snapshot:
     """The model's and optimizer's variables, saved before a probe block and put back after it, without a second
-    copy of the state in host memory while the block's steps run (their activations are the run's memory peak;
+    copy of a large state in host memory while the block's steps run (their activations are the run's memory peak;
     a host copy on top made BERT-base peak at 9.2 GB and left BERT-large no room on a 24 GB machine):
 
       * state on an accelerator (a variable on a GPU/TPU): device-resident copies (`tf.identity` on each
         variable's device), restored with `assign` — nothing crosses to the host;
-      * state in host memory (CPU-only): a TF checkpoint of the variables in a temporary directory, read back
-        into them one variable at a time and deleted.
+      * state in host memory up to HOST_COPY_BYTES (a user's small Keras model, a tiny BERT): copies in memory
+        the same way.  Writing a checkpoint slowed the steps of the next ~100 ms by 0.3–0.4 ms each on a 2-core
+        VM (the page cache and writeback of the file compete with the step): a 3.4 ms cached step read 3.7–3.9
+        ms right after a checkpoint, 3.5 ms after in-memory copies, 30 interleaved blocks of each (issue 29) —
+        so the probe's T_c read high and the input cost low by 7–16 pp on the small Keras fits;
+      * larger state in host memory (CPU-only BERT-base and up): a TF checkpoint of the variables in a temporary
+        directory, read back into them one variable at a time and deleted.  There a step takes a second or more,
+        and the disturbance is lost in it.
     """
 
     def __init__(self, state: list) -> None:
@@ -180,8 +203,9 @@ class Snapshot:
         self.state = state
         devices = [str(getattr(getattr(v, "value", v), "device", "") or "") for v in state]  # Keras 3: v.value
         self.on_device = any(("GPU" in d.upper() or "TPU" in d.upper()) for d in devices)
+        self.in_memory = self.on_device or state_bytes(state) <= HOST_COPY_BYTES
         self.copies, self.dir = None, None
-        if self.on_device:
+        if self.in_memory:
             copies = []
             for v, dev in zip(state, devices):
                 with tf.device(dev):
@@ -196,7 +220,7 @@ class Snapshot:
         self.path = self.ckpt.write(os.path.join(self.dir, "state"))
 
     def restore(self) -> None:
-        if self.on_device:
+        if self.in_memory:
             for v, x in zip(self.state, self.copies):
                 v.assign(x)
             self.copies = None
