@@ -6,7 +6,7 @@ Its steps run in `profile.probe_blocks` blocks spread evenly through the steady 
 profiled window), so that T and T_c are sampled side by side in time: on a shared or thermally throttled machine
 the speed of the CPU drifts by several per cent over seconds, and a probe run only after the loop would measure a
 different machine than the loop did.  Before a block the model's and optimizer's variables are snapshot (on the
-device, or to a checkpoint on local disk for host-resident state: `Snapshot`) and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
+device or in memory, or to a checkpoint on local disk for a host-resident state over 256 MiB: `Snapshot`) and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
 loss trajectory.  The first step of each block is not timed (the first block's first two: the cached batch's
 static shapes may retrace the step).  A pipeline with background stages (prefetch, parallel map/interleave,
 read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
