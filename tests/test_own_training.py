@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import statistics
 import subprocess
 import sys
 
@@ -124,6 +125,25 @@ def test_the_what_if_compares_a_block_with_the_real_steps_around_it_on_a_driftin
     s = stepfile.summarize(doc, "t")
     assert s.unprofiled_step_ms == pytest.approx((16 * 20 + 20 * 10) / 36)  # the run's step: all unprofiled
     assert s.T_blocks_ms == [pytest.approx(20.0)] and s.input_cost_fraction == pytest.approx(0.5)
+
+
+def test_an_interrupted_compute_only_step_is_left_out_of_t_c_but_a_slow_real_step_counts():
+    # the tokenizer fit of issue 29: one probe step of 192 ms among ~5 ms ones (a collection, not the step's
+    # compute) made T_c 10 ms and the measured input cost 0 %; a slow *real* step is input and stays in T
+    times = [8.0] * 10 + [80.0] + [8.0] * 19
+    probe = [5.0, 5.0, 192.0, 5.0, 5.0, 5.0]
+    doc = stepfile.document(times, excluded_steps=[20, 21, 22], what_if={"compute_only_step_ms": probe,
+                                                                        "blocks": [[5, 3], [20, 3]]})
+    s = stepfile.summarize(doc, "t")
+    assert s.compute_only_interrupted == 1 and s.compute_only_steps == 5 and s.compute_only_step_ms == 5.0
+    assert s.T_c_blocks_ms == [5.0, 5.0]
+    assert s.unprofiled_step_ms == pytest.approx((26 * 8.0 + 80.0) / 27)  # the 80 ms real step counts
+    t = [statistics.fmean(x) for x in ([8.0] * 5 + [8.0] * 5, [8.0] * 5 + [8.0] * 5)]
+    assert s.T_blocks_ms == t and s.input_cost_fraction == pytest.approx(3 / 8)
+    assert s.as_dict()["compute_only_interrupted"] == 1
+    # within 4× of the median: kept (a slower probe block is a slower machine, not an interruption)
+    s = stepfile.summarize(stepfile.document(times, what_if={"compute_only_step_ms": [5.0, 5.0, 19.0]}), "t")
+    assert s.compute_only_interrupted == 0 and s.compute_only_step_ms == pytest.approx(29 / 3)
 
 
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):

@@ -24,7 +24,12 @@ Definitions (`summarize`):
   unprofiled_step_ms = T: their mean (a throughput figure: a stall that hits one step in N counts).
   profiled_step_ms: the mean of the profiled steps as the helper timed them (the capture's own step, read from the
     trace, is what analyze compares with T).
-  compute_only_step_ms = T_c: the mean of what_if.compute_only_step_ms.
+  compute_only_step_ms = T_c: the mean of what_if.compute_only_step_ms, less interrupted steps: a probe step over
+    INTERRUPTED × the median probe step (compute_only_interrupted counts them).  The probe's step is the same work
+    on the same cached batch every time, so one that takes several times as long was stopped by something that is
+    not its compute (a garbage collection, the OS, a retrace): one 192 ms step among forty of 4.5–6 ms made a
+    keras-hub tokenizer fit's T_c 10 ms and its measured input cost 0 % against a truth of 35 % (issue 29).  Real
+    steps keep every step: there a slow step can be the input (a shard opened, a stall), which is what T measures.
   input_cost_fraction = (T − T_c) / T, clipped to [0, 1]: how much shorter the step would be with free input —
     with each block paired with the real steps around it in time: T_blocks_ms[k] = the mean of the
     max(n_k, BRACKET_MIN) unprofiled steps right before block k and as many right after it (n_k its timed steps),
@@ -46,6 +51,7 @@ from tfbertperf.errors import UsageError
 STEP_FILE = "tfbertperf_steps.json"
 SCHEMA = "tfbertperf.steps/1"
 BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
+INTERRUPTED = 4.0  # a compute-only step over this many times the median one was interrupted (module docstring)
 
 
 @dataclass
@@ -58,6 +64,7 @@ class StepSummary:
     profiled_steps: list[int] | None = None
     compute_only_step_ms: float | None = None
     compute_only_steps: int = 0
+    compute_only_interrupted: int = 0
     input_cost_fraction: float | None = None
     T_blocks_ms: list[float] = field(default_factory=list)
     T_c_blocks_ms: list[float] = field(default_factory=list)
@@ -69,6 +76,7 @@ class StepSummary:
                 "unprofiled_step_ms": r(self.unprofiled_step_ms), "unprofiled_steps": self.unprofiled_steps,
                 "profiled_step_ms": r(self.profiled_step_ms), "profiled_steps": self.profiled_steps,
                 "compute_only_step_ms": r(self.compute_only_step_ms), "compute_only_steps": self.compute_only_steps,
+                "compute_only_interrupted": self.compute_only_interrupted,
                 "input_cost_fraction": r(self.input_cost_fraction),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
                 "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms]}
@@ -135,9 +143,11 @@ def summarize(doc: dict, where: str) -> StepSummary:
         probe = _times(where, "what_if.compute_only_step_ms", wi.get("compute_only_step_ms"))
         blocks = wi.get("blocks") or []
         if probe and T:
-            s.compute_only_step_ms = statistics.fmean(probe)
-            s.compute_only_steps = len(probe)
-            s.T_blocks_ms, s.T_c_blocks_ms, sizes = _blocks(steps, unprofiled, probe, blocks)
+            kept = uninterrupted(probe)
+            s.compute_only_step_ms = statistics.fmean(probe[j] for j in kept)
+            s.compute_only_steps = len(kept)
+            s.compute_only_interrupted = len(probe) - len(kept)
+            s.T_blocks_ms, s.T_c_blocks_ms, sizes = _blocks(steps, unprofiled, probe, blocks, set(kept))
             if sizes:  # paired in time: each block against the real steps around it
                 t = sum(x * n for x, n in zip(s.T_blocks_ms, sizes))
                 tc = sum(x * n for x, n in zip(s.T_c_blocks_ms, sizes))
@@ -147,9 +157,16 @@ def summarize(doc: dict, where: str) -> StepSummary:
     return s
 
 
-def _blocks(steps, unprofiled, probe, blocks) -> tuple[list[float], list[float], list[int]]:
-    """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps, and its size
-    (module docstring); ([], [], []) when the blocks do not account for the probe's steps."""
+def uninterrupted(probe: list[float]) -> list[int]:
+    """Indices of the compute-only steps that were not interrupted: at most INTERRUPTED × the median step."""
+    limit = INTERRUPTED * statistics.median(probe)
+    return [j for j, x in enumerate(probe) if x <= limit]
+
+
+def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:
+    """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps that were not
+    interrupted (`kept`), and that count of them (module docstring); ([], [], []) when the blocks do not account
+    for the probe's steps."""
     at = [int(b[0]) for b in blocks if isinstance(b, list) and len(b) == 2]
     sizes = [int(b[1]) for b in blocks if isinstance(b, list) and len(b) == 2]
     if not at or sum(sizes) != len(probe):
@@ -159,10 +176,11 @@ def _blocks(steps, unprofiled, probe, blocks) -> tuple[list[float], list[float],
         m = max(n, BRACKET_MIN)
         before = [i for i in unprofiled if i < pos][-m:]
         after = [i for i in unprofiled if i >= pos][:m]
-        if n and before + after:
+        mine = [probe[j] for j in range(k, k + n) if j in kept]
+        if mine and before + after:
             T.append(statistics.fmean(steps[i] for i in before + after))
-            Tc.append(statistics.fmean(probe[k:k + n]))
-            n_used.append(n)
+            Tc.append(statistics.fmean(mine))
+            n_used.append(len(mine))
         k += n
     return T, Tc, n_used
 

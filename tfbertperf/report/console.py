@@ -291,7 +291,9 @@ def measured_lines(doc: dict) -> list[str]:
         out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T, each probe "
                    f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
                    f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
-                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks)")
+                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
+                   + (f", {sf['compute_only_interrupted']} interrupted left out (over 4× the median)"
+                      if sf.get("compute_only_interrupted") else "") + ")")
         if att.get("input_cost_estimate_fraction") is not None:
             out.append(f"input cost (estimated from the capture alone): "
                        f"{100 * att['input_cost_estimate_fraction']:.1f} %")
