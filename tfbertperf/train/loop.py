@@ -35,6 +35,7 @@ import statistics
 import time
 from typing import Callable
 
+from tfbertperf.profile.stepfile import uninterrupted
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
@@ -244,9 +245,13 @@ def train(
         if steps in blocks_at and first_batch is not None and interrupted is None:
             probe.run_block(first_batch, blocks_at[steps])
         probe_ms = probe.step_times_ms
+        # T_c leaves out interrupted probe steps (a collection, the OS: over 4× the median; profile/stepfile.py),
+        # as analyze does for a user's fit
+        kept = [probe_ms[j] for j in uninterrupted(probe_ms)] if probe_ms else []
         if probe_ms:
-            say(f"compute-only probe: {statistics.fmean(probe_ms):.1f} ms/step mean over {len(probe_ms)} steps "
-                f"in {probe.blocks} block(s)")
+            say(f"compute-only probe: {statistics.fmean(kept):.1f} ms/step mean over {len(kept)} steps "
+                f"in {probe.blocks} block(s)" + (f" ({len(probe_ms) - len(kept)} interrupted left out)"
+                                                 if len(kept) < len(probe_ms) else ""))
         recovery = recovery_steps([(p, n) for p, n in plan if p < steps], steps) if input_runs_ahead else []
 
         if tensorboard_dir:
@@ -266,8 +271,8 @@ def train(
             warmup_steps=warmup,
             profile_window=window,
             tensorboard_dir=tensorboard_dir,
-            compute_only_step_ms=statistics.fmean(probe_ms) if probe_ms else None,
-            probe_steps=len(probe_ms),
+            compute_only_step_ms=statistics.fmean(kept) if kept else None,
+            probe_steps=len(kept),
             metrics={key: accuracy},
             extra={
                 "model": info,
