@@ -25,7 +25,7 @@ from exactly where it was: the loss trajectory with and without the probe is the
 deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
 What it costs: probe_steps + 2 + (blocks − 1) extra steps (the first block's first 2 and each later block's
-first step are not timed; a later block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time), one more tracing of the step function (the cached batch's fixed shapes), and per block
+first step are not timed; each block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time), one more tracing of the step function (the cached batch's fixed shapes), and per block
 a snapshot and restore of the state (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a
 temporary directory: train/probe.py Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
 of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
