@@ -213,8 +213,9 @@ def test_analyze_cli_takes_steps_and_prints_the_measured_cost(tmp_path):
 
 
 def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_path):
-    # JAX is not installed here: jax.profiler's three calls and block_until_ready are stood in for by plain
-    # callables that do what they do to the file system and the clock (a capture folder with an XSpace in it).
+    # jax.profiler's three calls and block_until_ready are replaced by plain callables that do what they do to
+    # the file system and the clock (a capture folder with an XSpace in it), so this runs without JAX;
+    # tests/test_jax_steps.py runs StepTimer with the real jax.profiler on a jitted loop.
     import time
 
     from tfbertperf.jax_steps import StepTimer

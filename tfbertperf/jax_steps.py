@@ -16,8 +16,13 @@ Keras, for a loop you write yourself.  Importing this module imports neither JAX
 Each step runs inside `jax.profiler.StepTraceAnnotation("train", step_num=i)`; `jax.profiler.start_trace(logdir)`
 opens before step START and `stop_trace()` closes before step STOP.  A step's wall time runs from entering the
 `with` to its result being ready, so the unprofiled steps' mean is the program's step time and analyze measures
-the profiler's cost as captured − unprofiled.  For the Python tracer (frames of a Python loader), pass
-`profiler_options=jax.profiler.ProfileOptions()` with `python_tracer_level = 1`.
+the profiler's cost as captured − unprofiled.  JAX writes the capture as `<host>.xplane.pb` (with a
+`<host>.trace.json.gz`).  JAX's default options (`jax.profiler.ProfileOptions()`: python_tracer_level 1,
+host_tracer_level 2) already record the Python tracer's frames (a Python loader's included); to leave them out,
+pass `profiler_options=` a `jax.profiler.ProfileOptions()` with `python_tracer_level = 0`.  xprof leaves a
+capture's first and last step out of its step table (possibly incomplete), so analyze reads STOP − START − 2 of
+the window's steps: profile one step more on each side to have them all.
+Tested with real JAX on the CPU in tests/test_jax_steps.py (JAX 0.10.2).
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ class StepTimer:
       profile_steps: "START:STOP" or (start, stop): the steps to capture (STOP exclusive); None = no capture.
       warmup_steps: leading steps left out of the unprofiled mean (compilation); at most a quarter of the steps.
       marker: the step marker's name.
-      profiler_options: passed to jax.profiler.start_trace (e.g. a ProfileOptions with the Python tracer on).
-      start_trace, stop_trace, annotation, wait: stand-ins for jax.profiler.start_trace(logdir, **kw),
+      profiler_options: a jax.profiler.ProfileOptions, passed as start_trace(logdir, profiler_options=...);
+        None = JAX's defaults (the Python tracer on: module docstring).
+      start_trace, stop_trace, annotation, wait: replacements for jax.profiler.start_trace(logdir, **kw),
         jax.profiler.stop_trace(), jax.profiler.StepTraceAnnotation(name, step_num=i) and
-        jax.block_until_ready(x) — the defaults, imported on first use.
+        jax.block_until_ready(x) — those four are the defaults, imported on first use.
     Attributes:
       step_times_ms: every step's wall time so far, ms.  step_file: the file close() wrote, or None.
     """

@@ -50,8 +50,8 @@ UNEXPLAINED_SHARE = 0.05
 re-capture with."""
 
 RECAPTURE_PYTHON = ("no Python tracer frames: a Python loader cannot be told from other host time — re-capture "
-                    "with the Python tracer on: JAX: o = jax.profiler.ProfileOptions(); o.python_tracer_level = 1; "
-                    "jax.profiler.trace(logdir, profiler_options=o); TensorFlow 2.21's pip build ignores "
+                    "with the Python tracer on: JAX: it is on by default (jax.profiler.ProfileOptions() has "
+                    "python_tracer_level = 1): drop profiler_options that set it to 0; TensorFlow 2.21's pip build ignores "
                     "ProfilerOptions(python_tracer_level=1) (it logs 'python_tracer_level expects an i value.' and "
                     "records no Python frame): wrap the loader in tf.profiler.experimental.Trace(\"load_batch\") "
                     "spans to see it in Trace Viewer")
