@@ -282,6 +282,11 @@ def _measured(line_id_cpu_ms: dict) -> dict:
                         for i, (lid, ms) in enumerate(line_id_cpu_ms.items())]}
 
 
+# the compute's measured CPU: half on a thread the capture records (tf_Compute/2), half on a pool thread it shows
+# no event for (line 50: Eigen/OpenMP) — p = 1/2: a fair-share step loses 1/2 ms per input core-millisecond
+_HALF_POOL = {2: 5.0, 50: 5.0}
+
+
 def _sleeping_map_step():
     # step 5: 2 ms blocked in get-next, then an 8 ms compute phase during which the input thread's function run
     # holds a py_function that sleeps for 4.9 ms (a slow lookup): long op wall time, no CPU
@@ -294,11 +299,12 @@ def _sleeping_map_step():
 def test_a_sleeping_map_op_is_not_stolen_cpu_when_its_thread_cpu_is_measured():
     from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
-    res = contention.step_contention({"traceEvents": _sleeping_map_step()}, thread_cpu=_measured({1: 0.02}))
+    res = contention.step_contention({"traceEvents": _sleeping_map_step()},
+                                     thread_cpu=_measured(_HALF_POOL | {1: 0.02}))
     s = res["steps"][5]
     cpu = 0.02 - 2 * HOST_EVENT_COST_US / 1e3  # less the profiler's cost of the thread's 2 recorded events
     assert res["input_cpu_basis"] == "measured" and s["input_cpu_ms"] == pytest.approx(cpu)
-    assert s["stolen_ms"] == pytest.approx(cpu / 2, abs=1e-6)  # its CPU ÷ 2 cores, not a third of 5 ms
+    assert s["stolen_ms"] == pytest.approx(cpu / 2, abs=1e-6)  # its CPU × p = 1/2, not a third of 5 ms
     assert s["wait_ms"] == pytest.approx(2.0)
 
 
@@ -311,13 +317,13 @@ def test_a_sleeping_map_op_is_not_stolen_cpu_without_a_clock_either():
 
 def test_measured_input_cpu_counts_whole_when_it_hides_behind_prefetch():
     # a per-example map on the prefetch thread: the trace shows two 0.1 ms scheduling events in the compute
-    # phase, the thread's clock says it used 4 ms of CPU there; next to a compute 2 wide on 2 cores every input
-    # core-millisecond costs the step 1/2 ms
+    # phase, the thread's clock says it used 4 ms of CPU there; next to a compute 2 wide on 2 cores, half of it
+    # in parallel regions, every input core-millisecond costs the step 1/2 ms
     ev = [*_STEP_5,
           {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
           {"ph": "X", "name": "MapAndBatchProduce", "pid": 1, "tid": 2, "ts": 3000, "dur": 100},
           {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 6000, "dur": 100}]
-    s = contention.step_contention({"traceEvents": ev}, thread_cpu=_measured({1: 4.0}))["steps"][5]
+    s = contention.step_contention({"traceEvents": ev}, thread_cpu=_measured(_HALF_POOL | {1: 4.0}))["steps"][5]
     assert s["input_cpu_ms"] == pytest.approx(4.0, abs=0.01) and s["stolen_ms"] == pytest.approx(2.0, abs=0.01)
 
 
@@ -405,10 +411,12 @@ def test_profile_callback_writes_the_threads_cpu_beside_the_capture_and_analyze_
     assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] is not None
 
 
-def test_a_compute_in_parallel_regions_loses_more_than_its_fair_share():
-    # the same 4 ms of input CPU in the compute phase; the compute's CPU: 30 ms on pool threads the capture
-    # records no event for (oneDNN/OpenMP, Eigen intra-op), 10 ms on its traced inter-op thread → p = 0.75, and a
-    # preempted part of a parallel region holds up the others: 4 × 1/2 × (1 + 0.75) = 3.5 ms
+@pytest.mark.parametrize("pool_ms, stolen", [(30.0, 3.0), (0.0, 0.0), (10.0, 2.0)])
+def test_a_compute_loses_to_the_input_in_proportion_to_its_parallel_regions(pool_ms, stolen):
+    # the same 4 ms of input CPU in the compute phase; the compute's CPU: pool_ms on pool threads the capture
+    # records no event for (oneDNN/OpenMP, Eigen intra-op), 10 ms on its traced inter-op thread.  A preempted
+    # part of a parallel region holds up the others (a whole ms per input core-ms); the traced threads' small
+    # ops leave gaps the input fills: 4 × p → p = 0.75: 3 ms, p = 0 (no pool): 0, p = 0.5: 2 ms
     ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
           {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/11"}},
           {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/12"}},
@@ -418,9 +426,9 @@ def test_a_compute_in_parallel_regions_loses_more_than_its_fair_share():
           {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
           {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
           {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 3000, "dur": 4000}]
-    record = _measured({11: 4.0, 12: 10.0, 13: 30.0})
+    record = _measured({11: 4.0, 12: 10.0, 13: pool_ms})
     s = contention.step_contention({"traceEvents": ev}, thread_cpu=record)["steps"][5]
-    assert s["stolen_ms"] == pytest.approx(4.0 * 0.5 * 1.75, abs=0.01)
+    assert s["stolen_ms"] == pytest.approx(stolen, abs=0.01)
     from tfbertperf.profile import threadcpu
 
-    assert threadcpu.pool_share(record, {11, 12}, {11}) == pytest.approx(0.75)
+    assert threadcpu.pool_share(record, {11, 12}, {11}) == pytest.approx(pool_ms / (pool_ms + 10.0))
