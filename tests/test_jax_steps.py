@@ -80,30 +80,31 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     assert timer.step_file == session / stepfile.STEP_FILE and timer.step_file.is_file()
     s = stepfile.read(timer.step_file)
     assert len(timer.step_times_ms) == STEPS and all(t > 0 for t in timer.step_times_ms)
-    assert s.profiled_steps == list(WINDOW) and s.written_by == "tfbertperf.jax_steps.StepTimer"
+    traced = [WINDOW[0] - 1, WINDOW[1] + 1]  # one step more on each side, so xprof shows all of the window's
+    assert s.profiled_steps == traced and s.written_by == "tfbertperf.jax_steps.StepTimer"
     doc = json.loads(timer.step_file.read_text())
     assert len(doc["step_time_ms"]) == STEPS
     # warm-up: warmup_steps=5, at most a quarter of the 30 steps (7) — 5; the first step holds the compilation
-    assert doc["warmup_steps"] == 5 and s.unprofiled_steps == STEPS - 5 - (WINDOW[1] - WINDOW[0])
+    assert doc["warmup_steps"] == 5 and s.unprofiled_steps == STEPS - 5 - (traced[1] - traced[0])
     steady = sorted(timer.step_times_ms[5:])
     assert timer.step_times_ms[0] > 5 * steady[len(steady) // 2]
 
-    # the capture holds exactly the window's `train` markers, 10–19, and the Python tracer's frames: JAX's
-    # default ProfileOptions has python_tracer_level 1 (the module docstring says so)
+    # the capture holds the `train` markers 9–20 (the window 10–19 and one step on each side) and the Python
+    # tracer's frames: JAX's default ProfileOptions has python_tracer_level 1 (the module docstring says so)
     steps, source = step_intervals(load_trace([xplane]))
     assert source == SOURCE_MARKERS
-    assert [int(st.label) for st in steps] == list(range(*WINDOW))
+    assert [int(st.label) for st in steps] == list(range(*traced))
     assert any(n.startswith("$") for n in _names(xplane))
 
     out = analyze(str(logdir))
     att = out["attribution"]
     assert out["profile"]["xplanes"] == [str(xplane)] and out["profile"]["session"] == session.name
     assert out.get("steps_marked") is not False and att["compute_on"] == "host"
-    # xprof's step table from the markers: the window less its first and last step (xprof leaves a capture's
-    # first and last step out as possibly incomplete; train/probe.py traced_steps)
-    assert att["steps_profiled"] == WINDOW[1] - WINDOW[0] - 2 and att["step_time_ms"] > 0
+    # xprof's step table from the markers: the capture less its first and last step (possibly incomplete) —
+    # exactly the window's steps (train/probe.py traced_steps)
+    assert att["steps_profiled"] == WINDOW[1] - WINDOW[0] and att["step_time_ms"] > 0
     assert out["step_file"] is not None and out["step_file"]["file"] == str(timer.step_file)
-    assert out["step_file"]["profiled_steps"] == list(WINDOW)
+    assert out["step_file"]["profiled_steps"] == traced
     assert out["step_file"]["unprofiled_steps"] == s.unprofiled_steps
     cost = att["profiler_cost"]
     assert cost["basis"].startswith("measured")
@@ -122,4 +123,4 @@ def test_profiler_options_reach_jax_start_trace(tmp_path):
     assert session.parent == tmp_path / "plugins" / "profile"
     names = _names(_capture(session))
     assert "train" in names and not any(n.startswith("$") for n in names)
-    assert stepfile.read(timer.step_file).profiled_steps == [2, 5]
+    assert stepfile.read(timer.step_file).profiled_steps == [1, 6]  # 2:5 and one step on each side

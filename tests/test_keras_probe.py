@@ -71,7 +71,7 @@ def test_the_step_file_beside_the_capture_measures_a_waiting_input(tmp_path):
     assert cb.step_file.parent.parent == logdir / "plugins" / "profile"  # in the capture's session folder
     assert list(cb.step_file.parent.glob("*.xplane.pb"))
     doc = json.loads(cb.step_file.read_text())
-    assert doc["schema"] == stepfile.SCHEMA and len(doc["step_time_ms"]) == 24 and doc["profiled_steps"] == [14, 18]
+    assert doc["schema"] == stepfile.SCHEMA and len(doc["step_time_ms"]) == 24 and doc["profiled_steps"] == [13, 19]
     s = stepfile.summarize(doc, str(cb.step_file))
     # 8 examples × 20 ms of sleep a batch against a step of well under 20 ms on the cached batch
     assert s.compute_only_step_ms < s.unprofiled_step_ms / 2, (s.compute_only_step_ms, s.unprofiled_step_ms)

@@ -20,8 +20,9 @@ the profiler's cost as captured − unprofiled.  JAX writes the capture as `<hos
 `<host>.trace.json.gz`).  JAX's default options (`jax.profiler.ProfileOptions()`: python_tracer_level 1,
 host_tracer_level 2) already record the Python tracer's frames (a Python loader's included); to leave them out,
 pass `profiler_options=` a `jax.profiler.ProfileOptions()` with `python_tracer_level = 0`.  xprof leaves a
-capture's first and last step out of its step table (possibly incomplete), so analyze reads STOP − START − 2 of
-the window's steps: profile one step more on each side to have them all.
+capture's first and last step out of its step table (possibly incomplete), so the capture runs from step START − 1
+to STOP (one step more on each side, as `tfbertperf run` captures: train/probe.py traced_steps) and the step table
+shows all of START…STOP − 1; the step file counts those two extra steps as profiled.
 Tested with real JAX on the CPU in tests/test_jax_steps.py (JAX 0.10.2).
 """
 
@@ -33,7 +34,7 @@ from typing import Callable
 
 from tfbertperf.config import parse_window
 from tfbertperf.profile import stepfile
-from tfbertperf.train.probe import short_run_budget
+from tfbertperf.train.probe import short_run_budget, traced_steps
 
 
 class _Step:
@@ -63,6 +64,7 @@ class StepTimer:
                  annotation: Callable | None = None, wait: Callable | None = None) -> None:
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="StepTimer(profile_steps={!r})")
+        self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)
         self.warmup_steps, self.marker, self.options = int(warmup_steps), marker, profiler_options
         self._start, self._stop, self._annotation, self._wait = start_trace, stop_trace, annotation, wait
         self.step_times_ms: list[float] = []
@@ -88,18 +90,18 @@ class StepTimer:
     def _begin(self) -> None:
         self._jax()
         i = len(self.step_times_ms)
-        if self.window and i == self.window[0] and not self._profiling:
+        if self.traced and i == self.traced[0] and not self._profiling:
             self._before = stepfile.sessions(self.logdir)
             kw = {"profiler_options": self.options} if self.options is not None else {}
             self._start(self.logdir, **kw)
             self._profiling = True
-        if self.window and i == self.window[1] and self._profiling:
+        if self.traced and i == self.traced[1] and self._profiling:
             self._end_capture()
 
     def _end_capture(self) -> None:
         self._stop()
         self._profiling = False
-        self._profiled = (self.window[0], len(self.step_times_ms))
+        self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
 
     def close(self) -> Path:

@@ -54,7 +54,7 @@ import tensorflow as tf
 
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget
+from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget, traced_steps
 
 
 SETTLE_REAL_STEPS = 3
@@ -71,7 +71,9 @@ class ProfileCallback(keras.callbacks.Callback):
       logdir: TensorBoard logdir; the profile lands in `logdir/plugins/profile/<session>/<host>.xplane.pb` and
         the step file beside it (`tfbertperf_steps.json`; without a capture, in `logdir`).
       profile_steps: "START:STOP" or (start, stop), global step numbers counted across epochs, STOP exclusive;
-        None or "none" = markers and step times only, no capture.
+        None or "none" = markers and step times only, no capture.  The capture runs one step more on each side
+        (START − 1 to STOP: xprof leaves a capture's first and last step out of its step table), so TensorBoard
+        and analyze show all of START…STOP − 1; the step file counts the two extra steps as profiled.
       marker: the step marker name (what xprof's step table shows, e.g. "train 12").
       host_tracer_level, python_tracer, device_tracer_level: tf.profiler options (see ProfilerOptions).
       threadpool_events: also record TF's thread-pool task events (intra-op threads in Trace Viewer); off by
@@ -99,6 +101,7 @@ class ProfileCallback(keras.callbacks.Callback):
         super().__init__()
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
+        self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)
         self.marker = marker
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=host_tracer_level, python_tracer_level=int(python_tracer),
@@ -137,7 +140,7 @@ class ProfileCallback(keras.callbacks.Callback):
             raise ValueError("ProfileCallback(probe=True) supports one replica (the default strategy); got "
                              f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
         self._warmup, n = short_run_budget(steps, self.warmup_steps, self.probe_steps)
-        self._plan = probe_plan(steps, self._warmup, self.window, n, self.probe_blocks)
+        self._plan = probe_plan(steps, self._warmup, self.traced, n, self.probe_blocks)
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
                              wait=_read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
@@ -187,12 +190,12 @@ class ProfileCallback(keras.callbacks.Callback):
             self._plan_probe()
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.window and self._step == self.window[0] and not self._profiling:
+        if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
             self._cpu_at_start = threadcpu.snapshot()  # the threads' CPU over the window: analyze's input CPU
             self._profiling = True
-        if self.window and self._step == self.window[1] and self._profiling:
+        if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
         self._trace = tf.profiler.experimental.Trace(self.marker, step_num=self._step, _r=1)
         self._trace.__enter__()
@@ -224,7 +227,7 @@ class ProfileCallback(keras.callbacks.Callback):
         tf.profiler.experimental.stop()
         self._profiling = False
         threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)
-        self._profiled = (self.window[0], self._step)
+        self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
 
     def _write_steps(self) -> None:
