@@ -1,54 +1,40 @@
 """tfbertperf.jax_steps.StepTimer with real JAX on the CPU: a jitted 2-layer MLP trained by SGD, its steps marked
 and a window of them captured by jax.profiler itself (no stand-ins), the step file written beside the capture, and
-`analyze` reading both (the steps found from the `train` markers, the profiler's cost measured)."""
+`analyze` reading both (the steps found from the `train` markers, the profiler's cost measured).  The JAX loop runs in
+its own interpreter (tests/programs/jax_loop.py): a pytest worker that imported JAX would warn at every later fork
+(the storage emulators) that JAX's threads may deadlock the child."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-jax = pytest.importorskip("jax", reason="JAX is not installed: pip install 'jax>=0.4.30' (in setup.cfg's `test` extra)")
+from tfbertperf.analyze import analyze
+from tfbertperf.profile import stepfile
+from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
+from tfbertperf.profile.trace import load_trace
 
-import jax.numpy as jnp  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                                reason="JAX is not installed: pip install 'jax>=0.4.30' (in setup.cfg's `test` extra)")
 
-from tfbertperf.analyze import analyze  # noqa: E402
-from tfbertperf.jax_steps import StepTimer  # noqa: E402
-from tfbertperf.profile import stepfile  # noqa: E402
-from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals  # noqa: E402
-from tfbertperf.profile.trace import load_trace  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]
 STEPS, WINDOW = 30, (10, 20)
 
 
-def _problem():
-    """A jitted SGD step of a 2-layer MLP on a random regression problem, its parameters and batch."""
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-    x = jax.random.normal(k1, (256, 32))
-    y = x @ jax.random.normal(k2, (32, 1))
-    params = {"w1": jax.random.normal(k3, (32, 64)) * 0.1, "b1": jnp.zeros(64), "w2": jnp.zeros((64, 1))}
-
-    def loss_fn(p, x, y):
-        return jnp.mean((jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] - y) ** 2)
-
-    @jax.jit
-    def train_step(p, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(p, x, y)
-        return jax.tree_util.tree_map(lambda a, g: a - 0.05 * g, p, grads), loss
-
-    return train_step, params, (x, y)
-
-
-def _train(timer: StepTimer, steps: int) -> list[float]:
-    train_step, params, (x, y) = _problem()
-    losses = []
-    for _ in range(steps):
-        with timer.step() as step:
-            params, loss = train_step(params, x, y)
-            step.result = loss  # waited for with jax.block_until_ready before the step's time is taken
-        losses.append(float(loss))
-    timer.close()
-    return losses
+def _run_loop(logdir, steps: int, window: str, *extra: str) -> dict:
+    """tests/programs/jax_loop.py in a fresh interpreter; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_loop.py"), "--logdir", str(logdir),
+                           "--steps", str(steps), "--window", window, *extra],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
 
 
 def _capture(session):
@@ -65,8 +51,8 @@ def _names(xplane) -> set[str]:
 
 def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     logdir = tmp_path / "logs"
-    timer = StepTimer(logdir, profile_steps=f"{WINDOW[0]}:{WINDOW[1]}")  # warm-up: the default 5
-    losses = _train(timer, STEPS)
+    out = _run_loop(logdir, STEPS, f"{WINDOW[0]}:{WINDOW[1]}")  # warm-up: the default 5
+    losses, times = out["losses"], out["step_times_ms"]
     assert losses[-1] < losses[0] / 10  # it trained
 
     # the capture, written by jax.profiler.stop_trace into logdir/plugins/profile/<session>/
@@ -77,17 +63,18 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     assert xplane.stat().st_size > 0
 
     # the step file beside it, one time per step, the window and the warm-up as documented
-    assert timer.step_file == session / stepfile.STEP_FILE and timer.step_file.is_file()
-    s = stepfile.read(timer.step_file)
-    assert len(timer.step_times_ms) == STEPS and all(t > 0 for t in timer.step_times_ms)
+    step_file = Path(out["step_file"])
+    assert step_file == session / stepfile.STEP_FILE and step_file.is_file()
+    s = stepfile.read(step_file)
+    assert len(times) == STEPS and all(t > 0 for t in times)
     traced = [WINDOW[0] - 1, WINDOW[1] + 1]  # one step more on each side, so xprof shows all of the window's
     assert s.profiled_steps == traced and s.written_by == "tfbertperf.jax_steps.StepTimer"
-    doc = json.loads(timer.step_file.read_text())
+    doc = json.loads(step_file.read_text())
     assert len(doc["step_time_ms"]) == STEPS
     # warm-up: warmup_steps=5, at most a quarter of the 30 steps (7) — 5; the first step holds the compilation
     assert doc["warmup_steps"] == 5 and s.unprofiled_steps == STEPS - 5 - (traced[1] - traced[0])
-    steady = sorted(timer.step_times_ms[5:])
-    assert timer.step_times_ms[0] > 5 * steady[len(steady) // 2]
+    steady = sorted(times[5:])
+    assert times[0] > 5 * steady[len(steady) // 2]
 
     # the capture holds the `train` markers 9–20 (the window 10–19 and one step on each side) and the Python
     # tracer's frames: JAX's default ProfileOptions has python_tracer_level 1 (the module docstring says so)
@@ -103,7 +90,7 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     # xprof's step table from the markers: the capture less its first and last step (possibly incomplete) —
     # exactly the window's steps (train/probe.py traced_steps)
     assert att["steps_profiled"] == WINDOW[1] - WINDOW[0] and att["step_time_ms"] > 0
-    assert out["step_file"] is not None and out["step_file"]["file"] == str(timer.step_file)
+    assert out["step_file"] is not None and out["step_file"]["file"] == str(step_file)
     assert out["step_file"]["profiled_steps"] == traced
     assert out["step_file"]["unprofiled_steps"] == s.unprofiled_steps
     cost = att["profiler_cost"]
@@ -115,12 +102,9 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
 
 def test_profiler_options_reach_jax_start_trace(tmp_path):
     # python_tracer_level = 0 turns JAX's default Python tracer off: no Python frames in the capture
-    options = jax.profiler.ProfileOptions()
-    options.python_tracer_level = 0
-    timer = StepTimer(tmp_path, profile_steps="2:5", warmup_steps=1, profiler_options=options)
-    _train(timer, 6)
-    session = timer.step_file.parent
+    out = _run_loop(tmp_path, 6, "2:5", "--warmup", "1", "--no-python-tracer")
+    session = Path(out["step_file"]).parent
     assert session.parent == tmp_path / "plugins" / "profile"
     names = _names(_capture(session))
     assert "train" in names and not any(n.startswith("$") for n in names)
-    assert stepfile.read(timer.step_file).profiled_steps == [1, 6]  # 2:5 and one step on each side
+    assert stepfile.read(out["step_file"]).profiled_steps == [1, 6]  # 2:5 and one step on each side

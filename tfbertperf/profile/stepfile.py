@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfbertperf.errors import UsageError
+from tfbertperf.train.probe import INTERRUPTED, uninterrupted  # noqa: F401  (INTERRUPTED: named above)
 
 STEP_FILE = "tfbertperf_steps.json"
 SCHEMA = "tfbertperf.steps/1"
 BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
-INTERRUPTED = 4.0  # a compute-only step over this many times the median one was interrupted (module docstring)
 
 
 @dataclass
@@ -155,12 +155,6 @@ def summarize(doc: dict, where: str) -> StepSummary:
             else:
                 s.input_cost_fraction = max(0.0, min(1.0, (T - s.compute_only_step_ms) / T))
     return s
-
-
-def uninterrupted(probe: list[float]) -> list[int]:
-    """Indices of the compute-only steps that were not interrupted: at most INTERRUPTED × the median step."""
-    limit = INTERRUPTED * statistics.median(probe)
-    return [j for j, x in enumerate(probe) if x <= limit]
 
 
 def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:

@@ -35,11 +35,11 @@ import statistics
 import time
 from typing import Callable
 
-from tfbertperf.profile.stepfile import uninterrupted
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget, traced_steps
+from tfbertperf.train.probe import (Probe, probe_plan, recovery_steps, short_run_budget, traced_steps,
+                                   uninterrupted)
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 

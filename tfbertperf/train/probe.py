@@ -35,6 +35,17 @@ from tfbertperf.config.schema import warmup_for
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
 PROBE_SHARE = 2  # the probe times at most 1/2 as many steps as the run has
+INTERRUPTED = 4.0  # a probe step over this many times the median one was interrupted (profile/stepfile.py)
+
+
+def uninterrupted(probe: list[float]) -> list[int]:
+    """Indices of the probe's (compute-only) steps that were not interrupted: at most INTERRUPTED × the median
+    step.  The probe's step is the same work on the same cached batch every time; one several times as long was
+    stopped by something else (a garbage collection, the OS, a retrace) — profile/stepfile.py's definitions."""
+    import statistics
+
+    limit = INTERRUPTED * statistics.median(probe)
+    return [j for j, x in enumerate(probe) if x <= limit]
 
 
 def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[int, int]:
