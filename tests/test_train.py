@@ -206,6 +206,7 @@ def test_probe_snapshot_keeps_small_host_state_in_memory_and_writes_no_file(monk
 
     state = _small_state()
     assert probe.state_bytes(state) == sum(v.numpy().nbytes for v in state) <= probe.HOST_COPY_BYTES
+    assert probe.fits_in_memory(probe.state_bytes(state)) and not probe.fits_in_memory(probe.HOST_COPY_BYTES + 1)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = [v.numpy().copy() for v in state]
     snap = Snapshot(state)

@@ -176,7 +176,15 @@ class Probe:
 
 
 HOST_COPY_BYTES = 256 * 2**20
-"""Host-resident state up to this size is snapshot by copies in memory, not a checkpoint on disk (`Snapshot`)."""
+"""Host-resident state up to this size, and up to an eighth of the memory available, is snapshot by copies in
+memory, not a checkpoint on disk (`Snapshot`)."""
+
+
+def fits_in_memory(nbytes: int) -> bool:
+    """A second copy of `nbytes` of host state is small enough to keep in memory while a probe block runs."""
+    import psutil
+
+    return nbytes <= min(HOST_COPY_BYTES, psutil.virtual_memory().available // 8)
 
 
 def state_bytes(state: list) -> int:
@@ -199,8 +207,8 @@ class Snapshot:
 
       * state on an accelerator (a variable on a GPU/TPU): device-resident copies (`tf.identity` on each
         variable's device), restored with `assign` — nothing crosses to the host;
-      * state in host memory up to HOST_COPY_BYTES (a user's small Keras model, a tiny BERT): copies in memory
-        the same way.  Writing a checkpoint slowed the steps of the next ~100 ms by 0.3–0.4 ms each on a 2-core
+      * state in host memory up to HOST_COPY_BYTES and an eighth of the available memory (a user's small Keras
+        model, a tiny BERT): copies in memory the same way.  Writing a checkpoint slowed the steps of the next ~100 ms by 0.3–0.4 ms each on a 2-core
         VM (the page cache and writeback of the file compete with the step): a 3.4 ms cached step read 3.7–3.9
         ms right after a checkpoint, 3.5 ms after in-memory copies, 30 interleaved blocks of each (issue 29) —
         so the probe's T_c read high and the input cost low by 7–16 pp on the small Keras fits;
@@ -215,7 +223,7 @@ class Snapshot:
         self.state = state
         devices = [str(getattr(getattr(v, "value", v), "device", "") or "") for v in state]  # Keras 3: v.value
         self.on_device = any(("GPU" in d.upper() or "TPU" in d.upper()) for d in devices)
-        self.in_memory = self.on_device or state_bytes(state) <= HOST_COPY_BYTES
+        self.in_memory = self.on_device or fits_in_memory(state_bytes(state))
         self.copies, self.dir = None, None
         if self.in_memory:
             copies = []
