@@ -23,6 +23,8 @@ Per repetition, in a fresh interpreter:
     python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 24     # a stronger stall
     python tools/bench/bench_attribution_foreign.py --sleep-ms 8   # the sleep pipeline (no CPU used: upper bound)
     python tools/bench/bench_attribution_foreign.py --programs fit --reps 3   # the five Keras fit shapes
+    python tools/bench/bench_attribution_foreign.py --programs fit:parse,fit:tokenize --reps 3 \
+        --fit-steps 300 --probe-steps 120 --probe-blocks 24 --truth-rounds 24   # more samples: below this VM's noise
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _analyze_fit(logdir: str, step_file: str) -> tuple[dict, dict]:
     return measured, alone
 
 
-def own_fit(programs: list[str], reps: int) -> int:
+def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -> int:
     """The Keras fit shapes, each repetition in a fresh interpreter, per-pair errors against the truth."""
     import json
     import os
@@ -70,7 +72,8 @@ def own_fit(programs: list[str], reps: int) -> int:
             out = tempfile.mkdtemp(prefix="bench-fit-")
             print(f"[bench] fit {shape}: repetition {k + 1}/{reps} …", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "keras_fit_shapes.py"),
-                                   "--shape", shape, "--out", out], capture_output=True, text=True, check=True)
+                                   "--shape", shape, "--out", out, *(fit_args or [])], capture_output=True,
+                                  text=True, check=True)
             res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
             measured, alone = _analyze_fit(res["logdir"], res["step_file"])
             rows.append({"shape": shape, "truth": res["truth"], "halves": res["truth_halves"],
@@ -117,6 +120,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=0, help="stall strength (stall_loop.py --rounds; 0 = its default)")
     p.add_argument("--sleep-ms", type=float, default=0.0,
                    help="instead of the CPU-heavy map, a per-batch sleep of this many ms (stall_loop.py's sleep mode)")
+    p.add_argument("--probe-steps", type=int, default=0,
+                   help="fit shapes: ProfileCallback probe_steps (0 = keras_fit_shapes.py's default, 40)")
+    p.add_argument("--probe-blocks", type=int, default=0, help="fit shapes: probe_blocks (0 = its default, 8)")
+    p.add_argument("--fit-steps", type=int, default=0, help="fit shapes: steps of the profiled fit (0 = 140; the "
+                   "probe times at most half of them)")
+    p.add_argument("--truth-rounds", type=int, default=0,
+                   help="fit shapes: truth blocks of each kind (0 = its default, 10)")
     a = p.parse_args(argv)
     import subprocess
 
@@ -127,7 +137,10 @@ def main(argv=None) -> int:
     programs = [x for p in a.programs.split(",") for x in (FIT_SHAPES if p == "fit" else [p])]
     fits = [p for p in programs if p.startswith("fit:")]
     if fits:
-        total += own_fit(fits, a.reps)
+        fit_args = [x for flag, v in (("--probe-steps", a.probe_steps), ("--probe-blocks", a.probe_blocks),
+                                      ("--rounds", a.truth_rounds), ("--steps", a.fit_steps)) if v
+                    for x in (flag, str(v))]
+        total += own_fit(fits, a.reps, fit_args)
     for program in (p for p in programs if not p.startswith("fit:")):
         rows = []
         for k in range(a.reps):
