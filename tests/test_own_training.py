@@ -146,6 +146,27 @@ def test_an_interrupted_compute_only_step_is_left_out_of_t_c_but_a_slow_real_ste
     assert s.compute_only_interrupted == 0 and s.compute_only_step_ms == pytest.approx(29 / 3)
 
 
+def test_the_measured_input_cost_carries_a_95_percent_interval_from_its_blocks_spread():
+    # four blocks, each paired with 5 real steps of 10 ms on each side; T_c 5 / 7 / 5 / 7 ms: d = 5, 3, 5, 3 ms,
+    # sd 1.1547, t(0.975, 3) = 3.182 → 3.182 × 1.1547 / 2 / 10 = 0.1837 around a cost of 0.4
+    times = [10.0] * 60
+    blocks = [[10, 2], [22, 2], [34, 2], [46, 2]]
+    doc = stepfile.document(times, excluded_steps=[10, 11, 22, 23, 34, 35, 46, 47],
+                            what_if={"compute_only_step_ms": [5.0, 5.0, 7.0, 7.0, 5.0, 5.0, 7.0, 7.0],
+                                     "blocks": blocks})
+    s = stepfile.summarize(doc, "t")
+    assert s.input_cost_fraction == pytest.approx(0.4)
+    assert s.input_cost_ci95 == pytest.approx(3.182 * 1.1547 / 2 / 10, rel=1e-3)
+    assert s.as_dict()["input_cost_ci95"] == pytest.approx(s.input_cost_ci95, abs=1e-4)
+    # steady blocks: a narrow interval; one block: none
+    steady = stepfile.document(times, excluded_steps=[10, 11, 22, 23, 34, 35, 46, 47],
+                               what_if={"compute_only_step_ms": [6.0] * 8, "blocks": blocks})
+    assert stepfile.summarize(steady, "t").input_cost_ci95 == pytest.approx(0.0)
+    one = stepfile.document(times, excluded_steps=[10, 11], what_if={"compute_only_step_ms": [6.0, 6.0],
+                                                                     "blocks": [[10, 2]]})
+    assert stepfile.summarize(one, "t").input_cost_ci95 is None
+
+
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):
     capture = _launch_heavy_capture(tmp_path / "s")
     steps = tmp_path / "steps.json"

@@ -91,7 +91,8 @@ class ProfileCallback(keras.callbacks.Callback):
     Attributes:
       step_times_ms: wall time of every training batch (marker open → close, a probe block's time left out), ms.
       step_file: where the step file was written (after fit), or None.
-      what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction"} after fit with probe=True.
+      what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction", "input_cost_ci95" (the half-width
+        of its 95 % interval from the blocks' spread, profile/stepfile.py)} after fit with probe=True.
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
@@ -248,7 +249,8 @@ class ProfileCallback(keras.callbacks.Callback):
         s = doc.get("summary") or {}
         if s.get("input_cost_fraction") is not None:
             self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
-                            "input_cost_fraction": s["input_cost_fraction"]}
+                            "input_cost_fraction": s["input_cost_fraction"],
+                            "input_cost_ci95": s.get("input_cost_ci95")}
 
 
 def _read_back(logs) -> None:

@@ -36,6 +36,11 @@ Definitions (`summarize`):
     T_c_blocks_ms[k] = the block's mean, and input_cost_fraction = (Σ n_k T_k − Σ n_k T_c,k) ÷ Σ n_k T_k.  On a
     machine whose speed drifts (a shared host, thermal limits) a block is then compared with the stretch it sat
     in, not with the whole run; without block positions, (T − T_c) / T.
+  input_cost_ci95 = the half-width of a 95 % interval around input_cost_fraction from the blocks' spread: with
+    d_k = T_blocks_ms[k] − T_c_blocks_ms[k] over K ≥ 2 blocks, t(0.975, K − 1) × sd(d) / √K ÷ the mean of
+    T_blocks_ms; None with fewer than 2 blocks.  On a noisy machine a 5-step block's T_c scatters by ±10 % (a 4 ms
+    cached step read 3.0–4.3 ms on a 2-core VM, issue 29): this says how far the figure can be trusted and
+    whether more probe steps are needed.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class StepSummary:
     compute_only_steps: int = 0
     compute_only_interrupted: int = 0
     input_cost_fraction: float | None = None
+    input_cost_ci95: float | None = None
     T_blocks_ms: list[float] = field(default_factory=list)
     T_c_blocks_ms: list[float] = field(default_factory=list)
     written_by: str = ""
@@ -77,7 +83,7 @@ class StepSummary:
                 "profiled_step_ms": r(self.profiled_step_ms), "profiled_steps": self.profiled_steps,
                 "compute_only_step_ms": r(self.compute_only_step_ms), "compute_only_steps": self.compute_only_steps,
                 "compute_only_interrupted": self.compute_only_interrupted,
-                "input_cost_fraction": r(self.input_cost_fraction),
+                "input_cost_fraction": r(self.input_cost_fraction), "input_cost_ci95": r(self.input_cost_ci95),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
                 "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms]}
 
@@ -152,9 +158,26 @@ def summarize(doc: dict, where: str) -> StepSummary:
                 t = sum(x * n for x, n in zip(s.T_blocks_ms, sizes))
                 tc = sum(x * n for x, n in zip(s.T_c_blocks_ms, sizes))
                 s.input_cost_fraction = max(0.0, min(1.0, (t - tc) / t)) if t > 0 else None
+                s.input_cost_ci95 = _ci95(s.T_blocks_ms, s.T_c_blocks_ms)
             else:
                 s.input_cost_fraction = max(0.0, min(1.0, (T - s.compute_only_step_ms) / T))
     return s
+
+
+# t(0.975, k) for k = 1..30 degrees of freedom; 1.96 beyond
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def _ci95(T: list[float], Tc: list[float]) -> float | None:
+    """Half-width of the 95 % interval of the input cost from the per-block differences (module docstring)."""
+    if len(T) < 2 or len(T) != len(Tc):
+        return None
+    d = [a - b for a, b in zip(T, Tc)]
+    k = len(d)
+    t = _T975[k - 2] if k - 1 <= len(_T975) else 1.96
+    mean_t = statistics.fmean(T)
+    return t * statistics.stdev(d) / math.sqrt(k) / mean_t if mean_t > 0 else None
 
 
 def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:

@@ -288,7 +288,10 @@ def measured_lines(doc: dict) -> list[str]:
     else:
         out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
     if sf.get("input_cost_fraction") is not None:
-        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %  ((T − T_c) / T, each probe "
+        ci = sf.get("input_cost_ci95")
+        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %"
+                   + (f" ± {100 * ci:.1f} (95 %, from the spread of its blocks: more probe steps narrow it)"
+                      if ci is not None else "") + "  ((T − T_c) / T, each probe "
                    f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
                    f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
                    f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
