@@ -144,6 +144,9 @@ def test_an_interrupted_compute_only_step_is_left_out_of_t_c_but_a_slow_real_ste
     # within 4× of the median: kept (a slower probe block is a slower machine, not an interruption)
     s = stepfile.summarize(stepfile.document(times, what_if={"compute_only_step_ms": [5.0, 5.0, 19.0]}), "t")
     assert s.compute_only_interrupted == 0 and s.compute_only_step_ms == pytest.approx(29 / 3)
+    # a clock too coarse for the step (most probe steps timed at 0 ms): nothing to judge by, every step kept
+    s = stepfile.summarize(stepfile.document(times, what_if={"compute_only_step_ms": [0.0, 0.0, 1.0]}), "t")
+    assert s.compute_only_interrupted == 0 and s.compute_only_step_ms == pytest.approx(1 / 3)
 
 
 def test_the_measured_input_cost_carries_a_95_percent_interval_from_its_blocks_spread():

@@ -44,8 +44,10 @@ def uninterrupted(probe: list[float]) -> list[int]:
     stopped by something else (a garbage collection, the OS, a retrace) — profile/stepfile.py's definitions."""
     import statistics
 
-    limit = INTERRUPTED * statistics.median(probe)
-    return [j for j, x in enumerate(probe) if x <= limit]
+    median = statistics.median(probe)
+    if median <= 0:  # steps timed at 0 ms (a coarse clock): no scale to judge an interruption by
+        return list(range(len(probe)))
+    return [j for j, x in enumerate(probe) if x <= INTERRUPTED * median]
 
 
 def short_run_budget(steps: int, warmup_steps: int, probe_steps: int) -> tuple[int, int]:
