@@ -288,18 +288,16 @@ def measured_lines(doc: dict) -> list[str]:
     else:
         out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
     if sf.get("input_cost_fraction") is not None:
-        ci = sf.get("input_cost_ci95")
-        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %"
-                   + (f" ± {100 * ci:.1f} (95 %, from the spread of its blocks: more probe steps narrow it)"
-                      if ci is not None else "") + "  ((T − T_c) / T, each probe "
-                   f"block against the real steps around it: T {sf['unprofiled_step_ms']:.2f} ms on the real "
-                   f"pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one cached batch, "
-                   f"{sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
-                   + (f", {sf['compute_only_interrupted']} interrupted left out (over 4× the median)"
-                      if sf.get("compute_only_interrupted") else "") + ")")
+        ci, cut = sf.get("input_cost_ci95"), sf.get("compute_only_interrupted")
+        out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %" + (
+            f" ± {100 * ci:.1f} (95 %, from the spread of its blocks: more probe steps narrow it)" if ci is not None
+            else "") + f"  ((T − T_c) / T, each probe block against the real steps around it: T "
+            f"{sf['unprofiled_step_ms']:.2f} ms on the real pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one "
+            f"cached batch, {sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
+            + (f", {cut} interrupted left out (over 4× the median)" if cut else "") + ")")
         if att.get("input_cost_estimate_fraction") is not None:
-            out.append(f"input cost (estimated from the capture alone): "
-                       f"{100 * att['input_cost_estimate_fraction']:.1f} %")
+            est = att["input_cost_estimate_fraction"]
+            out.append(f"input cost (estimated from the capture alone): {100 * est:.1f} %")
     return out
 
 
