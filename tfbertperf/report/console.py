@@ -296,8 +296,7 @@ def measured_lines(doc: dict) -> list[str]:
             f"cached batch, {sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
             + (f", {cut} interrupted left out (over 4× the median)" if cut else "") + ")")
         if att.get("input_cost_estimate_fraction") is not None:
-            est = att["input_cost_estimate_fraction"]
-            out.append(f"input cost (estimated from the capture alone): {100 * est:.1f} %")
+            out.append(f"input cost (estimated from the capture alone): {100 * att['input_cost_estimate_fraction']:.1f} %")
     return out
 
 
