@@ -5,7 +5,7 @@ exit (TF 2.21 #113163: DispatchServer can crash while stopping) cannot take the 
     with LocalCluster(workers=2) as cluster:      # dispatcher first, then the workers; ports bound by the servers
         cluster.address                          # "127.0.0.1:PORT" of the dispatcher (grpc)
         cluster.status()                         # per worker: pid, alive, exit, cpu_s, read_bytes
-    # leaving: SIGTERM to every worker, wait; then to the dispatcher; SIGKILL after STOP_GRACE_S
+    # leaving: SIGTERM to every worker at once, wait; then to the dispatcher; SIGKILL after STOP_GRACE_S
 
 Every server binds port 0 (the kernel picks a free one) and reports it on its stdout ("ready HOST:PORT"), so two
 runs never race for a port.  A child's own logs go to a temporary file that `status()` names when it failed.
@@ -26,7 +26,8 @@ import time
 from tfbertperf.errors import UsageError
 
 START_TIMEOUT_S = 120.0  # a child has this long to import TF and print its address (2 shared cores, cold cache)
-STOP_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
+STOP_GRACE_S = 30.0  # after SIGTERM, before SIGKILL: a worker still serving a parallel_epochs job took over 10 s
+# to stop on 2 cores shared with a second test process (CI); one that stops at once costs nothing more
 HEARTBEAT_MS = 500  # local workers heartbeat this often ...
 WORKER_TIMEOUT_MS = 3000  # ... and the dispatcher drops one silent this long (its tasks go to the others)
 
@@ -57,6 +58,7 @@ class _Child:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
         self.address = ""
         self.last = {"cpu_s": None, "read_bytes": None}
+        self.termed = False  # SIGTERM sent (terminate)
 
     def wait_ready(self, deadline: float) -> None:
         import selectors
@@ -81,13 +83,21 @@ class _Child:
             self.last = _proc_figures(self.proc.pid)
         return self.last
 
-    def stop(self) -> int | None:
-        """SIGTERM, wait STOP_GRACE_S, SIGKILL; returns the exit code (negative: the signal that ended it)."""
-        if self.proc.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM, once (its last figures read first); `stop` then waits for it.  Once: a second SIGTERM while
+        the server stops can reach a thread that does not block it, and the default action kills the child."""
+        if self.proc.poll() is None and not self.termed:
             self.figures()
             self.proc.send_signal(signal.SIGTERM)
+            self.termed = True
+
+    def stop(self, deadline: float | None = None) -> int | None:
+        """SIGTERM, wait until `deadline` (default STOP_GRACE_S from now), SIGKILL; returns the exit code
+        (negative: the signal that ended it)."""
+        self.terminate()
+        if self.proc.poll() is None:
             try:
-                self.proc.wait(STOP_GRACE_S)
+                self.proc.wait(max(0.0, (deadline or time.monotonic() + STOP_GRACE_S) - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -136,9 +146,15 @@ class LocalCluster:
         if self.shutdown:
             return self.shutdown
         codes = []
+        for w in self.workers:  # all of them told at once, then waited for within one grace period
+            try:
+                w.terminate()
+            except Exception:  # noqa: BLE001 — see the docstring
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
         for w in self.workers:
             try:
-                codes.append(w.stop())
+                codes.append(w.stop(deadline))
             except Exception:  # noqa: BLE001 — see the docstring
                 codes.append(None)
         disp = None
