@@ -170,6 +170,15 @@ def test_the_measured_input_cost_carries_a_95_percent_interval_from_its_blocks_s
     assert stepfile.summarize(one, "t").input_cost_ci95 is None
 
 
+def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
+    from tfbertperf.profile.keras_callback import precision_hint
+
+    hint = precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": 0.093}, 40)
+    assert "10.5 % is ± 9.3 pp" in hint and "probe_steps=160" in hint and "\n" not in hint
+    assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": 0.034}, 120) is None
+    assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": None}, 20) is None
+
+
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):
     capture = _launch_heavy_capture(tmp_path / "s")
     steps = tmp_path / "steps.json"

@@ -47,6 +47,7 @@ docs/own-training.md: the arguments, what the probe costs, the step file and wha
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import keras
@@ -251,6 +252,25 @@ class ProfileCallback(keras.callbacks.Callback):
             self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                             "input_cost_fraction": s["input_cost_fraction"],
                             "input_cost_ci95": s.get("input_cost_ci95")}
+            hint = precision_hint(self.what_if, self.probe_steps)
+            if hint:
+                warnings.warn(hint, stacklevel=2)
+
+
+WIDE_CI95 = 0.05
+"""A measured input cost whose 95 % interval is wider than ±5 pp gets a hint to raise probe_steps."""
+
+
+def precision_hint(what_if: dict, probe_steps: int) -> str | None:
+    """The hint for a what-if whose interval is wider than WIDE_CI95, else None: the interval narrows with the
+    square root of the probe's blocks, so 4× the probe steps (in 4× the blocks) halve it."""
+    ci = what_if.get("input_cost_ci95")
+    if ci is None or ci <= WIDE_CI95:
+        return None
+    return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
+            f"± {100 * ci:.1f} pp (95 %, from the spread of its probe blocks: this machine's speed moves from block to "
+            f"block); probe_steps={4 * probe_steps} and probe_blocks 4× as many (in a run of at least twice as many "
+            f"steps) would halve that")
 
 
 def _read_back(logs) -> None:
