@@ -66,15 +66,17 @@ def traced_graph(step_fn, element_spec):
 
 def state_bytes(model, optimizer) -> int:
     """Weights + one gradient per trainable weight + the optimizer's variables (AdamW: two slots)."""
-    size = sum(_nbytes(v) for v in model.weights)
-    size += sum(_nbytes(v) for v in model.trainable_variables)
-    return size + sum(_nbytes(v) for v in optimizer.variables)
+    size = sum(variable_bytes(v) for v in model.weights)
+    size += sum(variable_bytes(v) for v in model.trainable_variables)
+    return size + sum(variable_bytes(v) for v in optimizer.variables)
 
 
-def _nbytes(v) -> int:
+def variable_bytes(v) -> int:
+    """Bytes a variable holds, from its shape and dtype (a Keras or a tf.Variable; nothing is read)."""
     import numpy as np
+    import tensorflow as tf
 
-    return int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+    return int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
 
 
 def available_bytes() -> int:

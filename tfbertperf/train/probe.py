@@ -184,22 +184,16 @@ memory, not a checkpoint on disk (`Snapshot`)."""
 
 def fits_in_memory(nbytes: int) -> bool:
     """A second copy of `nbytes` of host state is small enough to keep in memory while a probe block runs."""
-    import psutil
+    from tfbertperf.train.memory import available_bytes
 
-    return nbytes <= min(HOST_COPY_BYTES, psutil.virtual_memory().available // 8)
+    return nbytes <= min(HOST_COPY_BYTES, available_bytes() // 8)
 
 
 def state_bytes(state: list) -> int:
     """Bytes held by the variables in `state` (their shapes and dtypes; nothing is read)."""
-    import tensorflow as tf
+    from tfbertperf.train.memory import variable_bytes
 
-    total = 0
-    for v in state:
-        n = 1
-        for d in v.shape:
-            n *= int(d or 0)
-        total += n * tf.as_dtype(v.dtype).size
-    return total
+    return sum(variable_bytes(v) for v in state)
 
 
 class Snapshot:
