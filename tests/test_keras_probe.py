@@ -93,3 +93,62 @@ def test_the_probe_needs_the_number_of_steps():
     ds = ds.filter(lambda a, b: True)  # unknown cardinality: Keras cannot count the steps
     with pytest.raises(ValueError, match="steps_per_epoch"):
         model.fit(ds, callbacks=[ProfileCallback("unused", profile_steps=None, probe=True)], verbose=0)
+
+
+def test_the_auto_plan_spaces_blocks_of_five_and_caps_the_probe():
+    from tfbertperf.train.probe import (AUTO_BLOCK_STEPS, AUTO_MAX_STEPS, AUTO_MIN_BLOCKS, AUTO_SPACING, auto_plan,
+                                        probe_plan)
+
+    for steps, window in ((140, (69, 81)), (300, (19, 41)), (10_000, (19, 41)), (500, None)):
+        plan = auto_plan(steps, 5, window)
+        at = [p for p, _ in plan]
+        assert len(plan) >= AUTO_MIN_BLOCKS and all(n == AUTO_BLOCK_STEPS for _, n in plan), plan
+        assert all(b - a >= AUTO_SPACING * AUTO_BLOCK_STEPS - 1 for a, b in zip(at, at[1:])), at
+        assert sum(n for _, n in plan) <= AUTO_MAX_STEPS and at[0] > 5
+        w0, w1 = window or (steps, steps)
+        assert not [p for p in at if w0 - AUTO_BLOCK_STEPS < p <= w1], (at, window)
+    assert len(auto_plan(10_000, 5, (19, 41))) == AUTO_MAX_STEPS // AUTO_BLOCK_STEPS
+    # no room for 4 spaced blocks: the fixed probe of 20 steps in 4 blocks, scaled down for the short run
+    assert auto_plan(40, 5, (7, 21)) == probe_plan(40, 5, (7, 21), 20, 4)
+    assert auto_plan(12, 3, None) == probe_plan(12, 3, None, 6, 4)
+
+
+@pytest.mark.parametrize("bad", ["many", -1, 2.5, True])
+def test_probe_steps_must_be_auto_or_a_count(bad):
+    with pytest.raises(ValueError, match=r"probe_steps=.*expected \"auto\" or an int"):
+        ProfileCallback("unused", probe=True, probe_steps=bad)
+    with pytest.raises(ValueError, match="probe_ci95"):
+        ProfileCallback("unused", probe=True, probe_ci95=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", [0.5, 1e-9])
+def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block(tmp_path, target):
+    """probe_steps="auto" (the default): blocks of 5 until the interval is as narrow as probe_ci95 (checked before
+    each block from the blocks that ran, once 4 have) — a loose target stops it after 4 blocks, one no machine can
+    meet runs all the blocks the fit has room for; either way the training is unchanged."""
+    from tfbertperf.profile.keras_callback import WIDE_CI95, precision_hint
+    from tfbertperf.train.probe import AUTO_MIN_BLOCKS, auto_plan
+
+    plain, _ = _fit(tmp_path, [], steps=120, sleep_ms=4.0)
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="60:64", probe=True, probe_ci95=target,
+                         warmup_steps=2)
+    probed, _ = _fit(tmp_path, [cb], steps=120, sleep_ms=4.0)
+    assert probed == plain
+    doc = json.loads(cb.step_file.read_text())
+    planned = auto_plan(120, 2, (59, 65))
+    sample = doc["what_if"]["sample"]
+    assert sample["auto"] and sample["planned_blocks"] == len(planned) > AUTO_MIN_BLOCKS
+    ran = doc["what_if"]["blocks"]
+    assert ran == [list(b) for b in planned[:len(ran)]] and cb.what_if["probe_blocks"] == len(ran)
+    assert cb.what_if["probe_steps"] == 5 * len(ran) == len(doc["what_if"]["compute_only_step_ms"])
+    ci = cb.what_if["input_cost_ci95"]
+    if target == 0.5:
+        assert len(ran) == AUTO_MIN_BLOCKS and ci <= target and "after 4 blocks" in cb.what_if["stopped"]
+        assert sample["stopped"] == cb.what_if["stopped"]
+    else:
+        assert len(ran) == len(planned) and cb.what_if["stopped"] is None and ci > target
+    hint = precision_hint(cb.what_if, 0, target)
+    assert hint is None if ci <= max(target, WIDE_CI95) else "a fit about 100× as long" in hint
+    # the step file's figures are those the stop was decided on: recomputed from its lists
+    assert stepfile.summarize(doc, "f").input_cost_ci95 == pytest.approx(ci, abs=1e-4)

@@ -177,6 +177,12 @@ def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
     assert "10.5 % is ± 9.3 pp" in hint and "probe_steps=160" in hint and "\n" not in hint
     assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": 0.034}, 120) is None
     assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": None}, 20) is None
+    # the auto probe ran every block the fit had room for: a longer fit, by the square of the interval's ratio
+    auto = {"input_cost_fraction": 0.105, "input_cost_ci95": 0.093, "probe_blocks": 7}
+    hint = precision_hint(auto, 0, 0.025)
+    assert "from the spread of its 7 probe blocks" in hint and "a fit about 14× as long" in hint, hint
+    assert "±2.5 pp" in hint and "probe_steps=" not in hint
+    assert precision_hint({**auto, "input_cost_ci95": 0.06}, 0, 0.1) is None  # the target it was given was met
 
 
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):
@@ -312,3 +318,55 @@ def test_analyze_says_which_input_cost_is_measured_and_which_estimated():
     alone = measured_lines({"step_file": None, "attribution": {"profiler_cost": {"added_ms_per_step_estimate": 6.0}}})
     assert alone == ["profiler cost: ~6.0 ms a step, estimated (no step file beside the capture: "
                      "tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
+
+
+def _what_if_capture(tmp_path, compute_only):
+    """A compute-heavy capture (the device busy 9.5 of each 10 ms step) with a step file beside it: 60 steps of
+    10 ms, four what-if blocks of two steps with the given compute-only step times.  (On the launch-heavy capture
+    launch-bound wins either side of the input line: decided, profile/undecided.py.)"""
+    capture = _launch_heavy_capture(tmp_path / "cap", busy_us=9_500)
+    blocks = [[10, 2], [22, 2], [34, 2], [46, 2]]
+    doc = stepfile.document([10.0] * 60, excluded_steps=[10, 11, 22, 23, 34, 35, 46, 47],
+                            what_if={"compute_only_step_ms": compute_only, "blocks": blocks})
+    stepfile.write(tmp_path / "steps.json", doc)
+    return analyze(str(capture), steps=str(tmp_path / "steps.json"))
+
+
+def test_a_what_if_whose_interval_straddles_the_input_line_is_undecided(tmp_path):
+    """18 % ± 7 pp: measured again, the same program may land either side of the 20 % line.  The verdict keeps the
+    figure's side as its bottleneck but says it is undecided, the headline names both, and the first action is
+    to measure longer (profile/undecided.py)."""
+    from tfbertperf.report.headline import headline
+
+    # d = 2.2, 1.4, 2.2, 1.4 ms against T = 10 ms: 0.18 ± 3.182 × 0.4619 / 2 / 10 = 0.0735
+    doc = _what_if_capture(tmp_path, [7.8, 7.8, 8.6, 8.6, 7.8, 7.8, 8.6, 8.6])
+    att, v = doc["attribution"], doc["verdict"]
+    assert att["input_cost_fraction"] == pytest.approx(0.18, abs=1e-3)
+    assert att["input_cost_ci95"] == pytest.approx(0.0735, abs=1e-3)
+    und = v["undecided"]
+    assert und and v["bottleneck"] in und["between"] and "input" in und["between"] and und["between"][0] != "input"
+    assert und["probe_steps_to_decide"] is None and und["longer_by"] == pytest.approx((0.0735 / 0.02) ** 2, rel=0.05)
+    assert "undecided: the what-if's 95% interval 11–25% straddles the 20% line" in v["summary"]
+    assert v["actions"][0]["advice"] == ("measure longer before acting on this verdict — a fit about 14× as long gives "
+                                         "ProfileCallback's probe (probe_steps=\"auto\") the blocks to decide 18% ± 7 "
+                                         "pp (95%) against the 20% line")
+    h = headline(doc)
+    assert h["line"].startswith("undecided: ") and " or input-bound" in h["line"], h["line"]
+    assert "input costs 18 % ± 7 pp of the step (measured what-if)" in h["line"] and h["undecided"]
+    assert "next: measure longer before acting on this verdict — a fit about 14× as long" in h["line"]
+
+
+def test_a_narrow_what_if_decides_and_a_run_is_told_how_many_probe_steps_would_decide(tmp_path):
+    from tfbertperf.profile import undecided
+
+    doc = _what_if_capture(tmp_path, [8.2] * 8)  # every block the same: ± 0
+    assert doc["verdict"]["undecided"] is None and doc["attribution"]["input_cost_ci95"] == pytest.approx(0.0)
+    assert not doc["verdict"]["actions"] or not doc["verdict"]["actions"][0]["advice"].startswith("measure longer")
+    # a run (its config names the probe's steps): the steps that would narrow ± 7 pp to the 2 pp to the line
+    att = {**doc["attribution"], "input_cost_ci95": 0.07}
+    marked = undecided.mark(doc["verdict"], att, 0.5, probe_steps=20, config={"profile": {"probe_steps": 20}})
+    assert marked["undecided"]["probe_steps_to_decide"] == round(20 * (0.07 / 0.02) ** 2)
+    assert marked["actions"][0]["set"] == [f"profile.probe_steps={round(20 * (0.07 / 0.02) ** 2)}"]
+    # far from the line: decided whatever the interval
+    far = {**att, "input_cost_fraction": 0.6, "input_cost_ci95": 0.1}
+    assert undecided.mark(doc["verdict"], far, 0.5, probe_steps=20)["undecided"] is None

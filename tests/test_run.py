@@ -69,6 +69,14 @@ def test_report_follows_the_design_schema(tuned_run):
     assert (r["verdict"]["bottleneck"] == "input") == (share >= 0.20)
     st = r["step_timer"]
     assert st["steps"] > 0 and 0.0 <= st["input_wait_fraction"] <= 1.0
+    # the what-if's interval from the probe's blocks, and whether it straddles the input line (issue 29)
+    ci = r["attribution"]["input_cost_ci95"]
+    assert ci is None or 0.0 <= ci, ci
+    und = r["verdict"]["undecided"]
+    assert (und is not None) <= (ci is not None and abs(share - 0.20) < ci), (und, share, ci)
+    measured = r["headline"]["input_cost_source"] == "measured what-if"  # not when the probe ran slower than T
+    assert r["headline"]["undecided"] == bool(und) and r["headline"]["input_cost_ci95"] == (
+        round(ci, 4) if ci is not None and measured else None)
 
 
 @pytest.mark.slow
@@ -319,6 +327,26 @@ def test_a_long_enough_run_has_no_step_caveats(tuned_run):
     _, r = tuned_run
     assert r["throughput"]["steps_measured"] >= 10
     assert not [c for c in r["caveats"] if "steady step" in c or "warm-up" in c], r["caveats"]
+
+
+def test_a_runs_what_if_interval_pairs_each_probe_block_with_the_steady_steps_around_it():
+    """report/build.py input_cost_ci95: the run's probe blocks against its steady steps, as a step file's are read
+    (profile/stepfile.py): T_c 5 / 7 / 5 / 7 ms against 10 ms steps → 0.4 ± 3.182 × 1.1547 / 2 / 10."""
+    from tfbertperf.report.build import input_cost_ci95
+    from tfbertperf.train.result import TrainResult
+
+    def result(probe, blocks):
+        return TrainResult(steps=60, global_batch_size=8, replicas=1, seq_len=128, loss_trajectory=[],
+                           final_loss=0.0, step_times_ms=[10.0] * 60, input_wait_ms=[0.0] * 60, warmup_steps=5,
+                           profile_window=(28, 32), tensorboard_dir=None,
+                           extra={"probe_step_times_ms": probe, "probe_blocks": blocks})
+
+    blocks = [[10, 2], [22, 2], [40, 2], [50, 2]]
+    assert input_cost_ci95(result([5.0, 5.0, 7.0, 7.0, 5.0, 5.0, 7.0, 7.0], blocks)) == pytest.approx(
+        3.182 * 1.1547 / 2 / 10, rel=1e-3)
+    assert input_cost_ci95(result([6.0] * 8, blocks)) == pytest.approx(0.0)
+    assert input_cost_ci95(result([6.0, 6.0], [[60, 2]])) is None  # one block (after the loop): no spread
+    assert input_cost_ci95(result([], [])) is None
 
 
 def test_a_window_that_missed_the_stalls_is_a_caveat():

@@ -95,10 +95,12 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
             kw["step_time_ms"] = T
             if icf is not None:
                 kw["compute_only_step_ms"] = T * (1.0 - icf)
+                kw["input_cost_ci95"] = (report.get("attribution") or {}).get("input_cost_ci95")
     if measured and measured.unprofiled_step_ms:  # the user's own step times: measured beats any estimate
         kw["step_time_ms"] = T = measured.unprofiled_step_ms
         icf = measured.input_cost_fraction  # paired in time with the blocks (stepfile.py): T_c at T's scale
         kw["compute_only_step_ms"] = None if icf is None else T * (1.0 - icf)
+        kw["input_cost_ci95"] = measured.input_cost_ci95
     try:
         doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:

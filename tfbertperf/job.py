@@ -109,8 +109,8 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     from tfbertperf.profile.attribution import attribute, step_timer_summary
     from tfbertperf.profile.capture import Capture
     from tfbertperf.profile.xprof_tools import find_xplanes
-    from tfbertperf.report.build import (bar_entry, build_report, profile_window_note, set_pipeline, steady_step_ms,
-                                         tokenizer_block)
+    from tfbertperf.report.build import (bar_entry, build_report, input_cost_ci95, profile_window_note, set_pipeline,
+                                         steady_step_ms, tokenizer_block)
     from tfbertperf.storage import open_shards
     from tfbertperf.compose import regime_report
     from tfbertperf.compose.hostsampling import start_sampler
@@ -184,6 +184,7 @@ def execute(cfg: RunConfig, out_dir: Path, tb_dir: Path, *, inputs: Inputs | Non
     if result.profile_window is not None or window_note:
         attribution_doc = attribute(find_xplanes(str(tb_dir)), step_time_ms=step_ms,
                                     compute_only_step_ms=compute_only_ms, storage=storage, config=cfg.to_dict(),
+                                    input_cost_ci95=input_cost_ci95(result),
                                     env_devices=environment.get("devices"),
                                     cpu_flags=(environment.get("cpu") or {}).get("flags"),
                                     refine_with=figures.refine_inputs(),

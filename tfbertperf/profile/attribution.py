@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from tfbertperf.profile import devices, xprof_tools
+from tfbertperf.profile import devices, undecided, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
 from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
@@ -58,13 +58,16 @@ def _emulated_wait_is_device_compute(att: dict, step_ms: float) -> dict:
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
               env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
-              emulated_step_ms: float | None = None, xprof: str = "auto") -> dict:
+              emulated_step_ms: float | None = None, xprof: str = "auto",
+              input_cost_ci95: float | None = None) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
       xplanes: the session's `.xplane.pb` files (see xprof_tools.find_xplanes), or anything find_xplanes takes.
       step_time_ms: mean step time T from the run's step timer (ms); default: xprof's mean profiled step.
       compute_only_step_ms: T_c from the what-if probe (ms); None for a foreign profile.
+      input_cost_ci95: the half-width of the what-if's 95 % interval (profile/stepfile.py); where it straddles
+        the input-bound line the verdict says it is undecided (profile/undecided.py).
       storage: report.json `storage` block (adds latency-based advice).  Its `joined_read_ms` (our untraced
         blocking reads in the traced window) is set here per step the capture spans, as
         `joined_read_ms_per_step`, like the input-op figures (attribution.input_ops_capture_steps).
@@ -126,10 +129,14 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)
-    decided = verdict(att, au, config=config, storage=storage, au_threshold=threshold, cpu_flags=cpu_flags)
+    att["input_cost_ci95"] = (round(float(input_cost_ci95), 6) if input_cost_ci95 is not None
+                              and att.get("input_cost_fraction") is not None else None)
+    vkw = {"config": config, "storage": storage, "au_threshold": threshold, "cpu_flags": cpu_flags}
+    decided = verdict(att, au, **vkw)
     if refine_with is not None:
         # the step's blocked wait for input: on a contended host the cause is what the run waits on
         decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
+    decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None), **vkw)
     return {
         "attribution": att,
         "verdict": decided,

@@ -55,7 +55,8 @@ import tensorflow as tf
 
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
-from tfbertperf.train.probe import Probe, probe_plan, recovery_steps, short_run_budget, traced_steps
+from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, Probe, auto_plan, probe_plan, recovery_steps,
+                                    short_run_budget, traced_steps)
 
 
 SETTLE_REAL_STEPS = 3
@@ -84,22 +85,31 @@ class ProfileCallback(keras.callbacks.Callback):
       probe: run the what-if probe (module docstring): T_c on one cached batch, in `probe_blocks` blocks of
         `probe_steps` timed steps in all, state restored after each.  Needs the number of steps: fit's
         `steps_per_epoch` or a dataset of known length, else `total_steps`.
-      probe_steps: timed probe steps in all (at most half the run's steps; short_run_budget).
-      probe_blocks: blocks the probe's steps are spread over (1 = one block, after training when there are too
-        few steady steps).
+      probe_steps: "auto" (default): the probe chooses its own sample size — blocks of 5 timed steps, spread
+        through the run (train/probe.py auto_plan), until the measured input cost's 95 % interval is
+        `probe_ci95` or narrower (after at least 4 blocks), or up to 200 timed steps, or as many blocks as the
+        run has room for; a machine whose speed moves from block to block gets more of them, a quiet one stops
+        after 4.  An int: that many timed probe steps in all (at most half the run's steps; short_run_budget),
+        in `probe_blocks` blocks.
+      probe_blocks: with an int probe_steps, the blocks its steps are spread over (1 = one block, after training
+        when there are too few steady steps).
+      probe_ci95: with probe_steps="auto", the interval's half-width that stops the probe (0.025: ±2.5 pp).
       warmup_steps: leading steps left out of T (tracing, warm caches); at most a quarter of the run.
       total_steps: the run's steps (markers), when Keras cannot know them.
     Attributes:
       step_times_ms: wall time of every training batch (marker open → close, a probe block's time left out), ms.
       step_file: where the step file was written (after fit), or None.
       what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction", "input_cost_ci95" (the half-width
-        of its 95 % interval from the blocks' spread, profile/stepfile.py)} after fit with probe=True.
+        of its 95 % interval from the blocks' spread, profile/stepfile.py), "probe_steps" and "probe_blocks" (what
+        ran), "stopped" (the auto probe's reason to stop before its plan's end, else None)} after fit with
+        probe=True.
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
                  python_tracer: bool = False, device_tracer_level: int = 1, sync: bool = True,
-                 threadpool_events: bool = False, probe: bool = False, probe_steps: int = 20,
-                 probe_blocks: int = 4, warmup_steps: int = 5, total_steps: int | None = None):
+                 threadpool_events: bool = False, probe: bool = False, probe_steps: int | str = "auto",
+                 probe_blocks: int = 4, probe_ci95: float = AUTO_CI95, warmup_steps: int = 5,
+                 total_steps: int | None = None):
         super().__init__()
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
@@ -111,7 +121,13 @@ class ProfileCallback(keras.callbacks.Callback):
         )
         self.sync = sync
         self.threadpool_events = threadpool_events
-        self.probe, self.probe_steps, self.probe_blocks = bool(probe), int(probe_steps), int(probe_blocks)
+        self.auto = probe_steps == "auto"
+        if not self.auto and (isinstance(probe_steps, bool) or not isinstance(probe_steps, int) or probe_steps < 0):
+            raise ValueError(f"ProfileCallback(probe_steps={probe_steps!r}): expected \"auto\" or an int ≥ 0")
+        if not (isinstance(probe_ci95, (int, float)) and 0 < probe_ci95 < 1):
+            raise ValueError(f"ProfileCallback(probe_ci95={probe_ci95!r}): expected a fraction between 0 and 1")
+        self.probe, self.probe_blocks, self.probe_ci95 = bool(probe), int(probe_blocks), float(probe_ci95)
+        self.probe_steps = 0 if self.auto else int(probe_steps)
         self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
         self.step_times_ms: list[float] = []
         self.step_file: Path | None = None
@@ -125,6 +141,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self._sessions_before: set[str] = set()
         self._session: Path | None = None
         self._plan: list[tuple[int, int]] = []
+        self._ran: list[tuple[int, int]] = []  # the blocks that ran: (before_step, timed_steps)
+        self._stopped: str | None = None  # probe_steps="auto": why it stopped before its plan's end
         self._warmup = 0
         self._runner: Probe | None = None
         self._batch = None
@@ -142,7 +160,8 @@ class ProfileCallback(keras.callbacks.Callback):
             raise ValueError("ProfileCallback(probe=True) supports one replica (the default strategy); got "
                              f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
         self._warmup, n = short_run_budget(steps, self.warmup_steps, self.probe_steps)
-        self._plan = probe_plan(steps, self._warmup, self.traced, n, self.probe_blocks)
+        self._plan = (auto_plan(steps, self._warmup, self.traced) if self.auto else
+                      probe_plan(steps, self._warmup, self.traced, n, self.probe_blocks))
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
                              wait=_read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
@@ -151,7 +170,14 @@ class ProfileCallback(keras.callbacks.Callback):
     def _probe_step(self, source):
         return self._train_function(source)
 
-    def _run_block(self, n: int) -> None:
+    def _run_block(self, pos: int, n: int) -> None:
+        if self.auto and self._stopped is None and len(self._ran) >= AUTO_MIN_BLOCKS:
+            ci = (self._document().get("summary") or {}).get("input_cost_ci95")
+            if ci is not None and ci <= self.probe_ci95:
+                self._stopped = f"after {len(self._ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * self.probe_ci95:.1f}"
+        if self._stopped is not None:
+            return
+        self._ran.append((pos, n))
         # the state is listed now, not at on_train_begin: the optimizer creates its slots at its first step
         self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
         recent = self.step_times_ms[max(self._warmup, len(self.step_times_ms) - 5):]
@@ -177,14 +203,14 @@ class ProfileCallback(keras.callbacks.Callback):
             iterator = iter(ds) if ds is not None else iterator
         if i in blocks and self._batch is not None:
             t0 = time.perf_counter()
-            self._run_block(blocks[i])
+            self._run_block(i, blocks[i])
             self._block_ms = (time.perf_counter() - t0) * 1e3
         return self._train_function(iterator)
 
     def _after_loop_block(self) -> None:
         n = dict(self._plan).get(self._step)
         if n and self._batch is not None:
-            self._run_block(n)
+            self._run_block(self._step, n)
 
     # ---- Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
     def on_train_begin(self, logs=None):
@@ -232,27 +258,37 @@ class ProfileCallback(keras.callbacks.Callback):
         self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
 
-    def _write_steps(self) -> None:
+    def _document(self) -> dict:
+        """The step file's object for the steps so far (at the end of fit, or at a block: the auto probe's
+        interval from the blocks that ran)."""
         what_if, excluded = None, []
         if self._runner is not None:
-            ran = [(p, n) for p, n in self._plan if p < self._step]
-            excluded = [p for p, _ in ran] + recovery_steps(ran, self._step)
+            in_loop = [(p, n) for p, n in self._ran if p < self._step]
+            excluded = [p for p, _ in in_loop] + recovery_steps(in_loop, self._step)
             if self._grabbed_at is not None:
                 excluded.append(self._grabbed_at)
             what_if = {"compute_only_step_ms": [round(x, 4) for x in self._runner.step_times_ms],
-                       "blocks": [[p, n] for p, n in self._plan if p <= self._step]}
-        doc = stepfile.document(self.step_times_ms, profiled_steps=self._profiled,
-                                warmup_steps=self._warmup if self._runner else
-                                short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0],
-                                excluded_steps=excluded, what_if=what_if,
-                                written_by="tfbertperf.keras.ProfileCallback")
+                       "blocks": [[p, n] for p, n in self._ran],
+                       "sample": ({"auto": True, "ci95_target": self.probe_ci95, "planned_blocks": len(self._plan),
+                                   "stopped": self._stopped} if self.auto else {"auto": False})}
+        return stepfile.document(self.step_times_ms, profiled_steps=self._profiled,
+                                 warmup_steps=self._warmup if self._runner else
+                                 short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0],
+                                 excluded_steps=excluded, what_if=what_if,
+                                 written_by="tfbertperf.keras.ProfileCallback")
+
+    def _write_steps(self) -> None:
+        doc = self._document()
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         s = doc.get("summary") or {}
         if s.get("input_cost_fraction") is not None:
             self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                             "input_cost_fraction": s["input_cost_fraction"],
                             "input_cost_ci95": s.get("input_cost_ci95")}
-            hint = precision_hint(self.what_if, self.probe_steps)
+            self.what_if["probe_steps"] = s["compute_only_steps"] + s["compute_only_interrupted"]
+            self.what_if["probe_blocks"] = len(self._ran)
+            self.what_if["stopped"] = self._stopped
+            hint = precision_hint(self.what_if, self.probe_steps, self.probe_ci95 if self.auto else None)
             if hint:
                 warnings.warn(hint, stacklevel=2)
 
@@ -261,12 +297,19 @@ WIDE_CI95 = 0.05
 """A measured input cost whose 95 % interval is wider than ±5 pp gets a hint to raise probe_steps."""
 
 
-def precision_hint(what_if: dict, probe_steps: int) -> str | None:
+def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = None) -> str | None:
     """The hint for a what-if whose interval is wider than WIDE_CI95, else None: the interval narrows with the
-    square root of the probe's blocks, so 4× the probe steps (in 4× the blocks) halve it."""
+    square root of the probe's blocks, so 4× the probe steps (in 4× the blocks) halve it.  With the auto probe
+    (`auto_target`: the interval it aimed at) the run had no room for more blocks: a longer fit gives them."""
     ci = what_if.get("input_cost_ci95")
-    if ci is None or ci <= WIDE_CI95:
+    if ci is None or ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
         return None
+    if auto_target is not None:
+        more = min(100.0, (ci / auto_target) ** 2)
+        return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
+                f"± {100 * ci:.1f} pp (95 %, from the spread of its {what_if.get('probe_blocks')} probe blocks: this "
+                f"machine's speed moves from block to block); the fit had room for no more blocks — a fit about "
+                f"{more:.0f}× as long would let the probe reach ±{100 * auto_target:.1f} pp")
     return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
             f"± {100 * ci:.1f} pp (95 %, from the spread of its probe blocks: this machine's speed moves from block to "
             f"block); probe_steps={4 * probe_steps} and probe_blocks 4× as many (in a run of at least twice as many "

@@ -180,6 +180,16 @@ def _ci95(T: list[float], Tc: list[float]) -> float | None:
     return t * statistics.stdev(d) / math.sqrt(k) / mean_t if mean_t > 0 else None
 
 
+def interval(steps: list[float], real: list[int], probe: list[float], blocks) -> float | None:
+    """input_cost_ci95 (module docstring) for any loop's lists: `steps` every step's wall time, `real` the indices
+    of those that count for T (run's steady steps: report/build.py), `probe` the probe's timed steps, `blocks`
+    [[before_step, timed_steps], …]; None with fewer than 2 blocks or blocks that do not account for `probe`."""
+    if not probe:
+        return None
+    T, Tc, _ = _blocks(steps, list(real), probe, [list(b) for b in blocks or ()], set(uninterrupted(probe)))
+    return _ci95(T, Tc)
+
+
 def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:
     """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps that were not
     interrupted (`kept`), and that count of them (module docstring); ([], [], []) when the blocks do not account

@@ -79,6 +79,15 @@ def steady_steps(result) -> list[int]:
     return idx or list(range(len(result.step_times_ms)))
 
 
+def input_cost_ci95(result) -> float | None:
+    """The half-width of the run's what-if 95 % interval: each probe block against the steady steps around it,
+    as a user's step file is read (profile/stepfile.py interval); None without two blocks in the loop."""
+    from tfbertperf.profile.stepfile import interval
+
+    probe, blocks = result.extra.get("probe_step_times_ms"), result.extra.get("probe_blocks")
+    return interval(result.step_times_ms, steady_steps(result), list(probe or ()), blocks) if probe else None
+
+
 def steady_step_ms(result) -> float:
     """T: the mean wall time of the steady steps (ms).  T and T_c are both means: a stall that hits one step in
     N costs throughput, and the what-if answer is about throughput."""

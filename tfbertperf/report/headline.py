@@ -93,11 +93,23 @@ def probe_ran_slower(att: dict) -> bool:
 
 
 def verdict_words(report: dict) -> str:
-    """"input-bound (waiting on storage)", "compute-bound on the CPU", … — the bottleneck in the user's words."""
+    """"input-bound (waiting on storage)", "compute-bound on the CPU", … — the bottleneck in the user's words;
+    "undecided: input-bound or compute-bound on the CPU" where the what-if's interval straddles the line
+    (profile/undecided.py)."""
     v = report.get("verdict") or {}
     b = v.get("bottleneck")
     if not b:
         return "not profiled"
+    und = v.get("undecided")
+    if und and len(und.get("between") or ()) == 2:
+        one, two = (bottleneck_words(report, {**v, "bottleneck": x}) for x in und["between"])
+        return f"undecided: {one} or {two}"
+    return bottleneck_words(report, v)
+
+
+def bottleneck_words(report: dict, v: dict) -> str:
+    """The words for verdict `v`'s bottleneck (verdict_words)."""
+    b = v.get("bottleneck")
     kind = device_kind(report)
     if b == "input":
         cause = {"storage": "waiting on storage", "preprocessing": "preprocessing: the CPU is saturated",
@@ -135,11 +147,16 @@ def headline(report: dict) -> dict:
     share, source = input_figure(report)
     words = verdict_words(report)
     action = top_action(report)
-    line = f"{words}: input costs {pct(share)} of the step ({source})"
+    ci = (report.get("attribution") or {}).get("input_cost_ci95") if source == INPUT_SOURCE.get(
+        "input_cost_fraction") else None
+    pm = "" if ci is None else f" ± {100 * ci:.0f} pp" if ci >= 0.01 else f" ± {100 * ci:.1f} pp"
+    line = f"{words}: input costs {pct(share)}{pm} of the step ({source})"
     if action:
         line += f" — next: {action}"
     return {"line": line, "verdict": (report.get("verdict") or {}).get("bottleneck"), "input_cost_fraction":
-            None if share is None else round(share, 4), "input_cost_source": source, "action": action}
+            None if share is None else round(share, 4), "input_cost_source": source, "action": action,
+            "input_cost_ci95": None if ci is None else round(ci, 4),
+            "undecided": bool((report.get("verdict") or {}).get("undecided"))}
 
 
 def au_explained(report: dict) -> str | None:

@@ -96,6 +96,28 @@ def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_st
     return [(pos, base + (1 if k < extra else 0)) for k, pos in enumerate(at)]
 
 
+AUTO_BLOCK_STEPS = 5  # probe_steps="auto": timed steps per block
+AUTO_SPACING = 3  # … blocks at least 3 blocks' length apart: the block, its recovery steps, as many clean ones
+AUTO_MIN_BLOCKS = 4  # … blocks run before the interval may stop it (t(0.975, 3) = 3.18: a quiet machine stops)
+AUTO_MAX_STEPS = 200  # … timed steps at most, however long the run
+AUTO_CI95 = 0.025  # … stop once the measured input cost's 95 % interval is ±2.5 pp or narrower
+
+
+def auto_plan(steps: int, warmup: int, window: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """The most blocks probe_steps="auto" may run: blocks of AUTO_BLOCK_STEPS timed steps, evenly spaced at least
+    AUTO_SPACING blocks' length apart through the steady steps (so that each block keeps real steps on both sides
+    to be compared with, beyond its recovery steps), up to AUTO_MAX_STEPS timed steps in all.  The caller stops
+    early, at a block, once the blocks before it give an interval of AUTO_CI95 or narrower
+    (profile/keras_callback.py); a run with room for fewer than AUTO_MIN_BLOCKS gets probe_plan's 20 steps in 4
+    blocks, scaled down for a short run (short_run_budget)."""
+    w0, w1 = window if window else (steps, steps)
+    room = sum(1 for i in range(warmup + 1, steps) if not (w0 - AUTO_BLOCK_STEPS < i <= w1))
+    blocks = min(room // (AUTO_SPACING * AUTO_BLOCK_STEPS), AUTO_MAX_STEPS // AUTO_BLOCK_STEPS)
+    if blocks < AUTO_MIN_BLOCKS:
+        return probe_plan(steps, warmup, window, short_run_budget(steps, warmup, 20)[1], 4)
+    return probe_plan(steps, warmup, window, blocks * AUTO_BLOCK_STEPS, blocks)
+
+
 def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
     """The real steps right after each in-loop probe block that a run-ahead pipeline may have fed from buffers
     filled while the block ran: as many as the block timed (its duration in steps), up to the next block."""

@@ -1,0 +1,71 @@
+"""An input-bound verdict the measurement cannot decide: the what-if's 95 % interval straddles the 20 % line.
+
+The what-if probe measures the input cost as (T − T_c) / T with a 95 % interval from the spread of its blocks
+(profile/stepfile.py input_cost_ci95).  The verdict compares the figure with INPUT_BOUND_THRESHOLD; where the
+interval reaches across that line — 18 % ± 6 pp, 23 % ± 4 pp — the same program measured again may land on the
+other side, so the verdict says both bottlenecks and that more probe steps decide between them, and the first
+action is to measure longer (a run: more `profile.probe_steps`; a user's fit: a longer fit, where
+ProfileCallback's auto probe has room for more blocks).  The bottleneck stays the figure's side of the line (the
+report schema's field keeps its four values); `verdict.undecided` says that it is not settled:
+
+  {"between": [bottleneck, the other side's], "input_cost_fraction": the figure the verdict compared,
+   "ci95": its half-width, "threshold": 0.20, "probe_steps_to_decide": for a run, the probe steps that would
+   narrow the interval to the figure's distance from the line (the interval narrows with the square root of the
+   blocks: × (ci95 / distance)²), else None, "longer_by": that ratio}
+"""
+
+from __future__ import annotations
+
+from tfbertperf.profile.verdict import INPUT_BOUND_THRESHOLD, verdict
+from tfbertperf.profile.xprof_attribution import input_share
+
+MAX_LONGER = 100.0  # "about N× as many probe steps": beyond this, the machine is too noisy to decide it
+
+
+def probe_share(att: dict) -> float | None:
+    """The input share the verdict compared with the line when it was the probe's (None when it was not)."""
+    icf = att.get("input_cost_fraction")
+    if icf is None:
+        return None
+    if att.get("source") == "device_idle":  # idle_decision: the what-if less the copies
+        fr = (att.get("unprofiled") or {}).get("fractions") or att["fractions"]
+        return max(0.0, icf - fr["host_to_device"])
+    share, source = input_share(att)
+    return share if source == "input_cost_fraction" else None
+
+
+def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None, **verdict_kw) -> dict:
+    """`decided` (verdict()'s dict) with `undecided` set, its summary extended and a first action to measure
+    longer, when att's input_cost_ci95 straddles the line (module docstring); else `decided` with undecided None."""
+    decided = {**decided, "undecided": None}
+    ci, share = att.get("input_cost_ci95"), probe_share(att)
+    if ci is None or share is None or abs(share - INPUT_BOUND_THRESHOLD) >= ci:
+        return decided
+    side = decided["bottleneck"]
+    # the what-if just across the line (by 0.1 pp), everything else as measured
+    moved = att["input_cost_fraction"] + (INPUT_BOUND_THRESHOLD - share) + (-1e-3 if side == "input" else 1e-3)
+    moved = max(0.0, min(1.0, moved))
+    other = verdict({**att, "input_cost_fraction": moved}, au, **verdict_kw)["bottleneck"]
+    if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
+        return decided
+    distance = max(abs(share - INPUT_BOUND_THRESHOLD), 1e-6)
+    longer = min(MAX_LONGER, (ci / distance) ** 2)
+    more = None if probe_steps is None else max(probe_steps + 1, int(round(probe_steps * longer)))
+    decided["undecided"] = {"between": [side, other], "input_cost_fraction": round(share, 4), "ci95": round(ci, 4),
+                            "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": more,
+                            "longer_by": round(longer, 1)}
+    lo, hi = max(0.0, share - ci), min(1.0, share + ci)
+    decided["summary"] += (f"; undecided: the what-if's 95% interval {100 * lo:.0f}–{hi:.0%} straddles the "
+                           f"{INPUT_BOUND_THRESHOLD:.0%} line between {side} and {other}")
+    said = f"{share:.0%} ± {100 * ci:.0f} pp (95%) against the {INPUT_BOUND_THRESHOLD:.0%} line"
+    if more is not None:
+        advice = (f"measure longer before acting on this verdict — about {more} probe steps would decide {said} "
+                  f"(--set profile.probe_steps={more}, in a run long enough to hold them)")
+        act = {"advice": advice, "set": [f"profile.probe_steps={more}"]}
+    else:
+        advice = (f"measure longer before acting on this verdict — a fit about {longer:.0f}× as long gives "
+                  f"ProfileCallback's probe (probe_steps=\"auto\") the blocks to decide {said}")
+        act = {"advice": advice, "set": []}
+    decided["actions"] = [act, *(decided.get("actions") or [])]
+    decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
+    return decided
