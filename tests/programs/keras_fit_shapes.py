@@ -195,8 +195,8 @@ def main() -> None:
     # Many short blocks on both sides: on a shared 2-core host the speed drifts within seconds (issue 29 bench).
     p.add_argument("--steps", type=int, default=140, help="steps of the profiled fit")
     p.add_argument("--window", default="70:80", help="its profiled window")
-    p.add_argument("--probe-steps", type=int, default=40, help="ProfileCallback probe_steps")
-    p.add_argument("--probe-blocks", type=int, default=8, help="ProfileCallback probe_blocks")
+    p.add_argument("--probe-steps", default="auto", help="ProfileCallback probe_steps (\"auto\" or a count)")
+    p.add_argument("--probe-blocks", type=int, default=8, help="ProfileCallback probe_blocks (with a count)")
     p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
     p.add_argument("--block", type=int, default=8, help="truth: steps per block (the first SETTLE not timed)")
     a = p.parse_args()
@@ -211,7 +211,8 @@ def main() -> None:
     truth.blocks(a.rounds - a.rounds // 2)
     fit_truth.run(model, ds, a.rounds - a.rounds // 2)
     logdir = os.path.join(a.out, a.shape)
-    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True, probe_steps=a.probe_steps,
+    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True,
+                         probe_steps=a.probe_steps if a.probe_steps == "auto" else int(a.probe_steps),
                          probe_blocks=a.probe_blocks)
     model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
     half = len(truth.T)

@@ -263,6 +263,9 @@ GLOSSARY = [  # (term as the console prints it, definition): report.md's glossar
     ("input cost, what-if", "(T − T_c) / T: T is the run's mean step time, T_c the same model's step in the same "
      "run fed one cached in-memory batch (the compute-only probe) — how much faster a step would be with free input; "
      "it counts the CPU the pipeline takes from compute"),
+    ("undecided", "the what-if's 95 % interval (± pp, from the spread of the probe's blocks) reaches across the "
+     "20 % input-bound line: measured again the program may land on the other side, so both bottlenecks are named "
+     "and the first action is to measure longer"),
     ("estimated from the capture", "without a probe: the blocked wait plus the CPU the pipeline's threads took from "
      "compute in the profiled steps"),
     ("input-bound, direct", "xprof's input + host→device share of the profiled step: the time the step waited"),

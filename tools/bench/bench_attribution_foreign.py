@@ -77,7 +77,9 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
             res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
             measured, alone = _analyze_fit(res["logdir"], res["step_file"])
             rows.append({"shape": shape, "truth": res["truth"], "halves": res["truth_halves"],
-                         "probe": res["probe"]["input_cost_fraction"],
+                         "probe": res["probe"]["input_cost_fraction"], "ci": res["probe"].get("input_cost_ci95"),
+                         "blocks": res["probe"].get("probe_blocks"),
+                         "undecided": bool(measured["verdict"].get("undecided")),
                          "estimate": alone["attribution"]["input_cost_estimate_fraction"],
                          "v_alone": alone["verdict"]["bottleneck"], "v_measured": measured["verdict"]["bottleneck"],
                          "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
@@ -94,10 +96,12 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
         pct = lambda v: "—" if v is None else (f"{v * 100:.1f} % ({(v - r['truth']) * 100:+.1f} / "  # noqa: E731
                                                f"{(v - r['fit_truth']) * 100:+.1f} pp)")
         cost = "—" if r["cost"] is None else f"{r['cost']:+.2f}"
+        ci = "" if r["ci"] is None else f" ± {r['ci'] * 100:.1f}, {r['blocks']} blocks"
         print(f"| {r['shape']} | {i // len(programs) + 1} | {r['truth'] * 100:.1f} % ({r['T']:.1f} / {r['Tc']:.1f}) | "
               f"{r['halves'][0] * 100:.0f} / {r['halves'][1] * 100:.0f} % | {r['fit_truth'] * 100:.1f} % "
-              f"({r['fT']:.1f} / {r['fTc']:.1f}) | {pct(r['probe'])} ({r['pT']:.1f} / {r['pTc']:.1f}) | "
-              f"{pct(r['estimate'])} | {r['v_alone']} → {r['v_measured']} | {cost} | {r['load']:.1f} |")
+              f"({r['fT']:.1f} / {r['fTc']:.1f}) | {pct(r['probe'])}{ci} ({r['pT']:.1f} / {r['pTc']:.1f}) | "
+              f"{pct(r['estimate'])} | {r['v_alone']} → {r['v_measured']}{' (undecided)' if r['undecided'] else ''} | "
+              f"{cost} | {r['load']:.1f} |")
     for program in programs:
         shape = program.split(":", 1)[1]
         mine = [r for r in rows if r["shape"] == shape]
@@ -107,6 +111,12 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
                 if err:
                     print(f"\n{shape} {name} vs {tname}: mean |error| {statistics.fmean(err) * 100:.1f} pp, max "
                           f"{max(err) * 100:.1f} pp over {len(err)}", end="")
+    with_ci = [r for r in rows if r["ci"] is not None]
+    if with_ci:  # an honest interval holds the truth about 95 % of the time
+        inside = sum(abs(r["probe"] - r["truth"]) <= r["ci"] for r in with_ci)
+        print(f"\n\nthe loop truth inside the what-if's 95 % interval: {inside} of {len(with_ci)}; probe blocks "
+              f"{statistics.fmean(r['blocks'] for r in with_ci):.1f} on average "
+              f"({min(r['blocks'] for r in with_ci)}–{max(r['blocks'] for r in with_ci)})", end="")
     spread = [abs(r["halves"][0] - r["halves"][1]) for r in rows]
     print(f"\n\nthe truth's own spread (|before − after the fit|, the noise floor at this load): mean "
           f"{statistics.fmean(spread) * 100:.1f} pp, max {max(spread) * 100:.1f} pp")
@@ -120,9 +130,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=0, help="stall strength (stall_loop.py --rounds; 0 = its default)")
     p.add_argument("--sleep-ms", type=float, default=0.0,
                    help="instead of the CPU-heavy map, a per-batch sleep of this many ms (stall_loop.py's sleep mode)")
-    p.add_argument("--probe-steps", type=int, default=0,
-                   help="fit shapes: ProfileCallback probe_steps (0 = keras_fit_shapes.py's default, 40)")
-    p.add_argument("--probe-blocks", type=int, default=0, help="fit shapes: probe_blocks (0 = its default, 8)")
+    p.add_argument("--probe-steps", default="",
+                   help="fit shapes: ProfileCallback probe_steps (\"\" = keras_fit_shapes.py's default, \"auto\")")
+    p.add_argument("--probe-blocks", type=int, default=0,
+                   help="fit shapes: probe_blocks with a count of probe steps (0 = its default, 8)")
     p.add_argument("--fit-steps", type=int, default=0, help="fit shapes: steps of the profiled fit (0 = 140; the "
                    "probe times at most half of them)")
     p.add_argument("--truth-rounds", type=int, default=0,
