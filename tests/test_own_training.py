@@ -347,9 +347,9 @@ def test_a_what_if_whose_interval_straddles_the_input_line_is_undecided(tmp_path
     assert und and v["bottleneck"] in und["between"] and "input" in und["between"] and und["between"][0] != "input"
     assert und["probe_steps_to_decide"] is None and und["longer_by"] == pytest.approx((0.0735 / 0.02) ** 2, rel=0.05)
     assert "undecided: the what-if's 95% interval 11–25% straddles the 20% line" in v["summary"]
-    assert v["actions"][0]["advice"] == ("measure longer before acting on this verdict — a fit about 14× as long gives "
-                                         "ProfileCallback's probe (probe_steps=\"auto\") the blocks to decide 18% ± 7 "
-                                         "pp (95%) against the 20% line")
+    assert v["actions"][0]["advice"] == (
+        "measure longer before acting on this verdict — a fit about 14× as long gives ProfileCallback's probe "
+        "(probe_steps=\"auto\") the blocks to decide 18% ± 7 pp (95%) against the 20% line")
     h = headline(doc)
     assert h["line"].startswith("undecided: ") and " or input-bound" in h["line"], h["line"]
     assert "input costs 18 % ± 7 pp of the step (measured what-if)" in h["line"] and h["undecided"]

@@ -174,7 +174,8 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.auto and self._stopped is None and len(self._ran) >= AUTO_MIN_BLOCKS:
             ci = (self._document().get("summary") or {}).get("input_cost_ci95")
             if ci is not None and ci <= self.probe_ci95:
-                self._stopped = f"after {len(self._ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * self.probe_ci95:.1f}"
+                self._stopped = (f"after {len(self._ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ "
+                                 f"±{100 * self.probe_ci95:.1f}")
         if self._stopped is not None:
             return
         self._ran.append((pos, n))
