@@ -38,6 +38,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
+# the cached steps are timed once the real pipeline has refilled, as the probe times them (keras_callback.py
+# SETTLE_REAL_STEPS, SETTLE_MAX_STEPS; tools/bench/bench_probe_settle.py: why)
+SETTLE_REAL, SETTLE_MAX = 10, 60
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
 
 
@@ -119,7 +122,7 @@ def _timed(step, source, n: int, settle_ms: float = 0.0) -> list[float]:
         t0 = time.perf_counter()
         logs = step(source)
         float(logs["loss"])
-        if j >= SETTLE and (t0 - start) * 1e3 >= settle_ms:
+        if j >= SETTLE and ((t0 - start) * 1e3 >= settle_ms or j >= SETTLE_MAX):
             out.append((time.perf_counter() - t0) * 1e3)
         j += 1
     return out
@@ -144,7 +147,7 @@ class Truth:
             real = _timed(self.step, self.real, self.block)
             self.T += real
             # the real pipeline refills its buffers while the cached steps start: wait as the probe does
-            self.Tc += _timed(self.step, self.cached, self.block, settle_ms=3 * statistics.fmean(real))
+            self.Tc += _timed(self.step, self.cached, self.block, settle_ms=SETTLE_REAL * statistics.fmean(real))
 
     def result(self, lo: int = 0, hi: int | None = None) -> tuple[float, float, float]:
         """(input cost, T, T_c) over the timed steps lo:hi of each kind (all by default)."""
@@ -168,7 +171,8 @@ class FitTruth(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         b = self.truth.block
         if self._i >= self.warm and (self._i - self.warm) % (3 * b) == 2 * b and self.T:
-            self.Tc += _timed(self.truth.step, self.truth.cached, b, settle_ms=3 * statistics.fmean(self.T[-5:]))
+            self.Tc += _timed(self.truth.step, self.truth.cached, b,
+                              settle_ms=SETTLE_REAL * statistics.fmean(self.T[-5:]))
             self._skip_until = self._i + b
         self._t0 = time.perf_counter()
 

@@ -25,7 +25,8 @@ from exactly where it was: the loss trajectory with and without the probe is the
 deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
 What it costs: probe_steps + 2 + (blocks − 1) extra steps (the first block's first 2 and each later block's
-first step are not timed; each block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time), one more tracing of the step function (the cached batch's fixed shapes), and per block
+first step are not timed; each block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time, at most
+SETTLE_MAX_STEPS steps), one more tracing of the step function (the cached batch's fixed shapes), and per block
 a snapshot and restore of the state (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a
 temporary directory: train/probe.py Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
 of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
@@ -59,10 +60,17 @@ from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, Probe, auto_plan
                                     short_run_budget, traced_steps)
 
 
-SETTLE_REAL_STEPS = 3
-"""A later probe block times its steps only after as much wall time as 3 recent real steps: the time an input-bound
-pipeline with a prefetch of 2 (and one batch in the making) takes to refill, on the cores the probe's steps want
-(train/probe.py Probe.run_block)."""
+SETTLE_REAL_STEPS = 10
+"""A probe block times its steps only after as much wall time as 10 recent real steps (at most SETTLE_MAX_STEPS
+untimed steps): the time an input-bound pipeline takes to refill its buffers on the cores the probe's steps want
+(train/probe.py Probe.run_block).  After 10 real steps of the keras-hub tokenizer fit, cached steps 2–6 ran
++0.64 ms slower than steps 17–40 (8 rounds of 8, +0.09…+1.21 ms; 6.9 pp of the real step), the per-example parse's
++0.09 ms (tools/bench/bench_probe_settle.py): with the former 3 steps' worth of time the probe's timed steps sat
+in that stretch and read the input cost low (issue 29)."""
+
+SETTLE_MAX_STEPS = 60
+"""At most this many untimed steps a block: a pipeline that waits (a sleep, a socket) takes long real steps, and
+its refill takes no core from the cached step anyway."""
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -183,7 +191,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
         recent = self.step_times_ms[max(self._warmup, len(self.step_times_ms) - 5):]
         settle = SETTLE_REAL_STEPS * sum(recent) / len(recent) if recent else 0.0
-        self._runner.run_block(self._batch, n, settle_ms=settle)
+        self._runner.run_block(self._batch, n, settle_ms=settle, settle_max_steps=SETTLE_MAX_STEPS)
 
     def _train_with_probe(self, iterator):
         """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,

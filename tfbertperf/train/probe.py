@@ -171,13 +171,14 @@ class Probe:
         self.blocks = 0
         self._iter = None
 
-    def run_block(self, first_batch, n_timed: int, settle_ms: float = 0.0) -> None:
+    def run_block(self, first_batch, n_timed: int, settle_ms: float = 0.0, settle_max_steps: int = 10**9) -> None:
         """n_timed timed compute-only steps, after the untimed ones (PROBE_WARMUP_STEPS in the first block,
         PROBE_SETTLE_STEPS in later ones) and for at least `settle_ms` of wall time: an input-bound pipeline
         refills its buffers (prefetch, parallel map) when a block starts, on the cores the block's steps want, for
         about as long as it takes to produce those batches.  The first block too: where the cached batch's shapes
         need no new trace its two untimed steps are over in two steps' time, and its timed steps read 0.5–1.5 ms
-        high on a 5 ms keras-hub tokenizer fit while the pipeline refilled (issue 29)."""
+        high on a 5 ms keras-hub tokenizer fit while the pipeline refilled (issue 29).  `settle_max_steps` caps the
+        untimed steps that `settle_ms` adds (a waiting pipeline's long real steps against a short cached one)."""
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
         untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
@@ -187,7 +188,7 @@ class Probe:
             if self.hook is not None:
                 self.hook("probe")
             t0 = time.perf_counter()
-            settling = j < untimed or (t0 - start) * 1e3 < settle_ms
+            settling = j < untimed or ((t0 - start) * 1e3 < settle_ms and j < settle_max_steps)
             out = self.step_fn(self._iter if self.feed_iterator else next(self._iter))
             if settling or timed == n_timed - 1 or self.wait_each:  # untimed steps and the block's end wait
                 self.wait(out)
