@@ -24,9 +24,9 @@ seeds, the optimizer's step count and the running loss included) are snapshot an
 from exactly where it was: the loss trajectory with and without the probe is the same (at a fixed seed with
 deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
-What it costs: probe_steps + 2 + (blocks − 1) extra steps (the first block's first 2 and each later block's
-first step are not timed; each block also waits, untimed, for SETTLE_REAL_STEPS real steps' worth of time, at most
-SETTLE_MAX_STEPS steps), one more tracing of the step function (the cached batch's fixed shapes), and per block
+What it costs: the timed probe steps (probe_steps="auto": 5 a block, 4 to 40 blocks, until the interval is narrow
+enough; docs/own-training.md) and per block the untimed ones before them (at least 1, the first block 2, and
+as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS), one more tracing of the step function (the cached batch's fixed shapes), and per block
 a snapshot and restore of the state (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a
 temporary directory: train/probe.py Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
 of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
