@@ -216,3 +216,36 @@ def test_probe_snapshot_keeps_small_host_state_in_memory_and_writes_no_file(monk
     snap.restore()
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, state))
     assert snap.copies is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_probe_block_times_its_steps_after_the_settle_time_and_caps_the_untimed_steps():
+    """Issue 29: the steps right after the switch from the real pipeline run slower while it refills its buffers
+    (tools/bench/bench_probe_settle.py), so a block leaves steps untimed for `settle_ms` of wall time — 10 recent
+    real steps' worth (settle_ms()) — but never more than `settle_max_steps` of them."""
+    import time
+
+    import tensorflow as tf
+
+    from tfbertperf.train.probe import SETTLE_REAL_STEPS, Probe, settle_ms
+
+    calls = []
+
+    def step(batch):
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+        return tf.constant(1.0)
+
+    probe = Probe(step, tf.distribute.get_strategy(), [tf.Variable(0.0)])
+    probe.run_block(tf.zeros(2), 3)  # the first block: 2 untimed steps, nothing to wait for
+    assert len(calls) == 2 + 3 and len(probe.step_times_ms) == 3
+    calls.clear()
+    t0 = time.perf_counter()
+    probe.run_block(tf.zeros(2), 3, settle_ms=40.0)
+    untimed = calls[:-3]
+    assert len(untimed) > 1 and calls[-3] - t0 >= 0.040, (len(calls), calls[-3] - t0)  # timed once 40 ms passed
+    calls.clear()
+    probe.run_block(tf.zeros(2), 3, settle_ms=60_000.0, settle_max_steps=7)  # the cap, not the minute, ends it
+    assert len(calls) == 7 + 3 and len(probe.step_times_ms) == 9
+    # 10 × the mean of the last 5 real steps after warm-up
+    assert settle_ms([50.0, 50.0, 4.0, 6.0, 4.0, 6.0, 5.0, 5.0], warmup=2) == pytest.approx(SETTLE_REAL_STEPS * 5.2)
+    assert settle_ms([50.0, 50.0], warmup=2) == 0.0

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
-# the cached steps are timed once the real pipeline has refilled, as the probe times them (keras_callback.py
+# the cached steps are timed once the real pipeline has refilled, as the probe times them (train/probe.py
 # SETTLE_REAL_STEPS, SETTLE_MAX_STEPS; tools/bench/bench_probe_settle.py: why)
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
@@ -117,7 +117,7 @@ def _tokenize():
 
 def _timed(step, source, n: int, settle_ms: float = 0.0, untimed: int = SETTLE) -> list[float]:
     """n − SETTLE timed steps, after `untimed` untimed ones and at least settle_ms of wall time (as the probe does:
-    train/probe.py run_block, keras_callback.SETTLE_REAL_STEPS)."""
+    train/probe.py run_block, SETTLE_REAL_STEPS)."""
     out, start, j = [], time.perf_counter(), 0
     while len(out) < n - SETTLE:
         t0 = time.perf_counter()

@@ -26,7 +26,8 @@ deterministic ops).  How the batch is taken without changing what trains: at the
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
 What it costs: the timed probe steps (probe_steps="auto": 5 a block, 4 to 40 blocks, until the interval is narrow
 enough; docs/own-training.md) and per block the untimed ones before them (at least 1, the first block 2, and
-as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS), one more tracing of the step function (the cached batch's fixed shapes), and per block
+as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS: train/probe.py), one more
+tracing of the step function (the cached batch's fixed shapes), and per block
 a snapshot and restore of the state (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a
 temporary directory: train/probe.py Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
 of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
@@ -56,21 +57,9 @@ import tensorflow as tf
 
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
-from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, Probe, auto_plan, probe_plan, recovery_steps,
-                                    short_run_budget, traced_steps)
-
-
-SETTLE_REAL_STEPS = 10
-"""A probe block times its steps only after as much wall time as 10 recent real steps (at most SETTLE_MAX_STEPS
-untimed steps): the time an input-bound pipeline takes to refill its buffers on the cores the probe's steps want
-(train/probe.py Probe.run_block).  After 10 real steps of the keras-hub tokenizer fit, cached steps 2–6 ran
-+0.64 ms slower than steps 17–40 (8 rounds of 8, +0.09…+1.21 ms; 6.9 pp of the real step), the per-example parse's
-+0.09 ms (tools/bench/bench_probe_settle.py): with the former 3 steps' worth of time the probe's timed steps sat
-in that stretch and read the input cost low (issue 29)."""
-
-SETTLE_MAX_STEPS = 60
-"""At most this many untimed steps a block: a pipeline that waits (a sleep, a socket) takes long real steps, and
-its refill takes no core from the cached step anyway."""
+from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, SETTLE_MAX_STEPS, Probe,
+                                    auto_plan, probe_plan, recovery_steps, settle_ms, short_run_budget,
+                                    traced_steps)
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -189,9 +178,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self._ran.append((pos, n))
         # the state is listed now, not at on_train_begin: the optimizer creates its slots at its first step
         self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
-        recent = self.step_times_ms[max(self._warmup, len(self.step_times_ms) - 5):]
-        settle = SETTLE_REAL_STEPS * sum(recent) / len(recent) if recent else 0.0
-        self._runner.run_block(self._batch, n, settle_ms=settle, settle_max_steps=SETTLE_MAX_STEPS)
+        self._runner.run_block(self._batch, n, settle_ms=settle_ms(self.step_times_ms, self._warmup),
+                               settle_max_steps=SETTLE_MAX_STEPS)
 
     def _train_with_probe(self, iterator):
         """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,

@@ -38,8 +38,8 @@ from typing import Callable
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import (Probe, probe_plan, recovery_steps, short_run_budget, traced_steps,
-                                   uninterrupted)
+from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, probe_plan, recovery_steps, settle_ms,
+                                   short_run_budget, traced_steps, uninterrupted)
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 
@@ -187,7 +187,8 @@ def train(
                 if window and i == traced[1]:
                     capture.stop()
                 if i in blocks_at and first_batch is not None:
-                    probe.run_block(first_batch, blocks_at[i])
+                    probe.run_block(first_batch, blocks_at[i], settle_ms=settle_ms(step_ms, warmup),
+                                    settle_max_steps=SETTLE_MAX_STEPS)
                 if window and i == traced[0]:  # after a probe block here: the block stays out of the trace
                     capture.start()
                 if mark is not None and i == warmup:

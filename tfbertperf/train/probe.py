@@ -8,7 +8,8 @@ the speed of the CPU drifts by several per cent over seconds, and a probe run on
 different machine than the loop did.  Before a block the model's and optimizer's variables are snapshot (on the
 device or in memory, or to a checkpoint on local disk for a host-resident state over 256 MiB: `Snapshot`) and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
 loss trajectory.  The first step of each block is not timed (the first block's first two: the cached batch's
-static shapes may retrace the step).  A pipeline with background stages (prefetch, parallel map/interleave,
+static shapes may retrace the step), nor are the steps run until 10 recent real steps' worth of time has passed
+(SETTLE_REAL_STEPS, at most SETTLE_MAX_STEPS: the pipeline refills its buffers meanwhile, on the probe's cores).  A pipeline with background stages (prefetch, parallel map/interleave,
 read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
 free; `recovery_steps` lists them, and the run leaves them out of its steady steps if the pipeline was behind
 (report/build.py `steady_steps`).
@@ -36,6 +37,24 @@ PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
 PROBE_SHARE = 2  # the probe times at most 1/2 as many steps as the run has
 INTERRUPTED = 4.0  # a probe step over this many times the median one was interrupted (profile/stepfile.py)
+
+SETTLE_REAL_STEPS = 10
+"""A probe block times its steps only after as much wall time as 10 recent real steps (at most SETTLE_MAX_STEPS
+untimed steps): the time an input-bound pipeline takes to refill its buffers on the cores the probe's steps want
+(Probe.run_block; run's loop and tfbertperf.keras.ProfileCallback alike).  After 10 real steps of a keras-hub
+tokenizer fit, cached steps 2–6 ran +0.64 ms slower than steps 17–40 (8 rounds of 8, +0.09…+1.21 ms; 6.9 pp of
+the real step), a per-example parse's +0.09 ms (tools/bench/bench_probe_settle.py): with the former 3 steps'
+worth of time the probe's timed steps sat in that stretch and read the input cost low (issue 29)."""
+
+SETTLE_MAX_STEPS = 60
+"""At most this many untimed steps a block: a pipeline that waits (a sleep, a socket) takes long real steps, and
+its refill takes no core from the cached step anyway."""
+
+
+def settle_ms(step_ms: list[float], warmup: int) -> float:
+    """The settle time of a probe block: SETTLE_REAL_STEPS × the mean of the last 5 real steps after warm-up."""
+    recent = step_ms[max(warmup, len(step_ms) - 5):]
+    return SETTLE_REAL_STEPS * sum(recent) / len(recent) if recent else 0.0
 
 
 def uninterrupted(probe: list[float]) -> list[int]:
