@@ -106,7 +106,7 @@ def test_the_auto_plan_spaces_blocks_of_five_and_caps_the_probe():
         assert all(b - a >= AUTO_SPACING * AUTO_BLOCK_STEPS - 1 for a, b in zip(at, at[1:])), at
         assert sum(n for _, n in plan) <= AUTO_MAX_STEPS and at[0] > 5
         w0, w1 = window or (steps, steps)
-        assert not [p for p in at if w0 - AUTO_BLOCK_STEPS < p <= w1], (at, window)
+        assert not [p for p in at if w0 - 2 * AUTO_BLOCK_STEPS < p <= w1], (at, window)
     assert len(auto_plan(10_000, 5, (19, 41))) == AUTO_MAX_STEPS // AUTO_BLOCK_STEPS
     # no room for 4 spaced blocks: the fixed probe of 20 steps in 4 blocks, scaled down for the short run
     assert auto_plan(40, 5, (7, 21)) == probe_plan(40, 5, (7, 21), 20, 4)

@@ -68,7 +68,7 @@ def test_probe_plan_spreads_blocks_over_steady_steps_away_from_the_window():
     plan = probe_plan(60, 5, (20, 40), 20, 4)
     assert sum(n for _, n in plan) == 20 and len(plan) == 4
     for pos, n in plan:
-        assert pos > 5 and not (20 - n < pos < 40), plan  # steady, and its recovery steps are not profiled
+        assert pos > 5 and not (20 - 2 * n < pos < 40), plan  # steady, and the steps it fed are not profiled
     assert recovery_steps(plan, 60) == [s for pos, n in plan for s in range(pos, min(pos + n, 60))]
     assert probe_plan(60, 5, (20, 40), 20, 1) == [(60, 20)]  # one block: after the loop
     assert probe_plan(8, 2, (3, 7), 6, 4) == [(8, 6)]  # no room between warm-up and window: after the loop

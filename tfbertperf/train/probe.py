@@ -96,8 +96,9 @@ def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_st
     """Where the what-if probe runs: [(before_step, timed_steps)], `before_step == steps` meaning after the loop.
 
     Blocks sit at evenly spaced steady steps (after warm-up + 1, outside the profiled window, whose first step
-    would put the block inside the trace, and not within a block's length before it, so that the steps that
-    follow a block are not the profiled ones); the probe's steps are shared out among them.  Too few steady steps
+    would put the block inside the trace, and not within two blocks' length before it, so that the steps that
+    follow a block, fed from the buffers it let the pipeline fill, are not the profiled ones); the probe's steps
+    are shared out among them.  Too few steady steps
     for the blocks, or blocks == 1 → one block after the loop.
     """
     if probe_steps <= 0:
@@ -105,9 +106,12 @@ def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_st
     blocks = max(1, min(int(blocks), probe_steps))
     w0, w1 = window if window else (steps, steps)
     per = -(-probe_steps // blocks)
-    # Not inside the window, and not so close before it that the block's recovery steps are profiled.
+    # Not inside the window, and not so close before it that the steps the buffers it filled feed are profiled: a
+    # block's length for its recovery steps and as many again (with a block's settle of 10 real steps' worth of
+    # time a 4-wide waiting map and prefetch 2 refill completely; a block 5 steps before the window left its
+    # captured steps waiting less, and the capture alone read a waiting fit 10–15 pp low, issue 29).
     # (A block at w1 would run inside the trace: it stops one step later, traced_steps.)
-    cand = [i for i in range(warmup + 1, steps) if not (w0 - per < i <= w1)]
+    cand = [i for i in range(warmup + 1, steps) if not (w0 - 2 * per < i <= w1)]
     if blocks == 1 or len(cand) < 2 * blocks:
         return [(steps, probe_steps)]
     at = sorted({cand[int((b + 0.5) * len(cand) / blocks)] for b in range(blocks)})
@@ -130,7 +134,7 @@ def auto_plan(steps: int, warmup: int, window: tuple[int, int] | None) -> list[t
     (profile/keras_callback.py); a run with room for fewer than AUTO_MIN_BLOCKS gets probe_plan's 20 steps in 4
     blocks, scaled down for a short run (short_run_budget)."""
     w0, w1 = window if window else (steps, steps)
-    room = sum(1 for i in range(warmup + 1, steps) if not (w0 - AUTO_BLOCK_STEPS < i <= w1))
+    room = sum(1 for i in range(warmup + 1, steps) if not (w0 - 2 * AUTO_BLOCK_STEPS < i <= w1))
     blocks = min(room // (AUTO_SPACING * AUTO_BLOCK_STEPS), AUTO_MAX_STEPS // AUTO_BLOCK_STEPS)
     if blocks < AUTO_MIN_BLOCKS:
         return probe_plan(steps, warmup, window, short_run_budget(steps, warmup, 20)[1], 4)
