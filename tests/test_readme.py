@@ -59,9 +59,17 @@ def test_every_number_in_the_prose_is_checked():
     """A number in README's prose is either in the pasted output block or a rule the code holds."""
     from tfbertperf.report.headline import WIDTH, sig
 
+    from tfbertperf.train import probe
+
     rules = {
         str(WIDTH): True,                         # "no console line is wider than 120 characters"
         "2–3": sig(1234.5) == "1,230" and sig(12.345) == "12.3",  # ratios to 2–3 significant digits
+        # what ProfileCallback's auto probe costs (train/probe.py)
+        "2.5": probe.AUTO_CI95 == 0.025,          # "more only while the interval is wider than ±2.5 pp"
+        "60": probe.SETTLE_MAX_STEPS == 60,       # "at most 60" untimed steps a block
+        "40": probe.AUTO_MAX_STEPS // probe.AUTO_BLOCK_STEPS == 40,  # "at most 40 blocks"
+        "15": probe.AUTO_SPACING * probe.AUTO_BLOCK_STEPS == 15,     # "blocks 15 steps apart"
+        "140": len(probe.auto_plan(140, 5, (19, 41))) == 6,          # "6 in a 140-step fit" (window 20:40)
     }
     block = _output_block()
     prose = _prose()
