@@ -67,7 +67,7 @@ def test_every_number_in_the_prose_is_checked():
         # what ProfileCallback's auto probe costs (train/probe.py)
         "2.5": probe.AUTO_CI95 == 0.025,          # "more only while the interval is wider than ±2.5 pp"
         "60": probe.SETTLE_MAX_STEPS == 60,       # "at most 60" untimed steps a block
-        "40": probe.AUTO_MAX_STEPS // probe.AUTO_BLOCK_STEPS == 40,  # "at most 40 blocks"
+        "20": probe.AUTO_MAX_STEPS // probe.AUTO_BLOCK_STEPS == 20,  # "at most 20 blocks"
         "15": probe.AUTO_SPACING * probe.AUTO_BLOCK_STEPS == 15,     # "blocks 15 steps apart"
         "140": len(probe.auto_plan(140, 5, (19, 41))) == 6,          # "6 in a 140-step fit" (window 20:40)
     }

@@ -24,7 +24,7 @@ seeds, the optimizer's step count and the running loss included) are snapshot an
 from exactly where it was: the loss trajectory with and without the probe is the same (at a fixed seed with
 deterministic ops).  How the batch is taken without changing what trains: at the last warm-up step the callback
 pulls that step's batch itself and hands the same batch to the step through a one-element dataset.
-What it costs: the timed probe steps (probe_steps="auto": 5 a block, 4 to 40 blocks, until the interval is narrow
+What it costs: the timed probe steps (probe_steps="auto": 5 a block, 4 to 20 blocks, until the interval is narrow
 enough; docs/own-training.md) and per block the untimed ones before them (at least 1, the first block 2, and
 as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS: train/probe.py), one more
 tracing of the step function (the cached batch's fixed shapes), and per block
@@ -84,9 +84,9 @@ class ProfileCallback(keras.callbacks.Callback):
         `steps_per_epoch` or a dataset of known length, else `total_steps`.
       probe_steps: "auto" (default): the probe chooses its own sample size — blocks of 5 timed steps, spread
         through the run (train/probe.py auto_plan), until the measured input cost's 95 % interval is
-        `probe_ci95` or narrower (after at least 4 blocks), or up to 200 timed steps, or as many blocks as the
-        run has room for; a machine whose speed moves from block to block gets more of them, a quiet one stops
-        after 4.  An int: that many timed probe steps in all (at most half the run's steps; short_run_budget),
+        `probe_ci95` or narrower (after at least 4 blocks), or up to 100 timed steps (20 blocks), or as many
+        blocks as the run has room for; a machine whose speed moves from block to block gets more of them, a
+        quiet one stops after 4.  An int: that many timed probe steps in all (at most half the run's steps; short_run_budget),
         in `probe_blocks` blocks.
       probe_blocks: with an int probe_steps, the blocks its steps are spread over (1 = one block, after training
         when there are too few steady steps).

@@ -122,7 +122,9 @@ def probe_plan(steps: int, warmup: int, window: tuple[int, int] | None, probe_st
 AUTO_BLOCK_STEPS = 5  # probe_steps="auto": timed steps per block
 AUTO_SPACING = 3  # … blocks at least 3 blocks' length apart: the block, its recovery steps, as many clean ones
 AUTO_MIN_BLOCKS = 4  # … blocks run before the interval may stop it (t(0.975, 3) = 3.18: a quiet machine stops)
-AUTO_MAX_STEPS = 200  # … timed steps at most, however long the run
+AUTO_MAX_STEPS = 100  # … timed steps at most, however long the run: 20 blocks, each costing about 15 real
+# steps' time at worst (its settle and 5 steps) — 300 steps' time on a noisy machine; 18 blocks held the noisy shapes
+# within 1–2 pp on the 2-core VM (BENCHMARKS, issue 29)
 AUTO_CI95 = 0.025  # … stop once the measured input cost's 95 % interval is ±2.5 pp or narrower
 
 
