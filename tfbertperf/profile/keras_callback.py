@@ -86,8 +86,8 @@ class ProfileCallback(keras.callbacks.Callback):
         through the run (train/probe.py auto_plan), until the measured input cost's 95 % interval is
         `probe_ci95` or narrower (after at least 4 blocks), or up to 100 timed steps (20 blocks), or as many
         blocks as the run has room for; a machine whose speed moves from block to block gets more of them, a
-        quiet one stops after 4.  An int: that many timed probe steps in all (at most half the run's steps; short_run_budget),
-        in `probe_blocks` blocks.
+        quiet one stops after 4.  An int: that many timed probe steps in all (at most half the run's steps;
+        short_run_budget), in `probe_blocks` blocks.
       probe_blocks: with an int probe_steps, the blocks its steps are spread over (1 = one block, after training
         when there are too few steady steps).
       probe_ci95: with probe_steps="auto", the interval's half-width that stops the probe (0.025: ±2.5 pp).

@@ -9,8 +9,8 @@ different machine than the loop did.  Before a block the model's and optimizer's
 device or in memory, or to a checkpoint on local disk for a host-resident state over 256 MiB: `Snapshot`) and restored after it, so the probe's updates (it trains on one cached batch) leave no trace in the run's
 loss trajectory.  The first step of each block is not timed (the first block's first two: the cached batch's
 static shapes may retrace the step), nor are the steps run until 10 recent real steps' worth of time has passed
-(SETTLE_REAL_STEPS, at most SETTLE_MAX_STEPS: the pipeline refills its buffers meanwhile, on the probe's cores).  A pipeline with background stages (prefetch, parallel map/interleave,
-read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
+(SETTLE_REAL_STEPS, at most SETTLE_MAX_STEPS: the pipeline refills its buffers meanwhile, on the probe's cores).
+A pipeline with background stages (prefetch, parallel map/interleave, read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
 free; `recovery_steps` lists them, and the run leaves them out of its steady steps if the pipeline was behind
 (report/build.py `steady_steps`).
 
