@@ -181,7 +181,11 @@ def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
     auto = {"input_cost_fraction": 0.105, "input_cost_ci95": 0.093, "probe_blocks": 7}
     hint = precision_hint(auto, 0, 0.025)
     assert "from the spread of its 7 probe blocks" in hint and "a fit about 14× as long" in hint, hint
-    assert "±2.5 pp" in hint and "probe_steps=" not in hint
+    assert "±2.5 pp" in hint and "probe_steps=" not in hint and "decide" not in hint  # 10.5 ± 9.3: below 20 %
+    # straddling the 20 % line: the hint also says what would decide the verdict, as analyze's advice does
+    straddles = precision_hint({**auto, "input_cost_fraction": 0.39, "input_cost_ci95": 0.256}, 0, 0.025)
+    assert "a fit about 100× as long would let the probe reach ±2.5 pp" in straddles
+    assert "one about 2× as long would decide whether the input costs more than 20%" in straddles, straddles
     assert precision_hint({**auto, "input_cost_ci95": 0.06}, 0, 0.1) is None  # the target it was given was met
 
 

@@ -302,11 +302,17 @@ def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = 
     if ci is None or ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
         return None
     if auto_target is not None:
-        more = min(100.0, (ci / auto_target) ** 2)
-        return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
-                f"± {100 * ci:.1f} pp (95 %, from the spread of its {what_if.get('probe_blocks')} probe blocks: this "
-                f"machine's speed moves from block to block); the fit had room for no more blocks — a fit about "
-                f"{more:.0f}× as long would let the probe reach ±{100 * auto_target:.1f} pp")
+        from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, longer_by
+
+        icf = what_if["input_cost_fraction"]
+        hint = (f"tfbertperf ProfileCallback: the measured input cost {100 * icf:.1f} % is ± {100 * ci:.1f} pp (95 %, "
+                f"from the spread of its {what_if.get('probe_blocks')} probe blocks: this machine's speed moves from "
+                f"block to block); the fit had room for no more blocks — a fit about "
+                f"{longer_by(ci, auto_target):.0f}× as long would let the probe reach ±{100 * auto_target:.1f} pp")
+        if abs(icf - INPUT_BOUND_THRESHOLD) < ci:  # the verdict is undecided: say what would decide it (analyze's)
+            hint += (f", and one about {longer_by(ci, abs(icf - INPUT_BOUND_THRESHOLD)):.0f}× as long would decide "
+                     f"whether the input costs more than {INPUT_BOUND_THRESHOLD:.0%}")
+        return hint
     return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
             f"± {100 * ci:.1f} pp (95 %, from the spread of its probe blocks: this machine's speed moves from block to "
             f"block); probe_steps={4 * probe_steps} and probe_blocks 4× as many (in a run of at least twice as many "

@@ -22,6 +22,12 @@ from tfbertperf.profile.xprof_attribution import input_share
 MAX_LONGER = 100.0  # "about N× as many probe steps": beyond this, the machine is too noisy to decide it
 
 
+def longer_by(ci: float, half_width: float) -> float:
+    """How many times the blocks (a fit's length, a run's probe steps) narrow an interval of ± `ci` to
+    ± `half_width`: the interval narrows with the square root of the blocks; at most MAX_LONGER."""
+    return min(MAX_LONGER, (ci / max(half_width, 1e-6)) ** 2)
+
+
 def probe_share(att: dict) -> float | None:
     """The input share the verdict compared with the line when it was the probe's (None when it was not)."""
     icf = att.get("input_cost_fraction")
@@ -48,8 +54,7 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     other = verdict({**att, "input_cost_fraction": moved}, au, **verdict_kw)["bottleneck"]
     if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
         return decided
-    distance = max(abs(share - INPUT_BOUND_THRESHOLD), 1e-6)
-    longer = min(MAX_LONGER, (ci / distance) ** 2)
+    longer = longer_by(ci, abs(share - INPUT_BOUND_THRESHOLD))
     more = None if probe_steps is None else max(probe_steps + 1, int(round(probe_steps * longer)))
     decided["undecided"] = {"between": [side, other], "input_cost_fraction": round(share, 4), "ci95": round(ci, 4),
                             "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": more,
