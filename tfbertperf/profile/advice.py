@@ -50,6 +50,17 @@ beside the AU (issue 29: the H100 BERT-large capture, busy ~29 of its 36 ms unpr
 A captured view alone does not get this rule: its launch share holds the profiler's own cost."""
 
 
+PRECISION_BUSY_SHARE = 0.5
+"""Mixed-precision advice also where the step is not compute-bound, when the device computes for ≥ 50 % of the step
+with float32 matrix kernels: the device's work is then on the step's critical path.  Measured (issue 29,
+tests/fixtures/h200): a JAX BERT-base step read launch-bound with the device busy 63 % of the unprofiled step in
+float32 (TF32) kernels ran 1.40× faster in bfloat16 on that H200."""
+
+
+def _float32_busy(c: dict) -> bool:
+    return _reduced_precision(c) and c["matmul"] == "f32" and c["busy"] >= PRECISION_BUSY_SHARE
+
+
 def _launch_bound(c: dict) -> bool:
     return c["launch"] >= LAUNCH_BOUND_SHARE and c["busy_unprofiled"] < COMPUTE_BOUND_BUSY
 
@@ -155,6 +166,14 @@ ADVICE: tuple[Advice, ...] = (
     Advice("other", "kernel launches take {launch:.0%} of the step: the host issues work slower than the device "
                     "runs it — more work per launch: raise the batch size{bigger_set}, run several steps per call "
                     "(a loop inside one compiled function, Keras `steps_per_execution`){graph_words}{xla_words}", _launch_bound, hardware=("gpu", "tpu")),
+    Advice("other", "the device computes {busy:.0%} of the step, its matrix kernels in float32, on {hw[family]}: "
+                    "mixed precision float32 → {precision} (--set train.precision={precision}){speedup_words}",
+           lambda c: _float32_busy(c) and c["train"].get("precision") == "float32", hardware=("gpu", "tpu"),
+           runs="ours"),
+    Advice("other", "the device computes {busy:.0%} of the step, its matrix kernels in float32, on {hw[family]}: "
+                    "mixed precision — tf.keras.mixed_precision.set_global_policy(\"{precision}\"); JAX: compute in "
+                    "{compute_dtype} (cast the parameters and activations in the step){speedup_words}",
+           _float32_busy, hardware=("gpu", "tpu"), runs="foreign"),
     # ---- other (Python/eager overhead, idle)
     Advice("other", "time outside input and compute (Python/eager overhead): compile the step "
                     "(--set train.jit=true), raise the batch size, run several steps per tf.function call",
@@ -226,11 +245,13 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "hw": hw, "precision": hw.get("recommended_precision") or "float32",
            "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
            "input": float(fr.get("input") or 0.0), "xla": att.get("xla_compiled"),
+           "busy": float(fr.get("device_compute") or 0.0),
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
+    ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")
     ctx["xla_words"] = ", compile with XLA (tf.function(jit_compile=True))" if _not_compiled(ctx) else ""
     ctx["graph_words"] = "" if att.get("cuda_graphs") else ", replay launches as CUDA graphs"
     ctx["bigger_set"] = f" (--set train.batch_size={ctx['bigger_batch']})" if config else ""
