@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tfbertperf.analyze import analyze
-from tfbertperf.profile import stepfile
+from tfbertperf.profile import stepfile, unprofiled
 from tfbertperf.profile.steps import SOURCE_MARKERS, step_intervals
 from tfbertperf.profile.trace import load_trace
 
@@ -94,7 +94,13 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     assert out["step_file"]["profiled_steps"] == traced
     assert out["step_file"]["unprofiled_steps"] == s.unprofiled_steps
     cost = att["profiler_cost"]
-    assert cost["basis"].startswith("measured")
+    if "not_measured" in cost:  # this small CPU loop's speed moved around the window (profile/unprofiled.py)
+        moved = cost["captured_step_ms"] * (1 + unprofiled.SPEED_MOVED) < cost["unprofiled_step_ms"]
+        assert moved or out["step_file"]["drift"] > unprofiled.DRIFT_MAX, cost
+        assert "added_ms_per_step" not in cost and att.get("unprofiled") is None
+    else:
+        assert cost["basis"].startswith("measured")
+        assert cost["added_ms_per_step"] == pytest.approx(cost["captured_step_ms"] - cost["unprofiled_step_ms"], abs=2e-3)
     assert cost["unprofiled_step_ms"] == pytest.approx(s.unprofiled_step_ms, abs=1e-3)
     assert cost["captured_step_ms"] == pytest.approx(att["step_time_ms"], abs=1e-3)
     assert out["verdict"]["bottleneck"] and out["verdict"]["summary"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tfbertperf.cliargs import Parser
 from tfbertperf.errors import UsageError, cli_entry, process_main
+from tfbertperf.profile import unprofiled
 from tfbertperf.report.build import INTERRUPTED  # the marker a run stopped by Ctrl-C leaves in its directory
 
 
@@ -96,7 +97,9 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
             if icf is not None:
                 kw["compute_only_step_ms"] = T * (1.0 - icf)
                 kw["input_cost_ci95"] = (report.get("attribution") or {}).get("input_cost_ci95")
-    if measured and measured.unprofiled_step_ms:  # the user's own step times: measured beats any estimate
+    drifted = unprofiled.drifted(measured.drift) if measured else None
+    if measured and measured.unprofiled_step_ms and (not drifted or measured.input_cost_fraction is not None):
+        # the user's own step times: measured beats any estimate (unless their speed moved around the window)
         kw["step_time_ms"] = T = measured.unprofiled_step_ms
         icf = measured.input_cost_fraction  # paired in time with the blocks (stepfile.py): T_c at T's scale
         kw["compute_only_step_ms"] = None if icf is None else T * (1.0 - icf)
@@ -111,19 +114,26 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
                       "xplanes": [str(xprof_tools.source_file(x)) for x in xplanes], "run_report": bool(report)}
     doc["step_file"] = measured.as_dict() if measured else None
     if measured and measured.unprofiled_step_ms and doc.get("attribution"):
-        doc["attribution"]["profiler_cost"] = _measured_cost(doc["attribution"], measured)
+        doc["attribution"]["profiler_cost"] = _measured_cost(doc["attribution"], measured, drifted)
     marker = interrupted_marker(xprof_tools.source_file(xplanes[0]))
     if marker or (report or {}).get("incomplete"):
         doc["profile"]["interrupted"] = marker or "interrupted (report.json is marked incomplete)"
     return doc
 
 
-def _measured_cost(att: dict, measured) -> dict:
-    """The profiler's cost per step from the step file: the capture's step − the unprofiled step (ms)."""
+def _measured_cost(att: dict, measured, drifted: str | None = None) -> dict:
+    """The profiler's cost per step from the step file: the capture's step − the unprofiled step (ms); where that
+    measures nothing (profile/unprofiled.py: moved, drifted) the estimate stays, and why."""
     captured = float(att["step_time_ms"])
     added = captured - measured.unprofiled_step_ms
-    return {**(att.get("profiler_cost") or {}), "captured_step_ms": round(captured, 3),
-            "unprofiled_step_ms": round(measured.unprofiled_step_ms, 3), "added_ms_per_step": round(added, 3),
+    why = drifted or (unprofiled.not_measured(captured, measured.unprofiled_step_ms, f"{measured.unprofiled_steps} "
+                                              "unprofiled steps of the step file")
+                      if unprofiled.moved(captured, measured.unprofiled_step_ms) else None)
+    base = {**(att.get("profiler_cost") or {}), "captured_step_ms": round(captured, 3),
+            "unprofiled_step_ms": round(measured.unprofiled_step_ms, 3)}
+    if why:  # the estimate's basis where the capture gives one (device planes), else this reason
+        return {"basis": why, **base, "not_measured": why}
+    return {**base, "added_ms_per_step": round(added, 3),
             "added_fraction": round(added / captured, 4) if captured else None,
             "basis": f"measured: the captured step against {measured.unprofiled_steps} unprofiled steps of the "
                      f"step file {measured.path}"}

@@ -11,6 +11,8 @@ Regimes (one encoder, `--layers`/`--hidden`, batch `--batch`, seq `--seq`, bf16 
   retrace  the same jitted function compiled for bfloat16, run, then retraced for float32: the capture's window
            runs the float32 variant while the process also holds the bfloat16 one (failure shape 4)
   mixed    both variants in the window, one float32 step after two bfloat16 ones
+  loader_notrace  the loader captured without the Python tracer (ProfileOptions python_tracer_level 0)
+  loader_thread   the loader advice followed: next_batch run ahead in a background thread, 2 batches deep
 Also the batch what-if: the bfloat16 step on device batches of twice the size (what "raise the batch size" buys).
 
 Truth: T the regime's step, T_c the same step on device-resident batches, in alternating unprofiled blocks
@@ -103,6 +105,32 @@ def augment(tokens: np.ndarray, rng, rounds: int) -> np.ndarray:
     return out
 
 
+class Ahead:
+    """`make(i)` run ahead in a background thread, `depth` results deep; call it for the next one."""
+
+    def __init__(self, make, depth: int = 2) -> None:
+        import queue
+        import threading
+
+        self.q, self.running = queue.Queue(depth), True
+
+        def loop():
+            i = 0
+            while self.running:
+                self.q.put(make(i))
+                i += 1
+
+        threading.Thread(target=loop, daemon=True).start()
+
+    def __call__(self, i):
+        return self.q.get()
+
+    def stop(self) -> None:
+        self.running = False
+        while not self.q.empty():
+            self.q.get_nowait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -114,6 +142,9 @@ def main() -> None:
     ap.add_argument("--window", default="30:40", help="each StepTimer run's captured steps")
     ap.add_argument("--rounds", type=int, default=4, help="truth: blocks of each kind")
     ap.add_argument("--block", type=int, default=15, help="truth: steps per block")
+    ap.add_argument("--regimes", default="compute,loader,retrace,mixed",
+                    help="compute always runs (T_c); also loader_notrace, loader_thread; retrace runs mixed and the "
+                         "batch what-if too")
     ap.add_argument("--loader-share", type=float, default=0.5, help="loader: its augmentation ≈ this × T_c")
     a = ap.parse_args()
     out = Path(a.out)
@@ -146,8 +177,8 @@ def main() -> None:
         t, tc = statistics.fmean(T), statistics.fmean(Tc)
         return {"T_ms": round(t, 3), "T_c_ms": round(tc, 3), "input_fraction": round(max(0.0, (t - tc) / t), 4)}
 
-    def timed(name: str, feed, dtype=jnp.bfloat16, dtype_of=None) -> dict:
-        timer = StepTimer(out / name, profile_steps=a.window, warmup_steps=5)
+    def timed(name: str, feed, dtype=jnp.bfloat16, dtype_of=None, options=None) -> dict:
+        timer = StepTimer(out / name, profile_steps=a.window, warmup_steps=5, profiler_options=options)
         for i in range(a.steps):
             with timer.step() as s:
                 s.result = step(feed(i), dtype_of(i) if dtype_of else dtype)
@@ -165,6 +196,7 @@ def main() -> None:
     report = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
               "model": f"BERT-style encoder, {a.layers} layers, hidden {a.hidden}, {heads} heads, batch {a.batch}, "
                        f"seq {a.seq}, vocab {VOCAB}; Adam; bf16 compute on f32 parameters", "regimes": {}}
+    regimes = set(a.regimes.split(","))
     report["regimes"]["compute"] = {**truth(device_feed, device_feed), **timed("compute", device_feed),
                                     "note": "batches already on the device"}
     print("compute", report["regimes"]["compute"], flush=True)
@@ -182,11 +214,29 @@ def main() -> None:
         x = augment(host[i % len(host)], rng, rounds)
         return jax.device_put(x)
 
-    report["regimes"]["loader"] = {**truth(next_batch, device_feed), **timed("loader", next_batch),
-                                   "augment_rounds": rounds,
-                                   "note": f"next_batch: NumPy masking/shuffling ({rounds} rounds per example) then "
-                                           "jax.device_put, in the training thread, no prefetch"}
-    print("loader", report["regimes"]["loader"], flush=True)
+    if "loader" in regimes:
+        report["regimes"]["loader"] = {**truth(next_batch, device_feed), **timed("loader", next_batch),
+                                       "augment_rounds": rounds,
+                                       "note": f"next_batch: NumPy masking/shuffling ({rounds} rounds per example) "
+                                               "then jax.device_put, in the training thread, no prefetch"}
+        print("loader", report["regimes"]["loader"], flush=True)
+    if "loader_notrace" in regimes:
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+        report["regimes"]["loader_notrace"] = {**timed("loader_notrace", next_batch, options=options),
+                                               "note": "the loader regime captured without the Python tracer "
+                                                       "(its truth: the loader regime's)"}
+        print("loader_notrace", report["regimes"]["loader_notrace"], flush=True)
+    if "loader_thread" in regimes:  # the loader's advice followed: the same loader in a background thread
+        ahead = Ahead(next_batch)
+        report["regimes"]["loader_thread"] = {**truth(ahead, device_feed), **timed("loader_thread", ahead),
+                                              "note": "next_batch run ahead in a background thread, 2 batches "
+                                                      "deep (the loader advice followed)"}
+        ahead.stop()
+        print("loader_thread", report["regimes"]["loader_thread"], flush=True)
+    if "retrace" not in regimes:
+        (out / "truth.json").write_text(json.dumps(report, indent=1))
+        return
 
     block(device_feed, 5, jnp.float32)  # the float32 variant of the same function: a second program, one name
     report["regimes"]["retrace"] = {**truth(device_feed, device_feed, jnp.float32, jnp.bfloat16),

@@ -14,7 +14,9 @@ device's kernels) and idle.  Every idle picosecond is charged to the first of th
      `next`/`__next__`, a queue get); and of a Python frame that does hand work to the device (a
      `next_batch` that ends in `device_put`), the part before its first hand-off — its own time included,
      which the tracer records no child frame for (NumPy indexing, the loop itself): the loader preparing
-     what it hands over;
+     what it hands over; and, traced or not, the part of a step before its first hand-off when that hand-off is
+     a host→device transfer (a loader that builds the batch, then `device_put`s it: without the Python tracer
+     the thread records nothing until the transfer);
   4. compile: XLA/JIT compilation;
   5. kernel_launch: the host issuing work — op dispatch, executable launch, `cuLaunchKernel`/`cuGraphLaunch`
      (HTA's kernel wait: the device waits for the host to issue the next kernel);
@@ -142,6 +144,20 @@ def _python_frames(thread: HostThread, markers) -> tuple[np.ndarray, np.ndarray]
             iv.from_columns(np.concatenate([start[other], h_first]), np.concatenate([end[other], h_end])))
 
 
+def _before_transfer(thread: HostThread, markers) -> np.ndarray:
+    """Per step marker whose first hand-off on the thread is a host→device transfer, [marker start, transfer start):
+    the loader preparing the batch it then hands over, traced frame by frame or not at all (module docstring)."""
+    kinds = thread.names.table(_kind_code, np.int8)[thread.name_id]
+    own = np.flatnonzero(np.isin(kinds, [_KINDS.index(k) for k in _HANDOFF]))
+    starts, transfer = thread.start[own], kinds[own] == _KINDS.index("host_to_device")
+    rows = []
+    for m in markers:
+        k = int(np.searchsorted(starts, m.start, side="left"))
+        if k < len(starts) and starts[k] < m.end and transfer[k]:
+            rows.append((m.start, int(starts[k])))
+    return iv.as_array(rows) if rows else iv.EMPTY
+
+
 def host_activity(trace: Trace) -> dict[str, np.ndarray]:
     """Per CHARGE_ORDER host category, the merged intervals (ps) during which the host was doing it."""
     acts: dict[str, list] = {k: [] for k in CHARGE_ORDER}
@@ -157,6 +173,7 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
     acts["input_serial"] = []  # input on the training thread itself: it delays that thread's next dispatch
     for t in training:
         inputs, python = _python_frames(t, markers[id(t)])
+        inputs = iv.union(np.concatenate([inputs, _before_transfer(t, markers[id(t)])]))
         acts["input"].append(inputs)
         acts["python"].append(python)
         acts["input_serial"].append(inputs)

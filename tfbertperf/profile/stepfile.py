@@ -75,6 +75,7 @@ class StepSummary:
     T_blocks_ms: list[float] = field(default_factory=list)
     T_c_blocks_ms: list[float] = field(default_factory=list)
     written_by: str = ""
+    drift: float | None = None  # |mean after the window − mean before it| ÷ T (≥ 3 unprofiled steps each side)
 
     def as_dict(self) -> dict:
         r = lambda x: None if x is None else round(x, 4)  # noqa: E731
@@ -85,7 +86,7 @@ class StepSummary:
                 "compute_only_interrupted": self.compute_only_interrupted,
                 "input_cost_fraction": r(self.input_cost_fraction), "input_cost_ci95": r(self.input_cost_ci95),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
-                "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms]}
+                "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms], "drift": r(self.drift)}
 
 
 def _times(where: str, key: str, value) -> list[float]:
@@ -142,6 +143,9 @@ def summarize(doc: dict, where: str) -> StepSummary:
     if window is not None and window[0] < len(steps):
         s.profiled_steps = list(window)
         s.profiled_step_ms = statistics.fmean(steps[window[0]:window[1]])
+        before, after = [steps[i] for i in unprofiled if i < window[0]], [steps[i] for i in unprofiled if i >= window[1]]
+        if len(before) >= 3 and len(after) >= 3:
+            s.drift = abs(statistics.fmean(after) - statistics.fmean(before)) / T
     wi = doc.get("what_if")
     if wi:
         if not isinstance(wi, dict):

@@ -102,8 +102,8 @@ def _profiler_words(att: dict) -> str:
     if pc.get("host_events_per_step") is not None:
         tracer = "Python tracer on" if pc.get("python_tracer") else "no Python tracer"
         return (f"the profiler slows the host: {pc['host_events_per_step']} host events recorded a step ({tracer}), "
-                f"at least ~{pc['added_ms_per_step_estimate']:.1f} ms a step estimated, more where CUPTI wraps each "
-                "launch — compare with the program's unprofiled step time before acting on host-bound time")
+                f"~{pc['added_ms_per_step_estimate']:.1f} ms a step estimated (0.3–2.4× that measured on real GPU "
+                "captures) — compare with the program's unprofiled step time before acting on host-bound time")
     return ""
 
 

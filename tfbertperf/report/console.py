@@ -9,15 +9,9 @@ from tfbertperf.report.headline import (au_explained, data_line, headline, input
 from tfbertperf.report.plots import CATEGORY_ORDER
 
 LABELS = {
-    "input": "input (storage + preprocessing wait)",
-    "host_to_device": "host → device transfer",
-    "device_compute": "device compute",
-    "host_compute": "host compute",
-    "kernel_launch": "kernel launch",
-    "device_to_device": "device ↔ device",
-    "collectives": "collectives",
-    "output": "output",
-    "compile": "compile",
+    "input": "input (storage + preprocessing wait)", "host_to_device": "host → device transfer",
+    "device_compute": "device compute", "host_compute": "host compute", "kernel_launch": "kernel launch",
+    "device_to_device": "device ↔ device", "collectives": "collectives", "output": "output", "compile": "compile",
     "other": "other / idle",
 }
 
@@ -273,15 +267,17 @@ def measured_lines(doc: dict) -> list[str]:
     what-if's input cost (profile/stepfile.py); without a step file, the line saying the cost is estimated."""
     att, sf = doc.get("attribution") or {}, doc.get("step_file")
     pc = att.get("profiler_cost") or {}
+    est = pc.get("added_ms_per_step_estimate")
+    estimated = "" if est is None else f"profiler cost: ~{est:.1f} ms a step, estimated"
     if not sf:
-        if pc.get("added_ms_per_step_estimate") is not None:
-            return [f"profiler cost: ~{pc['added_ms_per_step_estimate']:.1f} ms a step, estimated (no step file "
-                    "beside the capture: tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
-        return []
+        return [f"{estimated} (no step file beside the capture: tfbertperf.keras.ProfileCallback or "
+                "tfbertperf.jax_steps write one)"] if estimated else []
     out = [f"step file {sf['file']}: {sf['unprofiled_steps']} unprofiled steps"]
     if sf["unprofiled_step_ms"] is not None:
         out[0] += f", {sf['unprofiled_step_ms']:.2f} ms/step"
-        if pc.get("added_ms_per_step") is not None:
+        if pc.get("not_measured"):
+            out.append(f"{estimated or 'profiler cost'} — {pc['not_measured']}")
+        elif pc.get("added_ms_per_step") is not None:
             out.append(f"profiler cost (measured): {pc['added_ms_per_step']:+.2f} ms a step "
                        f"({100 * (pc.get('added_fraction') or 0):.1f} % of the captured "
                        f"{pc['captured_step_ms']:.2f} ms step)")

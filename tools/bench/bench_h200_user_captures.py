@@ -60,6 +60,27 @@ def main() -> int:
               f"{full['verdict']['bottleneck']}, {_short(full['verdict']['recommendations'])} | "
               f"{pc.get('added_ms_per_step', 0):+.2f} / {a['profiler_cost'].get('added_ms_per_step_estimate') or 0:.2f} | "
               f"{f.get('matmul_precision')}: {programs} |")
+    truth2 = json.loads((H200 / "truth-run2.json").read_text())["regimes"]
+    print("\nRun 2 (truth-run2.json: the loader with and without the Python tracer, and its advice followed):\n")
+    print("| capture | truth input (T / T_c ms) | step file: drift, unprofiled T | input share, verdict, advice | "
+          "profiler cost | steps: before / window / after (ms) |")
+    print("|---|---|---|---|---|---|")
+    for name, regime in (("loader", "loader"), ("loader-notrace", "loader"), ("loader-thread", "loader_thread")):
+        steps = H200 / f"h200-run2-{name}.steps.json"
+        doc = analyze(str(H200 / f"h200-run2-{name}.xplane.pb.gz"), steps=str(steps))
+        att, tr, sf = doc["attribution"], truth2[regime], doc["step_file"]
+        fr = (att.get("unprofiled") or att)["fractions"]
+        pc = att["profiler_cost"]
+        cost = (f"{pc['added_ms_per_step']:+.2f} ms measured" if "added_ms_per_step" in pc else
+                f"~{pc['added_ms_per_step_estimate']:.2f} ms estimated ({pc['not_measured'][14:60]}…)")
+        st = json.loads(steps.read_text())
+        w0, w1 = st["profiled_steps"]
+        t = st["step_time_ms"]
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        print(f"| {name} | {tr['input_fraction']:.1%} ({tr['T_ms']:.1f} / {tr['T_c_ms']:.1f}) | "
+              f"{sf['drift']:.0%}, {sf['unprofiled_step_ms']:.1f} | {fr['input'] + fr['host_to_device']:.1%}, "
+              f"{doc['verdict']['bottleneck']}, {_short(doc['verdict']['recommendations'])} | {cost} | "
+              f"{mean(t[5:w0]):.1f} / {mean(t[w0:w1]):.1f} / {mean(t[w1:]):.1f} |")
     b = truth["batch_whatif"]
     r = truth["regimes"]["retrace"]
     print(f"\nbatch what-if (compute regime): batch {b['batch']} {b['step_ms']} ms vs {b['base_step_ms']} ms → "
