@@ -50,3 +50,16 @@ def tally(ks: np.ndarray, ke: np.ndarray, km: np.ndarray, kp: np.ndarray, kmeta:
         keys = [(names_ext[int(mod)], None if pid == MISSING else int(pid)) for mod, pid in codes.tolist()]
     program_kernels = (ks[named], ke[named], key_code)
     return hlo, programs, pairs, program_kernels, keys
+
+
+def variant_words(att: dict) -> str:
+    """"; jit_step ran as 2 compiled programs: #7 f32 80 % of device time, #3 bf16 20 %" for each module name that
+    ran as several programs (device_attribution xla_program_variants), "" when none did."""
+    names = set(att.get("xla_program_variants") or ())
+    words = ""
+    for name in sorted(names):
+        rows = [p for p in att.get("xla_programs") or () if p["module"] == name]
+        parts = ", ".join(f"#{p['program_id']} {p['precision'] or 'no matmul'} {p['device_share']:.0%}"
+                          for p in rows)
+        words += f"; {name} ran as {len(rows)} compiled programs ({parts} of device time)"
+    return words

@@ -81,6 +81,15 @@ def main() -> int:
               f"{sf['drift']:.0%}, {sf['unprofiled_step_ms']:.1f} | {fr['input'] + fr['host_to_device']:.1%}, "
               f"{doc['verdict']['bottleneck']}, {_short(doc['verdict']['recommendations'])} | {cost} | "
               f"{mean(t[5:w0]):.1f} / {mean(t[w0:w1]):.1f} / {mean(t[w1:]):.1f} |")
+    truth3 = json.loads((H200 / "truth-run3.json").read_text())
+    doc = analyze(str(H200 / "h200-run3-loader-notrace.xplane.pb.gz"),
+                  steps=str(H200 / "h200-run3-loader-notrace.steps.json"))
+    v, fr = doc["verdict"], (doc["attribution"].get("unprofiled") or doc["attribution"])["fractions"]
+    print(f"\nRun 3 (truth-run3.json, scored on rules chosen on runs 1–2): the loader without the Python tracer, truth "
+          f"input {truth3['regimes']['loader']['input_fraction']:.1%}: {v['bottleneck']} (kernel launch "
+          f"{fr['kernel_launch']:.0%}), also {v['also']}, advice: {_short(v['recommendations'])}; batch what-if "
+          f"{truth3['batch_whatif']['throughput_ratio']}×, float32 ÷ bfloat16 step "
+          f"{truth3['regimes']['retrace']['T_ms'] / truth3['regimes']['retrace']['T_c_ms']:.2f}×")
     b = truth["batch_whatif"]
     r = truth["regimes"]["retrace"]
     print(f"\nbatch what-if (compute regime): batch {b['batch']} {b['step_ms']} ms vs {b['base_step_ms']} ms → "
