@@ -52,6 +52,8 @@ def main() -> int:
         programs = ", ".join(f"#{p['program_id']} {p['precision']} {p['device_share']:.0%}"
                              for p in f.get("xla_programs") or [])
         truth_cell = (f"{tr['input_fraction']:.1%} ({tr['T_ms']:.1f} / {tr['T_c_ms']:.1f})" if "T_ms" in tr else "—")
+        if regime == "retrace":  # its T and T_c are the float32 and bfloat16 steps, not an input cost
+            truth_cell = f"— (f32 ÷ bf16 step {tr['T_ms'] / tr['T_c_ms']:.2f}×)"
         input_file = (T_file - t_c_file) / T_file if regime == "loader" else None
         print(f"| {regime} | {truth_cell} | {T_file:.1f} ms" + (f", {input_file:.1%}" if input_file is not None else "")
               + f" | {a['fractions']['input'] + a['fractions']['host_to_device']:.1%}, "
@@ -87,7 +89,8 @@ def main() -> int:
     v, fr = doc["verdict"], (doc["attribution"].get("unprofiled") or doc["attribution"])["fractions"]
     print(f"\nRun 3 (truth-run3.json, scored on rules chosen on runs 1–2): the loader without the Python tracer, truth "
           f"input {truth3['regimes']['loader']['input_fraction']:.1%}: {v['bottleneck']} (kernel launch "
-          f"{fr['kernel_launch']:.0%}), also {v['also']}, advice: {_short(v['recommendations'])}; batch what-if "
+          f"{fr['kernel_launch']:.0%}), also " + ", ".join(f"{a['bottleneck']} {a['share']:.0%}" for a in v["also"])
+          + f", advice: {_short(v['recommendations'])}; batch what-if "
           f"{truth3['batch_whatif']['throughput_ratio']}×, float32 ÷ bfloat16 step "
           f"{truth3['regimes']['retrace']['T_ms'] / truth3['regimes']['retrace']['T_c_ms']:.2f}×")
     b = truth["batch_whatif"]
