@@ -371,6 +371,12 @@ def test_a_narrow_what_if_decides_and_a_run_is_told_how_many_probe_steps_would_d
     marked = undecided.mark(doc["verdict"], att, 0.5, probe_steps=20, config={"profile": {"probe_steps": 20}})
     assert marked["undecided"]["probe_steps_to_decide"] == round(20 * (0.07 / 0.02) ** 2)
     assert marked["actions"][0]["set"] == [f"profile.probe_steps={round(20 * (0.07 / 0.02) ** 2)}"]
+    # a run with the auto probe (profile.probe_steps=auto): a longer run decides it, not a step count
+    auto = undecided.mark(doc["verdict"], att, 0.5, probe_steps="autotune",
+                          config={"profile": {"probe_steps": "autotune"}})
+    assert auto["undecided"]["probe_steps_to_decide"] is None and auto["actions"][0]["set"] == []
+    assert "a run about 12× as long gives the auto probe (profile.probe_steps=auto; train.steps)" in \
+        auto["recommendations"][0]
     # far from the line: decided whatever the interval
     far = {**att, "input_cost_fraction": 0.6, "input_cost_ci95": 0.1}
     assert undecided.mark(doc["verdict"], far, 0.5, probe_steps=20)["undecided"] is None

@@ -434,3 +434,37 @@ def test_input_op_figures_are_per_step_of_wall_time_and_analyze_repeats_them(tun
         assert doc["attribution"][key] == a[key], key
     lines = input_ops_lines(a)
     assert lines == input_ops_lines(doc["attribution"]) and "µs/step of wall time" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target,stops", [(1.0, True), (1e-9, False)])
+def test_an_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block(data_dir, tmp_path, monkeypatch,
+                                                                                  target, stops):
+    # profile.probe_steps=auto, as ProfileCallback's default: blocks of 5 timed steps, stopped once ≥ 4 blocks give
+    # an interval within the target (train/loop.py; a loose target stops after 4, an unreachable one never)
+    import tfbertperf.train.loop as loop
+    from tfbertperf.job import run
+
+    monkeypatch.setattr(loop, "AUTO_CI95", target)
+    cfg = load_config(data_uri=str(data_dir), sets=SMALL_DATA + [
+        "train.steps=100", "profile.steps=90:95", "profile.probe_steps=auto", f"run.out={tmp_path}"])
+    assert cfg.profile.probe_steps == "autotune"
+    _, r = run(cfg, progress=False)
+    s = r["probe_sample"]
+    assert s["auto"] is True and s["planned_blocks"] >= 5, s
+    assert s["timed_steps"] == 5 * s["blocks_ran"]
+    if stops:
+        assert s["blocks_ran"] == 4 and s["stopped"].startswith("after 4 blocks: the interval ±"), s
+    else:
+        assert s["blocks_ran"] == s["planned_blocks"] and s["stopped"] is None, s
+    assert r["attribution"]["input_cost_fraction"] is not None and r["attribution"]["input_cost_ci95"] is not None
+    assert r["config"]["profile"]["probe_steps"] == "autotune"
+
+
+def test_probe_steps_takes_auto_and_refuses_a_negative_count():
+    assert load_config(sets=["profile.probe_steps=auto"]).profile.probe_steps == "autotune"
+    assert load_config(sets=["profile.probe_steps=12"]).profile.probe_steps == 12
+    from tfbertperf.errors import UsageError
+
+    with pytest.raises(UsageError, match="profile.probe_steps"):
+        load_config(sets=["profile.probe_steps=-3"])

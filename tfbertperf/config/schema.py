@@ -150,7 +150,9 @@ class ProfileConfig:
     python_tracer: bool = False  # Python function tracer (expensive; off by default)
     device_tracer_level: int = 1
     threadpool_events: bool = False  # TF's thread-pool task events (Eigen threads in Trace Viewer; 3/4 of a trace)
-    probe_steps: int = 20  # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off
+    # what-if probe: steps on a cached in-memory batch (compute-only T_c); 0 = off; "auto" = blocks of 5 until the
+    # input cost's 95 % interval is ±2.5 pp (train/probe.py auto_plan), as ProfileCallback's default
+    probe_steps: IntOrAuto = 20
     probe_blocks: int = 4  # the probe's steps run in this many blocks spread through the steady steps; 1 = after the loop
     au_threshold: float = 0.90  # accelerator utilization pass/fail threshold (MLPerf Storage)
     step_timer: bool = True  # always-on get-next vs. rest timer

@@ -55,7 +55,8 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
         return decided
     longer = longer_by(ci, abs(share - INPUT_BOUND_THRESHOLD))
-    more = None if probe_steps is None else max(probe_steps + 1, int(round(probe_steps * longer)))
+    auto = isinstance(probe_steps, str)  # a run with profile.probe_steps=auto: a longer run decides it
+    more = None if probe_steps is None or auto else max(probe_steps + 1, int(round(probe_steps * longer)))
     decided["undecided"] = {"between": [side, other], "input_cost_fraction": round(share, 4), "ci95": round(ci, 4),
                             "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": more,
                             "longer_by": round(longer, 1)}
@@ -68,8 +69,10 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
                   f"(--set profile.probe_steps={more}, in a run long enough to hold them)")
         act = {"advice": advice, "set": [f"profile.probe_steps={more}"]}
     else:
-        advice = (f"measure longer before acting on this verdict — a fit about {longer:.0f}× as long gives "
-                  f"ProfileCallback's probe (probe_steps=\"auto\") the blocks to decide {said}")
+        advice = (f"measure longer before acting on this verdict — a {'run' if auto else 'fit'} about "
+                  f"{longer:.0f}× as long gives " + ("the auto probe (profile.probe_steps=auto; train.steps)" if auto
+                                                     else "ProfileCallback's probe (probe_steps=\"auto\")")
+                  + f" the blocks to decide {said}")
         act = {"advice": advice, "set": []}
     decided["actions"] = [act, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]

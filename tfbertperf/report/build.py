@@ -145,6 +145,10 @@ def build_report(cfg, run_dir: Path, result, attribution_doc: dict, storage: dic
     w = cfg.profile_window
     report["profile_window"] = {"steps": list(w) if w else None, "chosen": "auto" if cfg.window_is_auto else "user",
                                 "note": cfg.window_choice()}
+    # the what-if probe's sample: its blocks and timed steps, and with profile.probe_steps=auto why it stopped
+    sample = result.extra.get("probe_sample")
+    report["probe_sample"] = None if sample is None else {
+        **sample, "blocks_ran": len(result.extra.get("probe_blocks") or ()), "timed_steps": int(result.probe_steps)}
     if "hosts" in attribution_doc:
         report["hosts"] = attribution_doc["hosts"]
     # the accelerator planes read straight from the capture (profile/devices.py); [] for a CPU-only run

@@ -38,7 +38,7 @@ def caveats(cfg, result, steps_measured: int, environment: dict, steady: list[in
     if steps_measured < MIN_STEADY_STEPS:
         out.append(f"throughput rests on {steps_measured} steady step(s) (fewer than {MIN_STEADY_STEPS}: p90 is "
                    f"the slowest of them and one slow step moves the mean by 10 % or more); raise train.steps")
-    if cfg.profile.probe_steps > 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:
+    if cfg.profile.probe_steps != 0 and 0 < result.probe_steps < MIN_PROBE_STEPS:  # an int, or "autotune"
         out.append(f"the what-if input cost rests on {result.probe_steps} compute-only probe step(s) (fewer than "
                    f"{MIN_PROBE_STEPS}); raise train.steps (the probe times at most half as many steps as the run)")
     out.extend(probe_caveats(result, steady))

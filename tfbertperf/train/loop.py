@@ -35,10 +35,12 @@ import statistics
 import time
 from typing import Callable
 
+from tfbertperf.config import AUTOTUNE
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, probe_plan, recovery_steps, settle_ms,
+from tfbertperf.train.blocks import AUTO_CI95, AUTO_MIN_BLOCKS, running_interval
+from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, auto_plan, probe_plan, recovery_steps, settle_ms,
                                    short_run_budget, traced_steps, uninterrupted)
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
@@ -150,7 +152,8 @@ def train(
         start = resumed.step
 
         steps = cfg.train.steps
-        warmup, probe_steps = short_run_budget(steps, cfg.train.warmup_steps, cfg.profile.probe_steps)
+        auto = cfg.profile.probe_steps == AUTOTUNE  # blocks until the interval is narrow enough (auto_plan)
+        warmup, probe_steps = short_run_budget(steps, cfg.train.warmup_steps, 0 if auto else cfg.profile.probe_steps)
         # a resumed process traces its step again: its own warm-up starts at the resume point
         warmup = min(start + warmup, steps - 1) if start else warmup
         window = cfg.profile_window if capture is not None else None
@@ -168,8 +171,9 @@ def train(
         first_batch = None
         clock = time.perf_counter
         traced = traced_steps(window, start)
-        plan = probe_plan(steps, warmup, window, probe_steps, cfg.profile.probe_blocks)
-        blocks_at = dict(plan)
+        plan = auto_plan(steps, warmup, window) if auto else probe_plan(steps, warmup, window, probe_steps,
+                                                                          cfg.profile.probe_blocks)
+        blocks_at, ran, stopped = dict(plan), [], None  # ran: the blocks that ran; stopped: why auto stopped early
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
         if ckpt and ckpt.every:
             syncs |= {s - 1 for s in range(ckpt.every, steps, ckpt.every)}
@@ -186,9 +190,14 @@ def train(
                     STEP_HOOK("train")
                 if window and i == traced[1]:
                     capture.stop()
-                if i in blocks_at and first_batch is not None:
+                if auto and i in blocks_at and stopped is None and len(ran) >= AUTO_MIN_BLOCKS:
+                    ci = running_interval(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead)
+                    if ci is not None and ci <= AUTO_CI95:
+                        stopped = f"after {len(ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * AUTO_CI95:.1f}"
+                if i in blocks_at and first_batch is not None and stopped is None:
                     probe.run_block(first_batch, blocks_at[i], settle_ms=settle_ms(step_ms, warmup),
                                     settle_max_steps=SETTLE_MAX_STEPS)
+                    ran.append((i, blocks_at[i]))
                 if window and i == traced[0]:  # after a probe block here: the block stays out of the trace
                     capture.start()
                 if mark is not None and i == warmup:
@@ -243,8 +252,9 @@ def train(
         # Stop the real pipeline before a probe block after the loop: its prefetch/interleave threads would
         # otherwise keep filling buffers and steal CPU from the compute-only steps.
         del iterator
-        if steps in blocks_at and first_batch is not None and interrupted is None:
+        if steps in blocks_at and first_batch is not None and interrupted is None and stopped is None:
             probe.run_block(first_batch, blocks_at[steps])
+            ran.append((steps, blocks_at[steps]))
         probe_ms = probe.step_times_ms
         # T_c leaves out interrupted probe steps (a collection, the OS: over 4× the median; profile/stepfile.py),
         # as analyze does for a user's fit
@@ -253,7 +263,7 @@ def train(
             say(f"compute-only probe: {statistics.fmean(kept):.1f} ms/step mean over {len(kept)} steps "
                 f"in {probe.blocks} block(s)" + (f" ({len(probe_ms) - len(kept)} interrupted left out)"
                                                  if len(kept) < len(probe_ms) else ""))
-        recovery = recovery_steps([(p, n) for p, n in plan if p < steps], steps) if input_runs_ahead else []
+        recovery = recovery_steps([(p, n) for p, n in ran if p < steps], steps) if input_runs_ahead else []
 
         if tensorboard_dir:
             _write_scalars(tensorboard_dir, scalars)
@@ -284,7 +294,9 @@ def train(
                 "examples_per_sec": examples_per_sec,
                 "tokens_per_sec": examples_per_sec * seq_len,
                 "probe_step_times_ms": probe_ms,
-                "probe_blocks": [[p, n] for p, n in plan],
+                "probe_blocks": [[p, n] for p, n in ran],
+                "probe_sample": {"auto": auto, "ci95_target": AUTO_CI95 if auto else None,
+                                 "planned_blocks": len(plan), "stopped": stopped},
                 "probe_recovery_steps": recovery,
                 "threadpool_events": getattr(capture, "threadpool_events_status", None),
                 "interrupted_at_step": interrupted,

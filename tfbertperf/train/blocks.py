@@ -1,0 +1,72 @@
+"""The what-if's blocks paired with the real steps around them, and the 95 % interval that pairing gives
+(profile/stepfile.py's definitions: input_cost_fraction, input_cost_ci95).  In train/ so that `run`'s own loop can
+stop its auto probe on it (profile.probe_steps=auto) as ProfileCallback does; the step file reads it from here."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, recovery_steps,  # noqa: F401 (AUTO_*: callers)
+                                    uninterrupted)
+
+BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
+
+
+# t(0.975, k) for k = 1..30 degrees of freedom; 1.96 beyond
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def _ci95(T: list[float], Tc: list[float]) -> float | None:
+    """Half-width of the 95 % interval of the input cost from the per-block differences (module docstring)."""
+    if len(T) < 2 or len(T) != len(Tc):
+        return None
+    d = [a - b for a, b in zip(T, Tc)]
+    k = len(d)
+    t = _T975[k - 2] if k - 1 <= len(_T975) else 1.96
+    mean_t = statistics.fmean(T)
+    return t * statistics.stdev(d) / math.sqrt(k) / mean_t if mean_t > 0 else None
+
+
+def interval(steps: list[float], real: list[int], probe: list[float], blocks) -> float | None:
+    """input_cost_ci95 (module docstring) for any loop's lists: `steps` every step's wall time, `real` the indices
+    of those that count for T (run's steady steps: report/build.py), `probe` the probe's timed steps, `blocks`
+    [[before_step, timed_steps], …]; None with fewer than 2 blocks or blocks that do not account for `probe`."""
+    if not probe:
+        return None
+    T, Tc, _ = _blocks(steps, list(real), probe, [list(b) for b in blocks or ()], set(uninterrupted(probe)))
+    return _ci95(T, Tc)
+
+
+def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:
+    """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps that were not
+    interrupted (`kept`), and that count of them (module docstring); ([], [], []) when the blocks do not account
+    for the probe's steps."""
+    at = [int(b[0]) for b in blocks if isinstance(b, list) and len(b) == 2]
+    sizes = [int(b[1]) for b in blocks if isinstance(b, list) and len(b) == 2]
+    if not at or sum(sizes) != len(probe):
+        return [], [], []
+    T, Tc, n_used, k = [], [], [], 0
+    for pos, n in zip(at, sizes):
+        m = max(n, BRACKET_MIN)
+        before = [i for i in unprofiled if i < pos][-m:]
+        after = [i for i in unprofiled if i >= pos][:m]
+        mine = [probe[j] for j in range(k, k + n) if j in kept]
+        if mine and before + after:
+            T.append(statistics.fmean(steps[i] for i in before + after))
+            Tc.append(statistics.fmean(mine))
+            n_used.append(len(mine))
+        k += n
+    return T, Tc, n_used
+
+
+def running_interval(step_ms: list[float], warmup: int, traced: tuple[int, int] | None, ran: list[tuple[int, int]],
+                     probe_ms: list[float], runs_ahead: bool) -> float | None:
+    """The interval of a run's blocks so far (`ran`, [(before_step, timed_steps)]), each against the steady steps
+    timed so far around it: after warm-up, outside the capture (`traced`), and, when the pipeline runs ahead, not
+    a block's recovery steps (report/build.py steady_steps, as the report pairs them at the end)."""
+    out = set(recovery_steps(ran, len(step_ms))) if runs_ahead else set()
+    lo, hi = traced or (len(step_ms), len(step_ms))
+    real = [i for i in range(warmup, len(step_ms)) if not lo <= i < hi and i not in out]
+    return interval(step_ms, real, probe_ms, [list(b) for b in ran])
