@@ -208,7 +208,7 @@ def test_step_timer_summary_skips_warmup_and_sums_waits():
 
 
 def test_joined_input_split_moves_our_read_time_from_preprocessing_to_storage_read():
-    from tfbertperf.profile.xprof_attribution import joined_input_split
+    from tfbertperf.profile.attribution import joined_input_split
 
     ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 50.0, "unclassified": 200.0}
     split = joined_input_split(ops, {"read_ms_per_step": 3.0})  # 3,000 µs of reads, 100 already seen by xprof

@@ -132,7 +132,7 @@ def test_thread_core_wait_keeps_no_file_open_after_its_thread_ends():
 
 
 def test_input_split_never_moves_more_than_xprof_measured():
-    from tfbertperf.profile.xprof_attribution import joined_input_split
+    from tfbertperf.profile.attribution import joined_input_split
 
     ops = {"storage_read": 100.0, "preprocessing": 5000.0, "enqueue": 7.0, "unclassified": 200.0}
     for per_step in (0.05, 3.0, 50.0):

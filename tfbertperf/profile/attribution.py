@@ -15,7 +15,7 @@ from tfbertperf.profile import devices, undecided, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
 from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
-                                                  accelerator_utilization, attribute_host, joined_input_split)
+                                                  accelerator_utilization, attribute_host)
 from tfbertperf.profile.accelerator_facts import cross_check
 from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
 
@@ -53,6 +53,35 @@ def _emulated_wait_is_device_compute(att: dict, step_ms: float) -> dict:
     for c in ("host_compute", "device_compute"):
         fr[c] = round(bd[c] / att["step_time_ms"], 6) if att["step_time_ms"] else 0.0
     return {**att, "breakdown_ms": bd, "fractions": fr, "emulated_device_ms": round(moved, 4)}
+
+
+def joined_input_split(ops_us: dict, storage: dict | None) -> dict | None:
+    """xprof's input-op split joined with our storage layer's own read time (our runs only).
+
+    Some of our reads run inside tf.data functions xprof cannot tell from preprocessing: the emulated latency
+    of the local backend is a `py_function` in a map, stream mode's chunk waits run under `from_generator`,
+    stage mode's waits for a download in a `py_function`.  The time the pipeline waited on those reads inside
+    the traced window, per profiled step (storage.joined_read_ms_per_step; background look-ahead and staging
+    excluded, and TF's own reader left out because xprof files it as a file read itself), is moved to
+    storage_read from preprocessing (then from unclassified), never more than those hold: the split's total is
+    xprof's.  Runs without the windowed figure fall back to storage.read_ms_per_step (blocking reads over the
+    run ÷ steps).  None when our storage metrics timed no such reads.
+    """
+    sto = storage or {}
+    per_step = sto.get("joined_read_ms_per_step", sto.get("read_ms_per_step"))
+    read_us = float(per_step or 0.0) * 1e3
+    if read_us <= 0 or not ops_us:
+        return None
+    out = {k: float(ops_us.get(k, 0.0)) for k in ("storage_read", "preprocessing", "enqueue", "unclassified")}
+    # the windowed figure holds reads xprof did not file as file reads at all; the old whole-run figure may
+    # include them, so the part xprof did see is taken off it
+    missing = read_us if "joined_read_ms_per_step" in sto else max(0.0, read_us - out["storage_read"])
+    for k in ("preprocessing", "unclassified"):
+        moved = min(missing, out[k])
+        out[k] -= moved
+        out["storage_read"] += moved
+        missing -= moved
+    return {k: round(v, 3) for k, v in out.items()}
 
 
 def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_ms: float | None = None,

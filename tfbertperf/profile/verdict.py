@@ -167,15 +167,19 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     else:
         bottleneck = "compute"
     label = {"input_cost_fraction": "what-if probe", "input_cost_estimate_fraction": "wait + stolen CPU",
+             "input_cost_estimate_unprofiled_fraction": "wait + stolen CPU, the profiler's cost measured out",
              "input_bound_fraction": "blocked wait"}[source]
-    if source == "input_cost_estimate_fraction" and att.get("input_cpu_basis"):
+    if source.startswith("input_cost_estimate") and att.get("input_cpu_basis"):
         # whether the input threads' CPU was read off their clocks or estimated from their busy periods
         label += f", {str(att['input_cpu_basis']).split(':')[0]}"
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
     copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""
-    summary = (f"{what}: input costs {share:.0%} of the {att['step_time_ms']:.1f} ms step ({label}; blocked wait "
-               f"{att['input_bound_fraction']:.0%}{copies}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
+    step, of = f"{att['step_time_ms']:.1f} ms step", ""
+    if source == "input_cost_estimate_unprofiled_fraction":  # the blocked wait is a share of the captured step
+        step, of = "unprofiled step", f" of the captured {step}"
+    summary = (f"{what}: input costs {share:.0%} of the {step} ({label}; blocked wait "
+               f"{att['input_bound_fraction']:.0%}{of}{copies}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
                f"{au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
     acts = actions(bottleneck, att, config, storage, cpu_flags=cpu_flags)
     return {"bottleneck": bottleneck, "summary": summary,

@@ -10,7 +10,8 @@ Definitions (all times are means over the profiled steps that xprof found from t
   T_c the compute-only step time (model fed a cached in-memory batch).  None for a foreign profile.
 - input_cost_estimate_fraction (additive): for any profile whose compute runs on the host — (blocked get-next +
   CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
-  profile/contention.py).  Closer to the what-if truth than the direct measure when the pipeline competes with
+  profile/contention.py); input_cost_estimate_unprofiled_fraction: the same ms ÷ the measured unprofiled step
+  (profile/unprofiled.py host_estimate), read by the verdict before the captured share.  Closer to the what-if truth than the direct measure when the pipeline competes with
   compute for CPU cores.  The stolen CPU is the input threads' measured CPU where the capture has their clocks
   (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the measured input CPU in the steps'
   compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
@@ -40,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, devices, intervals, threadcpu, xprof_tools
+from tfbertperf.profile import contention, devices, intervals, threadcpu, unprofiled, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -62,35 +63,6 @@ STEPS_NOT_MARKED = (
 
 class NoStepsError(UsageError):
     """The profile holds no step markers xprof recognises."""
-
-
-def joined_input_split(ops_us: dict, storage: dict | None) -> dict | None:
-    """xprof's input-op split joined with our storage layer's own read time (our runs only).
-
-    Some of our reads run inside tf.data functions xprof cannot tell from preprocessing: the emulated latency
-    of the local backend is a `py_function` in a map, stream mode's chunk waits run under `from_generator`,
-    stage mode's waits for a download in a `py_function`.  The time the pipeline waited on those reads inside
-    the traced window, per profiled step (storage.joined_read_ms_per_step; background look-ahead and staging
-    excluded, and TF's own reader left out because xprof files it as a file read itself), is moved to
-    storage_read from preprocessing (then from unclassified), never more than those hold: the split's total is
-    xprof's.  Runs without the windowed figure fall back to storage.read_ms_per_step (blocking reads over the
-    run ÷ steps).  None when our storage metrics timed no such reads.
-    """
-    sto = storage or {}
-    per_step = sto.get("joined_read_ms_per_step", sto.get("read_ms_per_step"))
-    read_us = float(per_step or 0.0) * 1e3
-    if read_us <= 0 or not ops_us:
-        return None
-    out = {k: float(ops_us.get(k, 0.0)) for k in ("storage_read", "preprocessing", "enqueue", "unclassified")}
-    # the windowed figure holds reads xprof did not file as file reads at all; the old whole-run figure may
-    # include them, so the part xprof did see is taken off it
-    missing = read_us if "joined_read_ms_per_step" in sto else max(0.0, read_us - out["storage_read"])
-    for k in ("preprocessing", "unclassified"):
-        moved = min(missing, out[k])
-        out[k] -= moved
-        out["storage_read"] += moved
-        missing -= moved
-    return {k: round(v, 3) for k, v in out.items()}
 
 
 def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None) -> dict | None:
@@ -271,6 +243,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
+    unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms)
     busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
         "source": "xprof",
@@ -281,6 +254,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_bound_fraction": round(input_bound, 6),
         "input_cost_fraction": None if cost is None else round(cost, 6),
         "input_cost_estimate_fraction": None if estimate is None else round(estimate, 6),
+        "input_cost_estimate_unprofiled_fraction": None if unprof is None else round(unprof, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "input_cpu_basis": cpu_basis,
         "input_cpu_ms_per_step": None if input_cpu_ms is None else round(input_cpu_ms, 4),
@@ -321,9 +295,13 @@ def _without_xprof(xplanes, devs: list[dict], idle_att: dict | None, accelerator
             **idle_att, "input_cost_fraction": cost}
 
 
+INPUT_SHARES = ("input_cost_fraction", "input_cost_estimate_unprofiled_fraction", "input_cost_estimate_fraction",
+                "input_bound_fraction")
+
+
 def input_share(att: dict) -> tuple[float, str]:
     """The best input share available and its name (probe → trace estimate → direct)."""
-    for key in ("input_cost_fraction", "input_cost_estimate_fraction", "input_bound_fraction"):
+    for key in INPUT_SHARES:
         v = att.get(key)
         if v is not None:
             return float(v), key

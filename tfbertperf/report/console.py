@@ -263,8 +263,8 @@ def print_run_summary(run_dir, report: dict) -> None:
 
 
 def measured_lines(doc: dict) -> list[str]:
-    """What `analyze` measured rather than estimated: the step file's unprofiled step, the profiler's cost and the
-    what-if's input cost (profile/stepfile.py); without a step file, the line saying the cost is estimated."""
+    """What `analyze` measured rather than estimated (the step file's figures, profile/stepfile.py), or the line
+    saying the cost is estimated; the capture's estimate beside a measured figure."""
     att, sf = doc.get("attribution") or {}, doc.get("step_file")
     pc = att.get("profiler_cost") or {}
     est = pc.get("added_ms_per_step_estimate")
@@ -291,8 +291,12 @@ def measured_lines(doc: dict) -> list[str]:
             f"{sf['unprofiled_step_ms']:.2f} ms on the real pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one "
             f"cached batch, {sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
             + (f", {cut} interrupted left out (over 4× the median)" if cut else "") + ")")
-        if att.get("input_cost_estimate_fraction") is not None:
-            out.append(f"input cost (estimated from the capture alone): {100 * att['input_cost_estimate_fraction']:.1f} %")
+    unprof = att.get("input_cost_estimate_unprofiled_fraction")
+    if unprof is not None:
+        out.append(f"input cost (estimated from the capture, of the unprofiled step): {100 * unprof:.1f} %  (wait + "
+                   "stolen CPU kept, the profiler's cost out of the rest)")
+    if att.get("input_cost_estimate_fraction") is not None and (sf.get("input_cost_fraction"), unprof) != (None, None):
+        out.append(f"input cost (estimated from the capture alone): {100 * att['input_cost_estimate_fraction']:.1f} %")
     return out
 
 

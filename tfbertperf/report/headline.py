@@ -15,6 +15,7 @@ WIDTH = 120  # console lines wrap here (never truncated)
 
 INPUT_SOURCE = {  # report.json attribution key → the words the headline gives its source
     "input_cost_fraction": "measured what-if",
+    "input_cost_estimate_unprofiled_fraction": "estimated from the capture, the profiler's cost measured out",
     "input_cost_estimate_fraction": "estimated from the capture",
     "input_bound_fraction": "blocked wait only",
 }

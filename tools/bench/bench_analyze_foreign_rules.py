@@ -8,7 +8,8 @@ threads' CPU beside the capture), then the truth, (T − T_c) / T from alternati
 pipeline and on one cached batch, in the same process.
 Per pair:
   truth      (T − T_c) / T;
-  analyze    input_cost_estimate_fraction of `analyze` on the capture (the code on PYTHONPATH);
+  analyze    input_cost_estimate_fraction of `analyze` on the capture alone (the code on PYTHONPATH), and
+             input_cost_estimate_unprofiled_fraction with the step times ProfileCallback wrote beside it;
   baseline   the same figure from another tfbertperf checkout's analyze (--baseline DIR, e.g. /work/main: the
              code before this change, which reads no thread CPU), run on the same capture;
   verdict    analyze's bottleneck; right when it is "input" for truth ≥ 0.20 and not "input" below.
@@ -34,10 +35,25 @@ PROGRAM = ROOT / "tests" / "programs" / "keras_fit_rule_shapes.py"
 SHAPES = "sleep_serial,sleep_parallel,parse,tokenize,compute"
 INPUT_BOUND = 0.20
 
-_ANALYZE = ("import json, sys; from tfbertperf.analyze import analyze; d = analyze(sys.argv[1]); "
-            "a = d['attribution']; print(json.dumps({'estimate': a.get('input_cost_estimate_fraction'), "
-            "'blocked': a.get('input_bound_fraction'), 'stolen': a.get('input_stolen_cpu_fraction'), "
-            "'basis': a.get('input_cpu_basis'), 'bottleneck': d['verdict']['bottleneck']}))")
+_ANALYZE = """
+import glob, json, os, sys
+from tfbertperf.analyze import analyze
+def one(d):
+    a = d['attribution']
+    return {'estimate': a.get('input_cost_estimate_fraction'), 'blocked': a.get('input_bound_fraction'),
+            'stolen': a.get('input_stolen_cpu_fraction'), 'basis': a.get('input_cpu_basis'),
+            'unprofiled': a.get('input_cost_estimate_unprofiled_fraction'), 'bottleneck': d['verdict']['bottleneck']}
+times = one(analyze(sys.argv[1]))  # with the step times ProfileCallback wrote beside the capture (no probe here)
+files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
+for f in files:
+    os.replace(f, f + '.aside')
+try:
+    alone = one(analyze(sys.argv[1]))  # the capture alone
+finally:
+    for f in files:
+        os.replace(f + '.aside', f)
+print(json.dumps({**alone, 'unprofiled': times['unprofiled'], 'bottleneck_times': times['bottleneck']}))
+"""
 
 
 def analyze_with(pythonpath: str, logdir: str) -> dict:
@@ -80,30 +96,40 @@ def main(argv=None) -> int:
                          "logdir": res["profiled"]["logdir"],
                          "load": os.getloadavg()[0]})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| program | rep | T / T_c ms (unprofiled) | profiled step ms | truth | analyze (this) | error | "
-          "analyze ms ÷ T | error | verdict | "
+    print("| program | rep | T / T_c ms (unprofiled) | profiled step ms | truth | capture alone | error | "
+          "capture + step times (no probe) | error | verdict alone → with step times | "
           + ("baseline analyze | baseline error | baseline verdict | " if a.baseline else "") + "load (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if a.baseline else "") + "---|")
     errs, base_errs, ms_errs = [], [], []
+    ok = lambda b, r: "✓" if (b == "input") == (r["truth"] >= INPUT_BOUND) else "✗"  # noqa: E731
     for r in rows:
-        right = (r["ours"]["bottleneck"] == "input") == (r["truth"] >= INPUT_BOUND)
-        err = (r["ours"]["estimate"] or 0.0) - r["truth"]
-        # the same estimate in ms (of the profiled step) over the unprofiled step: what a step-time file beside
-        # the capture (issue 29 part A) lets analyze divide by
-        of_t = (r["ours"]["estimate"] or 0.0) * r["profiled_ms"] / r["T"]
+        o = r["ours"]
+        err = (o["estimate"] or 0.0) - r["truth"]
+        # the same estimate against the unprofiled step of the step file ProfileCallback writes (issue 29 part A)
+        of_t = o["unprofiled"]
         errs.append(abs(err))
-        ms_errs.append(abs(of_t - r["truth"]))
+        if of_t is not None:
+            ms_errs.append(abs(of_t - r["truth"]))
         line = (f"| {r['shape']} | {r['rep']} | {r['T']:.1f} / {r['T_c']:.1f} | {r['profiled_ms']:.1f} | "
-                f"{r['truth']:.0%} | {r['ours']['estimate'] or 0:.0%} | {err * 100:+.1f} pp | {of_t:.0%} | "
-                f"{(of_t - r['truth']) * 100:+.1f} pp | {r['ours']['bottleneck']} {'✓' if right else '✗'} | ")
+                f"{r['truth']:.0%} | {o['estimate'] or 0:.0%} | {err * 100:+.1f} pp | "
+                + ("— | — | " if of_t is None else f"{of_t:.0%} | {(of_t - r['truth']) * 100:+.1f} pp | ")
+                + f"{o['bottleneck']} {ok(o['bottleneck'], r)} → {o['bottleneck_times']} "
+                f"{ok(o['bottleneck_times'], r)} | ")
         if r["base"]:
-            b_right = (r["base"]["bottleneck"] == "input") == (r["truth"] >= INPUT_BOUND)
             b_err = (r["base"]["estimate"] or 0.0) - r["truth"]
             base_errs.append(abs(b_err))
             line += (f"{r['base']['estimate'] or 0:.0%} | {b_err * 100:+.1f} pp | {r['base']['bottleneck']} "
-                     f"{'✓' if b_right else '✗'} | ")
+                     f"{ok(r['base']['bottleneck'], r)} | ")
         print(line + f"{r['load']:.1f} |")
-    print(f"\nmean |error|: this {statistics.fmean(errs) * 100:.1f} pp (÷ T: {statistics.fmean(ms_errs) * 100:.1f} pp)"
+    for shape in a.shapes.split(","):
+        mine = [r for r in rows if r["shape"] == shape]
+        alone = [abs((r["ours"]["estimate"] or 0.0) - r["truth"]) for r in mine]
+        times = [abs(r["ours"]["unprofiled"] - r["truth"]) for r in mine if r["ours"]["unprofiled"] is not None]
+        print(f"\n{shape}: mean |error| capture alone {statistics.fmean(alone) * 100:.1f} pp"
+              + (f", with the step times {statistics.fmean(times) * 100:.1f} pp ({len(times)} pairs)" if times else ""),
+              end="")
+    print(f"\n\nmean |error|: capture alone {statistics.fmean(errs) * 100:.1f} pp"
+          + (f", with the step times {statistics.fmean(ms_errs) * 100:.1f} pp" if ms_errs else "")
           + (f", baseline {statistics.fmean(base_errs) * 100:.1f} pp" if base_errs else "")
           + f"; {len(rows)} pairs in {time.time() - t0:.0f} s")
     return 0

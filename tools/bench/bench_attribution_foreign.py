@@ -43,20 +43,28 @@ sys.path.insert(0, str(ROOT / "tests" / "programs"))
 FIT_SHAPES = ["fit:wait_serial", "fit:wait_parallel", "fit:parse", "fit:tokenize", "fit:compute"]
 
 
-def _analyze_fit(logdir: str, step_file: str) -> tuple[dict, dict]:
-    """analyze with the step file (measured) and with it moved aside (the capture alone)."""
+def _analyze_fit(logdir: str, step_file: str) -> tuple[dict, dict, dict]:
+    """analyze with the step file (measured), with its step times only (what ProfileCallback writes without the
+    probe: the what-if taken out of a copy) and with it moved aside (the capture alone)."""
+    import json
     import os
 
     from tfbertperf.analyze import analyze
 
     measured = analyze(logdir)
+    times_only = step_file + ".times.json"
+    with open(step_file) as f:
+        doc = json.load(f)
+    with open(times_only, "w") as f:
+        json.dump({**doc, "what_if": None, "summary": {}}, f)
     aside = step_file + ".aside"
     os.replace(step_file, aside)
     try:
+        times = analyze(logdir, steps=times_only)
         alone = analyze(logdir)
     finally:
         os.replace(aside, step_file)
-    return measured, alone
+    return measured, times, alone
 
 
 def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -> int:
@@ -75,13 +83,15 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
                                    "--shape", shape, "--out", out, *(fit_args or [])], capture_output=True,
                                   text=True, check=True)
             res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
-            measured, alone = _analyze_fit(res["logdir"], res["step_file"])
+            measured, times, alone = _analyze_fit(res["logdir"], res["step_file"])
             rows.append({"shape": shape, "truth": res["truth"], "halves": res["truth_halves"],
                          "probe": res["probe"]["input_cost_fraction"], "ci": res["probe"].get("input_cost_ci95"),
                          "blocks": res["probe"].get("probe_blocks"),
                          "undecided": bool(measured["verdict"].get("undecided")),
                          "estimate": alone["attribution"]["input_cost_estimate_fraction"],
+                         "times": times["attribution"].get("input_cost_estimate_unprofiled_fraction"),
                          "v_alone": alone["verdict"]["bottleneck"], "v_measured": measured["verdict"]["bottleneck"],
+                         "v_times": times["verdict"]["bottleneck"],
                          "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
                          "pT": res["probe"]["step_ms"], "pTc": res["probe"]["compute_only_step_ms"],
                          "cost": (measured["attribution"].get("profiler_cost") or {}).get("added_ms_per_step"),
@@ -89,9 +99,9 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
     print("\n**own Keras fit (ProfileCallback(probe=True)), per repetition** — errors against the truth in the "
           "train_function loop / the truth inside fit\n")
     print("| shape | rep | truth, loop (T / T_c ms) | loop truth before / after the fit | truth in fit (T / T_c ms) | "
-          "measured what-if (T / T_c ms) | capture alone | verdict alone → with step file | profiler cost ms/step | "
-          "load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "measured what-if (T / T_c ms) | capture alone | capture + step times (no probe) | verdict alone → step "
+          "times → with the what-if | profiler cost ms/step | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows):
         pct = lambda v: "—" if v is None else (f"{v * 100:.1f} % ({(v - r['truth']) * 100:+.1f} / "  # noqa: E731
                                                f"{(v - r['fit_truth']) * 100:+.1f} pp)")
@@ -100,12 +110,14 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
         print(f"| {r['shape']} | {i // len(programs) + 1} | {r['truth'] * 100:.1f} % ({r['T']:.1f} / {r['Tc']:.1f}) | "
               f"{r['halves'][0] * 100:.0f} / {r['halves'][1] * 100:.0f} % | {r['fit_truth'] * 100:.1f} % "
               f"({r['fT']:.1f} / {r['fTc']:.1f}) | {pct(r['probe'])}{ci} ({r['pT']:.1f} / {r['pTc']:.1f}) | "
-              f"{pct(r['estimate'])} | {r['v_alone']} → {r['v_measured']}{' (undecided)' if r['undecided'] else ''} | "
+              f"{pct(r['estimate'])} | {pct(r['times'])} | {r['v_alone']} → {r['v_times']} → "
+              f"{r['v_measured']}{' (undecided)' if r['undecided'] else ''} | "
               f"{cost} | {r['load']:.1f} |")
     for program in programs:
         shape = program.split(":", 1)[1]
         mine = [r for r in rows if r["shape"] == shape]
-        for key, name in (("probe", "measured what-if"), ("estimate", "capture alone")):
+        for key, name in (("probe", "measured what-if"), ("estimate", "capture alone"),
+                          ("times", "capture + step times")):
             for truth, tname in (("truth", "loop truth"), ("fit_truth", "truth in fit")):
                 err = [abs(r[key] - r[truth]) for r in mine if r[key] is not None]
                 if err:
