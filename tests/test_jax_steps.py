@@ -72,7 +72,10 @@ def test_a_real_jax_loop_is_captured_timed_and_analyzed(tmp_path):
     doc = json.loads(step_file.read_text())
     assert len(doc["step_time_ms"]) == STEPS
     # warm-up: warmup_steps=5, at most a quarter of the 30 steps (7) — 5; the first step holds the compilation
-    assert doc["warmup_steps"] == 5 and s.unprofiled_steps == STEPS - 5 - (traced[1] - traced[0])
+    # and the steps right after the stop, as many as it took (≤ 8), left out as a run-ahead loader's (stepfile.py)
+    after = doc["excluded_steps"]
+    assert after == list(range(traced[1], traced[1] + len(after))) and len(after) <= stepfile.AFTER_STOP_MAX
+    assert doc["warmup_steps"] == 5 and s.unprofiled_steps == STEPS - 5 - (traced[1] - traced[0]) - len(after)
     steady = sorted(times[5:])
     assert times[0] > 5 * steady[len(steady) // 2]
 

@@ -86,6 +86,36 @@ def test_the_step_file_beside_the_capture_measures_a_waiting_input(tmp_path):
     assert out["attribution"]["profiler_cost"]["basis"].startswith("measured")
 
 
+@pytest.mark.slow
+def test_without_the_probe_the_step_times_take_the_profilers_cost_out_of_the_captures_estimate(tmp_path):
+    """The default callback (no probe) writes only step times.  A waiting map's wait and the pipeline's CPU keep
+    their milliseconds; the profiler's measured cost comes out of the step's own work, so the estimate is read
+    against the unprofiled step (issue 29 item 2, for a host capture) and the verdict says so."""
+    logdir = tmp_path / "logs"
+    cb = ProfileCallback(str(logdir), profile_steps="14:18", warmup_steps=2)
+    _fit(tmp_path, [cb], sleep_ms=20.0)
+    from tfbertperf.analyze import analyze
+    from tfbertperf.report.headline import headline
+
+    doc = analyze(str(logdir))
+    att, sf = doc["attribution"], doc["step_file"]
+    assert sf["input_cost_fraction"] is None and att["input_cost_fraction"] is None  # no what-if: estimated
+    S, T = att["step_time_ms"], sf["unprofiled_step_ms"]
+    est, unprof = att["input_cost_estimate_fraction"], att["input_cost_estimate_unprofiled_fraction"]
+    assert est > 0.5 and unprof == pytest.approx(min(1.0, est * S / T), abs=1e-4)
+    assert "of the unprofiled step (wait + stolen CPU, the profiler's cost measured out" in doc["verdict"]["summary"]
+    assert doc["verdict"]["bottleneck"] == "input"
+    h = headline(doc)
+    assert h["input_cost_fraction"] == pytest.approx(unprof, abs=1e-4)
+    assert h["input_cost_source"] == "estimated from the capture, the profiler's cost measured out"
+    aside = cb.step_file.rename(cb.step_file.with_suffix(".aside"))  # the capture alone: the captured share
+    alone = analyze(str(logdir))
+    aside.rename(cb.step_file)
+    assert alone["attribution"]["input_cost_estimate_unprofiled_fraction"] is None
+    assert alone["attribution"]["input_cost_estimate_fraction"] == pytest.approx(est, abs=1e-6)
+    assert "wait + stolen CPU" in alone["verdict"]["summary"] and "unprofiled" not in alone["verdict"]["summary"]
+
+
 def test_the_probe_needs_the_number_of_steps():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")

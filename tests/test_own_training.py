@@ -296,7 +296,10 @@ def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_
     assert waited == list(range(8)) and len(timer.step_times_ms) == 8 and min(timer.step_times_ms) >= 2.0
     assert path == tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00" / stepfile.STEP_FILE
     s = stepfile.read(path)
-    assert s.profiled_steps == [2, 6] and s.unprofiled_steps == 3  # 8 − warm-up 1 − profiled 4
+    # 8 − warm-up 1 − profiled 4, less the steps right after the stop as long as it took (stepfile.after_stop)
+    after = stepfile.after_stop(timer.step_times_ms, (2, 6), 1, timer._stop_ms)
+    assert json.loads(path.read_text())["excluded_steps"] == after and all(i >= 6 for i in after)
+    assert s.profiled_steps == [2, 6] and s.unprofiled_steps == 3 - len(after)
     assert analyze(str(tmp_path / "logs"))["step_file"]["file"] == str(path)
 
 
@@ -380,3 +383,30 @@ def test_a_narrow_what_if_decides_and_a_run_is_told_how_many_probe_steps_would_d
     # far from the line: decided whatever the interval
     far = {**att, "input_cost_fraction": 0.6, "input_cost_ci95": 0.1}
     assert undecided.mark(doc["verdict"], far, 0.5, probe_steps=20)["undecided"] is None
+
+
+def test_a_host_estimate_keeps_the_inputs_ms_and_takes_the_profilers_cost_out_of_the_step():
+    from tfbertperf.profile.unprofiled import host_estimate
+
+    # 91 % of a 47.8 ms captured step is input (43.5 ms); without the profiler the step is 45.3 ms: 96 %
+    assert host_estimate(0.91, 47.8, 45.3) == pytest.approx(0.91 * 47.8 / 45.3)
+    assert host_estimate(0.98, 50.0, 40.0) == 1.0  # never more than the step
+    assert host_estimate(0.30, 10.0, 10.4) == pytest.approx(0.30 * 10.0 / 10.4)  # T a little longer: noise, kept
+    assert host_estimate(0.30, 10.0, 11.0) is None  # 10 % longer unprofiled: the program's speed moved
+    assert host_estimate(None, 10.0, 9.0) is None and host_estimate(0.3, 10.0, None) is None
+    assert host_estimate(0.3, 10.0, 0.0) is None
+
+
+def test_the_steps_a_run_ahead_pipeline_fed_while_the_capture_stopped_are_left_out_of_t():
+    # ~100 ms steps; the profiler took 0.3 s to stop and write the capture after step 29, and the pipeline ran
+    # ahead meanwhile: the 3 steps after the window ran from its buffers (19, 28, 60 ms)
+    times = [380.0] + [100.0] * 28 + [105.0] * 10 + [19.0, 28.0, 60.0] + [100.0] * 9
+    window = (29, 39)
+    assert stepfile.after_stop(times, window, 1, 300.0) == [39, 40, 41]
+    assert stepfile.after_stop(times, window, 1, 5_000.0) == list(range(39, 39 + stepfile.AFTER_STOP_MAX))
+    assert stepfile.after_stop(times, window, 1, 0.0) == [] and stepfile.after_stop(times, None, 1, 300.0) == []
+    kept = stepfile.summarize(stepfile.document(times, profiled_steps=window, warmup_steps=1,
+                                                excluded_steps=stepfile.after_stop(times, window, 1, 300.0)), "t")
+    all_in = stepfile.summarize(stepfile.document(times, profiled_steps=window, warmup_steps=1), "t")
+    assert kept.unprofiled_step_ms == pytest.approx(100.0) and kept.drift == pytest.approx(0.0)
+    assert all_in.unprofiled_step_ms < 96.0 and all_in.drift > 0.10  # the fast steps read as the program's speed

@@ -304,7 +304,9 @@ def test_a_sleeping_map_op_is_not_stolen_cpu_when_its_thread_cpu_is_measured():
     s = res["steps"][5]
     cpu = 0.02 - 2 * HOST_EVENT_COST_US / 1e3  # less the profiler's cost of the thread's 2 recorded events
     assert res["input_cpu_basis"] == "measured" and s["input_cpu_ms"] == pytest.approx(cpu)
-    assert s["stolen_ms"] == pytest.approx(cpu / 2, abs=1e-6)  # its CPU × p = 1/2, not a third of 5 ms
+    # its CPU, not a third of 5 ms; whole, not × p = 1/2: a py_function's CPU is Python, which holds the
+    # interpreter lock the step's own Python waits for (profile/contention.py)
+    assert s["stolen_ms"] == pytest.approx(cpu, abs=1e-6)
     assert s["wait_ms"] == pytest.approx(2.0)
 
 
@@ -432,3 +434,18 @@ def test_a_compute_loses_to_the_input_in_proportion_to_its_parallel_regions(pool
     from tfbertperf.profile import threadcpu
 
     assert threadcpu.pool_share(record, {11, 12}, {11}) == pytest.approx(pool_ms / (pool_ms + 10.0))
+
+
+def test_a_py_function_threads_cpu_costs_the_step_whole_however_free_the_cores():
+    # the same 4 ms of input CPU in the compute phase, on a thread that ran a py_function: Python under the
+    # interpreter lock the step's own Python needs, so it costs the step 4 ms even with p = 0 (a compute on the
+    # recorded threads, where a C++ map's CPU fills the compute's gaps and costs nothing)
+    def step(op):
+        return [*_STEP_5, {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+                {"ph": "X", "name": op, "pid": 1, "tid": 2, "ts": 3000, "dur": 100}]
+
+    no_pool = _measured({2: 5.0, 1: 4.0})  # the compute's CPU all on a recorded thread: p = 0
+    py = contention.step_contention({"traceEvents": step("EagerPyFunc:EagerPyFunc")}, thread_cpu=no_pool)["steps"][5]
+    cc = contention.step_contention({"traceEvents": step("ParseExampleV2")}, thread_cpu=no_pool)["steps"][5]
+    assert py["input_cpu_ms"] == pytest.approx(cc["input_cpu_ms"], abs=1e-6)
+    assert py["stolen_ms"] == pytest.approx(py["input_cpu_ms"], abs=1e-6) and cc["stolen_ms"] == pytest.approx(0.0)

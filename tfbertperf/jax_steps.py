@@ -71,6 +71,7 @@ class StepTimer:
         self.step_file: Path | None = None
         self._profiling = False
         self._profiled: tuple[int, int] | None = None
+        self._stop_ms = 0.0
         self._before: set[str] = set()
         self._session: Path | None = None
 
@@ -99,7 +100,9 @@ class StepTimer:
             self._end_capture()
 
     def _end_capture(self) -> None:
+        t0 = time.perf_counter()
         self._stop()
+        self._stop_ms = (time.perf_counter() - t0) * 1e3  # a prefetching loader runs ahead meanwhile
         self._profiling = False
         self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
@@ -110,6 +113,8 @@ class StepTimer:
             self._end_capture()
         warmup = short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
         doc = stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
+                                excluded_steps=stepfile.after_stop(self.step_times_ms, self._profiled, warmup,
+                                                                   self._stop_ms),
                                 written_by="tfbertperf.jax_steps.StepTimer")
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         return self.step_file

@@ -80,6 +80,14 @@ comes from that CPU and not from wall time:
   repetitions of both programs: BENCHMARKS.md, issue 29.  Not measured here: a compute wholly on the recorded
   threads (p = 0), which this rule takes to lose nothing to the input's CPU.
 
+Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the
+step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many
+cores are free, the two serialize.  So the measured CPU of an input thread that ran Python function ops, in the
+compute phase, costs the step whole (at least: the lock's hand-overs add to it), whatever p.  Measured (issue 29,
+three captures of a Keras fit behind a 4-way parallel map whose py_function sleeps; BENCHMARKS.md): the compute
+phase ran 5.5–7.8 ms against a 2.1 ms cached step, 1.7–2.2 ms for each ms of the input threads' CPU in it, where
+the rule above (p ≈ 0, a compute on the recorded threads) counted nothing and the capture read 14 pp low.
+
 Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
 BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing
 for the model's two cores is counted by its measured CPU.  Without measured CPU (a capture with no threadcpu.json, or threads the
@@ -256,7 +264,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         if is_input_thread(name) and threadcpu.line_id(name) in cpu_us:
             # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
             own = max(0.0, cpu_us[threadcpu.line_id(name)] - len(evs) * HOST_EVENT_COST_US)
-            measured[key] = (_union([_span(e) for e in evs]), own)
+            python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
+            measured[key] = (_union([_span(e) for e in evs]), own, python)
             measured_ids.append(threadcpu.line_id(name))
     traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
     pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids))
@@ -305,16 +314,18 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             prev = t
         cpu_in = None
         if measured:
-            cpu_in = active = 0.0
-            for activity, cpu in measured.values():
+            cpu_in = active = cpu_py = 0.0
+            for activity, cpu, python in measured.values():
                 total = iv.length(activity)
                 share = iv.length(iv.intersect(activity, phase)) / total if total > 0 else \
                     iv.length(phase) / max(1.0, span[1] - span[0])
                 cpu_in += cpu * share
+                cpu_py += cpu * share if python else 0.0
                 active += iv.length(iv.intersect(activity, phase))
             k_bar = max(1.0, active / max(1e-9, iv.length(phase)))
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
-            stolen += cpu_in * fair * C * pool
+            # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
+            stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,

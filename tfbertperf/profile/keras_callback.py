@@ -135,6 +135,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._profiling = False
         self._cpu_at_start = None
         self._profiled: tuple[int, int] | None = None
+        self._stop_ms = 0.0  # how long the profiler took to stop and write the capture
         self._sessions_before: set[str] = set()
         self._session: Path | None = None
         self._plan: list[tuple[int, int]] = []
@@ -248,12 +249,13 @@ class ProfileCallback(keras.callbacks.Callback):
         self._write_steps()
 
     def _stop(self):
-        cpu_at_stop = threadcpu.snapshot()
+        t0, cpu_at_stop = time.perf_counter(), threadcpu.snapshot()
         tf.profiler.experimental.stop()
         self._profiling = False
         threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)
         self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
+        self._stop_ms = (time.perf_counter() - t0) * 1e3  # the pipeline runs ahead meanwhile: stepfile.after_stop
 
     def _document(self) -> dict:
         """The step file's object for the steps so far (at the end of fit, or at a block: the auto probe's
@@ -268,9 +270,9 @@ class ProfileCallback(keras.callbacks.Callback):
                        "blocks": [[p, n] for p, n in self._ran],
                        "sample": ({"auto": True, "ci95_target": self.probe_ci95, "planned_blocks": len(self._plan),
                                    "stopped": self._stopped} if self.auto else {"auto": False})}
-        return stepfile.document(self.step_times_ms, profiled_steps=self._profiled,
-                                 warmup_steps=self._warmup if self._runner else
-                                 short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0],
+        warmup = self._warmup if self._runner else short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
+        excluded += stepfile.after_stop(self.step_times_ms, self._profiled, warmup, self._stop_ms)
+        return stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
                                  excluded_steps=excluded, what_if=what_if,
                                  written_by="tfbertperf.keras.ProfileCallback")
 

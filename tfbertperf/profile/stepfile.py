@@ -12,7 +12,8 @@ Schema "tfbertperf.steps/1" (JSON object; times in milliseconds; step i = the i-
   warmup_steps     int ≥ 0     leading steps left out of every mean (tracing, compilation, warm caches).
   excluded_steps   [int, …]    further steps left out of the unprofiled mean: the steps a what-if block ran
                                inside, and the steps right after it (fed from buffers a run-ahead pipeline
-                               filled while the block ran; train/probe.py recovery_steps).
+                               filled while the block ran; train/probe.py recovery_steps), and the steps right
+                               after the capture stopped (filled while the profiler wrote it: `after_stop`).
   what_if          null | {"compute_only_step_ms": [float, …] (the probe's timed steps on one cached batch),
                            "blocks": [[before_step, timed_steps], …]}
   written_by       str         which helper wrote it (informational).
@@ -103,6 +104,26 @@ def _window(where: str, value, n: int) -> tuple[int, int] | None:
             or not 0 <= value[0] < value[1]):
         raise UsageError(f"{where}: 'profiled_steps' must be [start, stop] with 0 ≤ start < stop, or null")
     return value[0], min(value[1], n)
+
+
+AFTER_STOP_MAX = 8
+"""At most this many steps after the capture stopped are left out of T (`after_stop`): a run-ahead pipeline holds a
+few batches, not the whole stop's worth (the bench truths leave 8 real steps after a cached block untimed)."""
+
+
+def after_stop(step_time_ms, window, warmup_steps: int, stop_ms: float) -> list[int]:
+    """The steps right after the capture's window that a run-ahead pipeline fed from buffers it filled while the
+    profiler stopped and wrote the capture (`stop_ms`): as many as that pause is steps long (the median unprofiled
+    step before the window), at most AFTER_STOP_MAX.  Left out of T as the steps after a what-if block are: a
+    Keras fit behind a sleeping map ran 19 and 28 ms steps right after a 0.3 s stop against ~100 ms before it, and
+    the unprofiled steps around the window then "drifted" 20 % (issue 29)."""
+    if not window or stop_ms <= 0:
+        return []
+    before = [x for i, x in enumerate(step_time_ms) if warmup_steps <= i < window[0]]
+    if not before:
+        return []
+    n = min(AFTER_STOP_MAX, math.ceil(stop_ms / max(statistics.median(before), 1e-6)))
+    return list(range(window[1], min(window[1] + n, len(step_time_ms))))
 
 
 def document(step_time_ms, *, profiled_steps=None, warmup_steps: int = 0, excluded_steps=(), what_if=None,
