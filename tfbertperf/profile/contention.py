@@ -84,9 +84,10 @@ Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_funct
 step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many
 cores are free, the two serialize.  So the measured CPU of an input thread that ran Python function ops, in the
 compute phase, costs the step whole (at least: the lock's hand-overs add to it), whatever p.  Measured (issue 29,
-three captures of a Keras fit behind a 4-way parallel map whose py_function sleeps; BENCHMARKS.md): the compute
-phase ran 5.5–7.8 ms against a 2.1 ms cached step, 1.7–2.2 ms for each ms of the input threads' CPU in it, where
-the rule above (p ≈ 0, a compute on the recorded threads) counted nothing and the capture read 14 pp low.
+a capture of a Keras fit behind a 4-way parallel map whose py_function sleeps, 12 steps; BENCHMARKS.md): the
+compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer for each ms of the input threads' CPU
+in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
+input 18 pp low.
 
 Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
 BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing

@@ -268,7 +268,8 @@ GLOSSARY = [  # (term as the console prints it, definition): report.md's glossar
      "20 % input-bound line: measured again the program may land on the other side, so both bottlenecks are named "
      "and the first action is to measure longer"),
     ("estimated from the capture", "without a probe: the blocked wait plus the CPU the pipeline's threads took from "
-     "compute in the profiled steps"),
+     "compute in the profiled steps; \"the profiler's cost measured out\": the same milliseconds ÷ the step measured "
+     "without the profiler (the step times beside a user's capture)"),
     ("input-bound, direct", "xprof's input + host→device share of the profiled step: the time the step waited"),
     ("time blocked in next()", "the always-on step timer: the share of every step after warm-up spent waiting in "
      "next(iterator)"),
