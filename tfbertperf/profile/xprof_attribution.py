@@ -11,8 +11,8 @@ Definitions (all times are means over the profiled steps that xprof found from t
 - input_cost_estimate_fraction (additive): for any profile whose compute runs on the host — (blocked get-next +
   CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
   profile/contention.py); input_cost_estimate_unprofiled_fraction: the same ms ÷ the measured unprofiled step
-  (profile/unprofiled.py host_estimate), read by the verdict before the captured share.  Closer to the what-if truth than the direct measure when the pipeline competes with
-  compute for CPU cores.  The stolen CPU is the input threads' measured CPU where the capture has their clocks
+  (profile/unprofiled.py host_estimate), read by the verdict before the captured share.  Closer to the what-if
+  truth than the direct measure when the pipeline competes with compute for CPU cores.  The stolen CPU is the input threads' measured CPU where the capture has their clocks
   (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the measured input CPU in the steps'
   compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
   stolen-CPU term would invent input cost there.
