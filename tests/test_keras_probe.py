@@ -83,7 +83,14 @@ def test_the_step_file_beside_the_capture_measures_a_waiting_input(tmp_path):
     assert out["step_file"]["input_cost_fraction"] == pytest.approx(s.input_cost_fraction, abs=1e-4)
     assert out["attribution"]["input_cost_fraction"] == pytest.approx(s.input_cost_fraction, abs=1e-3)
     assert out["verdict"]["bottleneck"] == "input" and "what-if probe" in out["verdict"]["summary"]
-    assert out["attribution"]["profiler_cost"]["basis"].startswith("measured")
+    pc = out["attribution"]["profiler_cost"]
+    # measured against the unprofiled steps — unless this busy machine's speed moved between the window and the
+    # 8 or so steps outside it (the steps right after the stop are left out: stepfile.after_stop), which analyze
+    # must then say instead of reading the move as the profiler's cost (profile/unprofiled.py SPEED_MOVED)
+    if pc["basis"].startswith("not measured"):
+        assert pc["unprofiled_step_ms"] > pc["captured_step_ms"] * 1.05 or out["step_file"]["drift"] > 0.10, pc
+    else:
+        assert pc["basis"].startswith("measured") and "added_ms_per_step" in pc, pc
 
 
 @pytest.mark.slow
@@ -93,7 +100,7 @@ def test_without_the_probe_the_step_times_take_the_profilers_cost_out_of_the_cap
     against the unprofiled step (issue 29 item 2, for a host capture) and the verdict says so."""
     logdir = tmp_path / "logs"
     cb = ProfileCallback(str(logdir), profile_steps="14:18", warmup_steps=2)
-    _fit(tmp_path, [cb], sleep_ms=20.0)
+    _fit(tmp_path, [cb], steps=40, sleep_ms=20.0)
     from tfbertperf.analyze import analyze
     from tfbertperf.report.headline import headline
 
@@ -102,6 +109,9 @@ def test_without_the_probe_the_step_times_take_the_profilers_cost_out_of_the_cap
     assert sf["input_cost_fraction"] is None and att["input_cost_fraction"] is None  # no what-if: estimated
     S, T = att["step_time_ms"], sf["unprofiled_step_ms"]
     est, unprof = att["input_cost_estimate_fraction"], att["input_cost_estimate_unprofiled_fraction"]
+    if att["profiler_cost"].get("not_measured"):  # a busy machine's speed moved around the window: no view
+        assert unprof is None and "wait + stolen CPU" in doc["verdict"]["summary"], att["profiler_cost"]
+        return
     assert est > 0.5 and unprof == pytest.approx(min(1.0, est * S / T), abs=1e-4)
     assert "of the unprofiled step (wait + stolen CPU, the profiler's cost measured out" in doc["verdict"]["summary"]
     assert doc["verdict"]["bottleneck"] == "input"
