@@ -12,6 +12,13 @@ report schema's field keeps its four values); `verdict.undecided` says that it i
    "ci95": its half-width, "threshold": 0.20, "probe_steps_to_decide": for a run, the probe steps that would
    narrow the interval to the figure's distance from the line (the interval narrows with the square root of the
    blocks: × (ci95 / distance)²), else None, "longer_by": that ratio}
+
+Without a probe the verdict compares the capture's estimate (blocked wait + stolen CPU, of the captured or the
+unprofiled step); its spread over the captured steps gives a 95 % interval too (input_cost_estimate_ci95,
+profile/xprof_attribution.py).  Where that straddles the line the verdict is undecided the same way, with
+"source": "estimate", and the first action is to measure the what-if: a longer capture narrows the spread but not
+the estimate's own error (4–8 pp on own Keras fits, BENCHMARKS.md issue 29: a keras-hub tokenizer whose truth was
+22–27 % read 19.9 % twice, and was called compute-bound).
 """
 
 from __future__ import annotations
@@ -40,20 +47,37 @@ def probe_share(att: dict) -> float | None:
     return share if source == "input_cost_fraction" else None
 
 
+def estimate_share(att: dict) -> tuple[float, float, str] | None:
+    """(share, its 95 % half-width, its key) when the verdict compared the capture's estimate (no probe) and the
+    capture gave the estimate's spread over its steps (input_cost_estimate_ci95); the unprofiled estimate's
+    interval is the same milliseconds' ÷ the unprofiled step.  None otherwise."""
+    share, source = input_share(att)
+    ci, est = att.get("input_cost_estimate_ci95"), att.get("input_cost_estimate_fraction")
+    if ci is None or not est or not source.startswith("input_cost_estimate") or att.get("source") == "device_idle":
+        return None
+    return share, ci * share / est if source.endswith("unprofiled_fraction") else ci, source
+
+
 def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None, **verdict_kw) -> dict:
     """`decided` (verdict()'s dict) with `undecided` set, its summary extended and a first action to measure
-    longer, when att's input_cost_ci95 straddles the line (module docstring); else `decided` with undecided None."""
+    longer, when att's input_cost_ci95 straddles the line (module docstring) — or, without a probe, the capture's
+    estimate's interval over its steps does, and the first action is to measure the what-if; else `decided`
+    with undecided None."""
     decided = {**decided, "undecided": None}
-    ci, share = att.get("input_cost_ci95"), probe_share(att)
+    ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
+    if share is None and estimate_share(att):
+        share, ci, key = estimate_share(att)
     if ci is None or share is None or abs(share - INPUT_BOUND_THRESHOLD) >= ci:
         return decided
     side = decided["bottleneck"]
-    # the what-if just across the line (by 0.1 pp), everything else as measured
-    moved = att["input_cost_fraction"] + (INPUT_BOUND_THRESHOLD - share) + (-1e-3 if side == "input" else 1e-3)
+    # the figure just across the line (by 0.1 pp), everything else as measured
+    moved = att[key] + (INPUT_BOUND_THRESHOLD - share) + (-1e-3 if side == "input" else 1e-3)
     moved = max(0.0, min(1.0, moved))
-    other = verdict({**att, "input_cost_fraction": moved}, au, **verdict_kw)["bottleneck"]
+    other = verdict({**att, key: moved}, au, **verdict_kw)["bottleneck"]
     if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
         return decided
+    if key != "input_cost_fraction":
+        return _estimate_undecided(decided, share, ci, side, other)
     longer = longer_by(ci, abs(share - INPUT_BOUND_THRESHOLD))
     auto = isinstance(probe_steps, str)  # a run with profile.probe_steps=auto: a longer run decides it
     more = None if probe_steps is None or auto else max(probe_steps + 1, int(round(probe_steps * longer)))
@@ -75,5 +99,23 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
                   + f" the blocks to decide {said}")
         act = {"advice": advice, "set": []}
     decided["actions"] = [act, *(decided.get("actions") or [])]
+    decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
+    return decided
+
+
+def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other: str) -> dict:
+    """An estimate from the capture whose spread over the captured steps straddles the line: the what-if decides
+    (a longer capture narrows the spread, not the estimate's bias: BENCHMARKS.md, issue 29)."""
+    lo, hi = max(0.0, share - ci), min(1.0, share + ci)
+    decided["undecided"] = {"between": [side, other], "input_cost_fraction": round(share, 4), "ci95": round(ci, 4),
+                            "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": None, "longer_by": None,
+                            "source": "estimate"}
+    decided["summary"] += (f"; undecided: the estimate's 95% interval over the captured steps {100 * lo:.0f}–"
+                           f"{hi:.0%} straddles the {INPUT_BOUND_THRESHOLD:.0%} line between {side} and {other}")
+    advice = (f"measure the what-if before acting on this verdict: the capture's estimate {share:.0%} ± "
+              f"{100 * ci:.0f} pp (95%, over its steps) sits on the {INPUT_BOUND_THRESHOLD:.0%} line — "
+              "tfbertperf.keras.ProfileCallback(probe=True) times your steps on one cached batch (a run: "
+              "profile.probe_steps=auto)")
+    decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
     return decided

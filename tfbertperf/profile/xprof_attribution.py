@@ -45,6 +45,7 @@ from tfbertperf.profile import contention, devices, intervals, threadcpu, unprof
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
+from tfbertperf.train.blocks import mean_ci95
 from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_per_step, move_transfer, step_number,
                                           step_rows, table_meta)
 
@@ -78,6 +79,8 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
         "input_cpu_ms": statistics.fmean(cpu) if cpu else None,
         "basis": res["input_cpu_basis"],
+        # the estimate's spread over the captured steps: its 95 % interval (profile/undecided.py reads it)
+        "ci95": mean_ci95([(s["wait_ms"] + s["stolen_ms"]) / s["step_ms"] for s in steps if s["step_ms"] > 0]),
     }
 
 
@@ -231,7 +234,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     cost = None
     if compute_only_step_ms is not None and T and T > 0:
         cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
-    estimate = stolen_fraction = None
+    estimate = stolen_fraction = est_ci = None
     cores = cpu_basis = input_cpu_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
@@ -239,7 +242,8 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
                             threadcpu.read_beside(xplanes[0]) if xplanes else None)
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
-            cores, cpu_basis, input_cpu_ms = c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"]
+            cores, cpu_basis, input_cpu_ms, est_ci = (c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"],
+                                                      c["ci95"])
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
@@ -255,6 +259,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_cost_fraction": None if cost is None else round(cost, 6),
         "input_cost_estimate_fraction": None if estimate is None else round(estimate, 6),
         "input_cost_estimate_unprofiled_fraction": None if unprof is None else round(unprof, 6),
+        "input_cost_estimate_ci95": None if est_ci is None or estimate is None else round(est_ci, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "input_cpu_basis": cpu_basis,
         "input_cpu_ms_per_step": None if input_cpu_ms is None else round(input_cpu_ms, 4),

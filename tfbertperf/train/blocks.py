@@ -18,6 +18,14 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 
+def mean_ci95(values: list[float]) -> float | None:
+    """Half-width of the 95 % interval of the mean of `values` (Student's t); None with fewer than 2."""
+    k = len(values)
+    if k < 2:
+        return None
+    return (_T975[k - 2] if k - 1 <= len(_T975) else 1.96) * statistics.stdev(values) / math.sqrt(k)
+
+
 def _ci95(T: list[float], Tc: list[float]) -> float | None:
     """Half-width of the 95 % interval of the input cost from the per-block differences (module docstring)."""
     if len(T) < 2 or len(T) != len(Tc):

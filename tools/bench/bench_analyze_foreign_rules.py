@@ -42,7 +42,8 @@ def one(d):
     a = d['attribution']
     return {'estimate': a.get('input_cost_estimate_fraction'), 'blocked': a.get('input_bound_fraction'),
             'stolen': a.get('input_stolen_cpu_fraction'), 'basis': a.get('input_cpu_basis'),
-            'unprofiled': a.get('input_cost_estimate_unprofiled_fraction'), 'bottleneck': d['verdict']['bottleneck']}
+            'unprofiled': a.get('input_cost_estimate_unprofiled_fraction'),
+            'bottleneck': d['verdict']['bottleneck'] + (' (undecided)' if d['verdict'].get('undecided') else '')}
 times = one(analyze(sys.argv[1]))  # with the step times ProfileCallback wrote beside the capture (no probe here)
 files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
 for f in files:
@@ -101,7 +102,9 @@ def main(argv=None) -> int:
           + ("baseline analyze | baseline error | baseline verdict | " if a.baseline else "") + "load (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if a.baseline else "") + "---|")
     errs, base_errs, ms_errs = [], [], []
-    ok = lambda b, r: "✓" if (b == "input") == (r["truth"] >= INPUT_BOUND) else "✗"  # noqa: E731
+    # right when its side of the line is the truth's; an undecided verdict names both sides, so it is not wrong
+    ok = lambda b, r: ("~" if "undecided" in b else  # noqa: E731
+                       "✓" if (b == "input") == (r["truth"] >= INPUT_BOUND) else "✗")
     for r in rows:
         o = r["ours"]
         err = (o["estimate"] or 0.0) - r["truth"]

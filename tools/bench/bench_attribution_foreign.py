@@ -90,8 +90,10 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
                          "undecided": bool(measured["verdict"].get("undecided")),
                          "estimate": alone["attribution"]["input_cost_estimate_fraction"],
                          "times": times["attribution"].get("input_cost_estimate_unprofiled_fraction"),
-                         "v_alone": alone["verdict"]["bottleneck"], "v_measured": measured["verdict"]["bottleneck"],
-                         "v_times": times["verdict"]["bottleneck"],
+                         "v_alone": alone["verdict"]["bottleneck"] + (" (undecided)" if alone["verdict"].get(
+                             "undecided") else ""), "v_measured": measured["verdict"]["bottleneck"],
+                         "v_times": times["verdict"]["bottleneck"] + (" (undecided)" if times["verdict"].get(
+                             "undecided") else ""),
                          "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
                          "pT": res["probe"]["step_ms"], "pTc": res["probe"]["compute_only_step_ms"],
                          "cost": (measured["attribution"].get("profiler_cost") or {}).get("added_ms_per_step"),
