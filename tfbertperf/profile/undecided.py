@@ -17,8 +17,8 @@ Without a probe the verdict compares the capture's estimate (blocked wait + stol
 unprofiled step); its spread over the captured steps gives a 95 % interval too (input_cost_estimate_ci95,
 profile/xprof_attribution.py).  Where that straddles the line the verdict is undecided the same way, with
 "source": "estimate", and the first action is to measure the what-if: a longer capture narrows the spread but not
-the estimate's own error (4–8 pp on own Keras fits, BENCHMARKS.md issue 29: a keras-hub tokenizer whose truth was
-22–27 % read 19.9 % twice, and was called compute-bound).
+the estimate's own error (up to 7–8 pp a shape on own Keras fits, BENCHMARKS.md issue 29: a keras-hub tokenizer
+whose truth was 22–27 % read 19.9 % twice, and was called compute-bound).
 """
 
 from __future__ import annotations

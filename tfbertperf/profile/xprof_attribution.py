@@ -11,10 +11,11 @@ Definitions (all times are means over the profiled steps that xprof found from t
 - input_cost_estimate_fraction (additive): for any profile whose compute runs on the host — (blocked get-next +
   CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
   profile/contention.py); input_cost_estimate_unprofiled_fraction: the same ms ÷ the measured unprofiled step
-  (profile/unprofiled.py host_estimate), read by the verdict before the captured share.  Closer to the what-if
-  truth than the direct measure when the pipeline competes with compute for CPU cores.  The stolen CPU is the input threads' measured CPU where the capture has their clocks
-  (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the measured input CPU in the steps'
-  compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
+  (profile/unprofiled.py host_estimate), read by the verdict before the captured share; input_cost_estimate_ci95
+  its 95 % half-width over the captured steps (profile/undecided.py).  Closer to the what-if truth than the direct
+  measure when the pipeline competes with compute for CPU cores.  The stolen CPU is the input threads' measured
+  CPU where the capture has their clocks (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the
+  measured input CPU in the steps' compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
   stolen-CPU term would invent input cost there.
 - compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else
   "accelerator".
@@ -45,9 +46,9 @@ from tfbertperf.profile import contention, devices, intervals, threadcpu, unprof
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
-from tfbertperf.train.blocks import mean_ci95
 from tfbertperf.profile.steptable import (COMPUTE_CATEGORIES, breakdown, input_ops_per_step, move_transfer, step_number,
                                           step_rows, table_meta)
+from tfbertperf.train.blocks import mean_ci95
 
 STEP_MARKER_HINT = (
     "wrap each step as `with tf.profiler.experimental.Trace(\"train\", step_num=i, _r=1): batch = next(it); "
