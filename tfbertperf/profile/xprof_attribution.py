@@ -15,8 +15,8 @@ Definitions (all times are means over the profiled steps that xprof found from t
   its 95 % half-width over the captured steps (profile/undecided.py).  Closer to the what-if truth than the direct
   measure when the pipeline competes with compute for CPU cores.  The stolen CPU is the input threads' measured
   CPU where the capture has their clocks (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the
-  measured input CPU in the steps' compute phases).  None on accelerators: busy tf.data threads do not slow a GPU/TPU kernel, so the
-  stolen-CPU term would invent input cost there.
+  measured input CPU in the steps' compute phases).  None on accelerators: busy tf.data threads do not slow a
+  GPU/TPU kernel, so the stolen-CPU term would invent input cost there.
 - compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else
   "accelerator".
 - host_to_device (accelerators, steps marked): the copy time measured on the device planes' H2D streams, per
