@@ -329,6 +329,24 @@ def test_a_long_enough_run_has_no_step_caveats(tuned_run):
     assert not [c for c in r["caveats"] if "steady step" in c or "warm-up" in c], r["caveats"]
 
 
+def test_steady_steps_leave_out_the_steps_fed_while_the_capture_was_written():
+    # profiled steps 8–11 (traced 7–12), the capture took 120 ms to stop and write before step 13: a pipeline that
+    # is behind ran ahead meanwhile and fed the next ceil(120 / 50) = 3 steps from its buffers
+    from tfbertperf.report.build import steady_steps
+    from tfbertperf.train.result import TrainResult
+
+    def result(wait, stop_ms=120.0):
+        return TrainResult(steps=24, global_batch_size=8, replicas=1, seq_len=32, loss_trajectory=[],
+                           final_loss=0.0, step_times_ms=[50.0] * 24, input_wait_ms=[wait] * 24, warmup_steps=2,
+                           profile_window=(8, 12), tensorboard_dir=None,
+                           extra={"probe_recovery_steps": [], "profile_stop_ms": stop_ms})
+
+    outside = [i for i in range(2, 24) if not 8 <= i < 12]
+    assert steady_steps(result(10.0)) == [i for i in outside if i not in (13, 14, 15)]
+    assert steady_steps(result(0.1)) == outside  # a pipeline that keeps up had full buffers anyway
+    assert steady_steps(result(10.0, stop_ms=0.0)) == outside
+
+
 def test_a_runs_what_if_interval_pairs_each_probe_block_with_the_steady_steps_around_it():
     """report/build.py input_cost_ci95: the run's probe blocks against its steady steps, as a step file's are read
     (profile/stepfile.py): T_c 5 / 7 / 5 / 7 ms against 10 ms steps → 0.4 ± 3.182 × 1.1547 / 2 / 10."""

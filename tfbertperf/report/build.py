@@ -60,7 +60,9 @@ def _percentiles(xs: list[float]) -> dict:
 def steady_steps(result) -> list[int]:
     """Indices of steps that count for throughput: after warm-up and outside the profiled window (profiling has
     its own overhead, measured separately by tools/bench/bench_overhead.py), and not among the probe's recovery
-    steps (fed from buffers a run-ahead pipeline filled while a probe block ran; train/probe.py)."""
+    steps (fed from buffers a run-ahead pipeline filled while a probe block ran; train/probe.py) nor the steps
+    right after the capture stopped (filled while it was written: profile/stepfile.py after_stop) — where the
+    pipeline is behind, as below."""
     w = result.profile_window
     idx = [i for i in range(len(result.step_times_ms)) if i >= result.warmup_steps]
     if w is not None:
@@ -68,6 +70,11 @@ def steady_steps(result) -> list[int]:
         if len(outside) >= 3:
             idx = outside
     recovery = set(result.extra.get("probe_recovery_steps") or ())
+    if w is not None and result.extra.get("profile_stop_ms"):  # fed while the capture was written (stepfile.py)
+        from tfbertperf.profile.stepfile import after_stop
+
+        recovery |= set(after_stop(result.step_times_ms, (w[0] - 1, w[1] + 1), result.warmup_steps,
+                                   result.extra["profile_stop_ms"]))
     if recovery and result.input_wait_ms:
         kept = [i for i in idx if i not in recovery]
         # Only a pipeline that is behind (the loop waits for it) has room to run ahead during a probe block;

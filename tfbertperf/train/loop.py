@@ -121,7 +121,8 @@ def train(
     Returns:
       TrainResult; times in milliseconds; `extra` holds model (describe), per_replica_batch_size, strategy,
       precision, jit, examples_per_sec (after warm-up), probe_step_times_ms, probe_blocks
-      ([[before_step, timed_steps], …]), probe_recovery_steps, threadpool_events (what the capture recorded).
+      ([[before_step, timed_steps], …]), probe_recovery_steps, profile_stop_ms (how long stopping and writing
+      the capture took), threadpool_events (what the capture recorded).
     """
     from tfbertperf.train import strategy as placement
 
@@ -174,6 +175,7 @@ def train(
         plan = auto_plan(steps, warmup, window) if auto else probe_plan(steps, warmup, window, probe_steps,
                                                                           cfg.profile.probe_blocks)
         blocks_at, ran, stopped = dict(plan), [], None  # ran: the blocks that ran; stopped: why auto stopped early
+        stop_ms = 0.0  # how long stopping the capture took (the steps after it: report/build.py steady_steps)
         syncs = sync_points(steps, warmup, window, plan, cfg.train.log_every)
         if ckpt and ckpt.every:
             syncs |= {s - 1 for s in range(ckpt.every, steps, ckpt.every)}
@@ -189,7 +191,9 @@ def train(
                 if STEP_HOOK is not None:
                     STEP_HOOK("train")
                 if window and i == traced[1]:
-                    capture.stop()
+                    t_stop = time.perf_counter()
+                    capture.stop()  # the pipeline runs ahead while the capture is written: report/build.py
+                    stop_ms = (time.perf_counter() - t_stop) * 1e3
                 if auto and i in blocks_at and stopped is None and len(ran) >= AUTO_MIN_BLOCKS:
                     ci = running_interval(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead)
                     if ci is not None and ci <= AUTO_CI95:
@@ -298,6 +302,7 @@ def train(
                 "probe_sample": {"auto": auto, "ci95_target": AUTO_CI95 if auto else None,
                                  "planned_blocks": len(plan), "stopped": stopped},
                 "probe_recovery_steps": recovery,
+                "profile_stop_ms": stop_ms,
                 "threadpool_events": getattr(capture, "threadpool_events_status", None),
                 "interrupted_at_step": interrupted,
                 "resumed_from_step": start or None,
