@@ -65,8 +65,8 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     with undecided None."""
     decided = {**decided, "undecided": None}
     ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
-    if share is None and estimate_share(att):
-        share, ci, key = estimate_share(att)
+    if share is None:
+        share, ci, key = estimate_share(att) or (None, None, key)
     if ci is None or share is None or abs(share - INPUT_BOUND_THRESHOLD) >= ci:
         return decided
     side = decided["bottleneck"]

@@ -30,11 +30,8 @@ def _ci95(T: list[float], Tc: list[float]) -> float | None:
     """Half-width of the 95 % interval of the input cost from the per-block differences (module docstring)."""
     if len(T) < 2 or len(T) != len(Tc):
         return None
-    d = [a - b for a, b in zip(T, Tc)]
-    k = len(d)
-    t = _T975[k - 2] if k - 1 <= len(_T975) else 1.96
     mean_t = statistics.fmean(T)
-    return t * statistics.stdev(d) / math.sqrt(k) / mean_t if mean_t > 0 else None
+    return mean_ci95([a - b for a, b in zip(T, Tc)]) / mean_t if mean_t > 0 else None
 
 
 def interval(steps: list[float], real: list[int], probe: list[float], blocks) -> float | None:
