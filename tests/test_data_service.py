@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -147,11 +148,12 @@ def _drain(it, n: int | None, timeout_s: float = 240.0) -> int:
 
 @pytest.mark.slow  # a dispatcher and two worker processes, one killed, per mode (~20 s each under load)
 @pytest.mark.parametrize("mode", ["distributed_epoch", "parallel_epochs"])
-def test_a_killed_worker_leaves_the_survivor_delivering(data_dir, mode):
+def test_a_killed_worker_leaves_the_survivor_delivering(data_dir, mode, tmp_path, monkeypatch):
     """2 workers on the training pipeline (repeating); worker 0 is killed (SIGKILL) after the first batches arrive:
     the survivor goes on delivering two passes' worth and the session reports the loss.  (A finite pass is not
     covered: TF 2.21's client then waits on the dead worker's task — training pipelines always repeat.)"""
     sets = ["train.batch_size=8", f"pipeline.data_service_mode={mode}", "pipeline.data_service=local:2"]
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the servers' stderr files
     session = _session(data_dir, sets)
     cluster = session.cluster
     try:
@@ -168,6 +170,9 @@ def test_a_killed_worker_leaves_the_survivor_delivering(data_dir, mode):
     assert rest == 2 * total // 8 and block["workers_lost"] == 1 and block["examples"] == 8 * block["elements"]
     assert block["workers"][0]["killed_by_signal"] == signal.SIGKILL and block["workers"][1]["alive"]
     assert block["shutdown"]["dispatcher"] == 0 and block["repeated_examples"] > 0
+    # the killed worker's stderr is kept and named; the servers that stopped cleanly removed theirs
+    assert block["shutdown"]["logs"] == [cluster.workers[0].log.name]
+    assert sorted(p.name for p in tmp_path.glob("tfbertperf-*.log")) == [Path(cluster.workers[0].log.name).name]
     assert ("at most once" in block["loss_semantics"]) == (mode == "distributed_epoch")
     assert all(_gone(w.proc.pid) for w in cluster.workers)
 
@@ -176,7 +181,9 @@ def _run(data_dir, out, *sets, wait=None):
     cmd = [sys.executable, "-m", "tfbertperf", "run", "--data", str(data_dir), "--set", f"run.out={out}",
            "--set", "profile.steps=none", "--set", "profile.probe_steps=0", "--set", "profile.ceiling_seconds=0.5",
            "--set", "profile.utilization_hz=0", *[x for s in sets for x in ("--set", s)]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    tmp = Path(out).parent / f"{Path(out).name}-tmp"  # the run's temp files (the servers' stderr among them)
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(tmp)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     if wait is not None:
         wait(proc)
@@ -196,6 +203,7 @@ def test_same_loss_trajectory_with_and_without_the_service(data_dir, tmp_path):
     block = on["data_service"]
     assert block["setting"] == "local:1" and block["elements"] >= 12 and block["workers_read_bytes"] > 0
     assert block["shutdown"]["clean"] and on["storage"]["shard_reads_in"].startswith("tf.data service")
+    assert "logs" not in block["shutdown"] and not list((tmp_path / "on-tmp").glob("tfbertperf-*.log"))
 
 
 def _service_children(pid: int) -> list[int]:
@@ -233,6 +241,9 @@ def test_a_run_with_a_worker_killed_mid_run_completes_and_says_so(data_dir, tmp_
     (dead,) = [w for w in block["workers"] if not w["alive"]]
     assert dead["pid"] == killed[0] and dead["killed_by_signal"] == signal.SIGKILL
     assert all(_gone(p) for p in killed), "a service worker outlived the run"
+    (kept,) = block["shutdown"]["logs"]  # the killed worker's stderr, kept and named; the clean servers' removed
+    assert Path(kept).parent == tmp_path.parent / f"{tmp_path.name}-tmp" and "worker" in Path(kept).name
+    assert [p.name for p in Path(kept).parent.glob("tfbertperf-*.log")] == [Path(kept).name]
 
 
 def test_scale_out_advice_only_for_a_cpu_bound_input():
@@ -273,8 +284,6 @@ def test_stopping_the_cluster_signals_each_server_once_and_waits_for_all_togethe
     # run that told the workers at once and then stopped each); every child gets exactly one.  Stand-in servers:
     # Python children that count the SIGTERMs they get for 1 s after the first, write when the first came, and
     # exit with the count.
-    import tempfile
-
     from tfbertperf.data import service_cluster as sc
 
     script = ("import signal, sys, time\n"
@@ -297,8 +306,31 @@ def test_stopping_the_cluster_signals_each_server_once_and_waits_for_all_togethe
     cluster = sc.LocalCluster(2)
     cluster.workers, cluster.dispatcher = children[:2], children[2]
     out = cluster.stop()
-    assert out == {"workers": [1, 1], "dispatcher": 1, "clean": False}  # one SIGTERM each (exit code = count)
+    assert {k: out[k] for k in ("workers", "dispatcher", "clean")} == {"workers": [1, 1], "dispatcher": 1,
+                                                                       "clean": False}  # one SIGTERM each (= exit)
+    # servers that did not exit 0 keep their stderr, named in the result
+    assert sorted(out["logs"]) == sorted(c.log.name for c in children) and all(os.path.exists(f) for f in out["logs"])
     t = [float((tmp_path / f"term{k}").read_text()) for k in range(3)]
     # told at once: the second worker had its SIGTERM before the first one's second of stopping was over (one
     # after the other it would come after the first had exited), and the dispatcher only after both
     assert t[1] < t[0] + 1.0 and t[2] >= max(t[0], t[1]) + 1.0
+
+
+def test_a_server_that_stops_cleanly_leaves_no_log_behind(tmp_path, monkeypatch):
+    # every data-service run started a dispatcher and workers whose stderr files stayed in the temp folder (910 of
+    # them after a day of tests); a server that exits 0 now removes its own, one that fails keeps it (previous test)
+    from tfbertperf.data import service_cluster as sc
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+              "print('ready 127.0.0.1:1', flush=True)\n"
+              "sys.stderr.write('serving\\n'); sys.stderr.flush()\n"
+              "while True: time.sleep(0.01)\n")
+    popen = subprocess.Popen  # stand-in servers: the same _Child plumbing, a Python child for the TF server
+    monkeypatch.setattr(sc.subprocess, "Popen", lambda cmd, **kw: popen([sys.executable, "-c", script], **kw))
+    cluster = sc.LocalCluster(1).start()
+    logs = [cluster.dispatcher.log.name, cluster.workers[0].log.name]
+    assert all(os.path.dirname(f) == str(tmp_path) and os.path.exists(f) for f in logs)
+    assert cluster.stop() == {"workers": [0], "dispatcher": 0, "clean": True}
+    assert not any(os.path.exists(f) for f in logs)

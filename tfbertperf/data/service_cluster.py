@@ -103,6 +103,11 @@ class _Child:
                 self.proc.wait()
         self.proc.stdout.close()
         self.log.close()
+        if self.proc.returncode == 0:  # a clean stop leaves nothing to read: no log piles up in the temp folder
+            try:
+                os.unlink(self.log.name)
+            except OSError:
+                pass
         return self.proc.returncode
 
 
@@ -141,8 +146,9 @@ class LocalCluster:
 
     def stop(self) -> dict:
         """Workers first, then the dispatcher (a worker stopping after its dispatcher retries it for long).
-        Returns {"workers": [exit codes], "dispatcher": exit code, "clean": bool}; never raises: a server
-        that crashes while stopping is recorded, not fatal (the run's result is already measured)."""
+        Returns {"workers": [exit codes], "dispatcher": exit code, "clean": bool, and "logs": the stderr files of
+        the servers that did not exit 0, kept (a clean server's log is removed)}; never raises: a server that
+        crashes while stopping is recorded, not fatal (the run's result is already measured)."""
         if self.shutdown:
             return self.shutdown
         codes = []
@@ -165,6 +171,9 @@ class LocalCluster:
                 pass
         self.shutdown = {"workers": codes, "dispatcher": disp,
                          "clean": all(c == 0 for c in codes) and disp == 0}
+        kept = [c.log.name for c in [*self.workers, self.dispatcher] if c is not None and os.path.exists(c.log.name)]
+        if kept:  # a server that did not stop cleanly: its stderr, kept for the reader
+            self.shutdown["logs"] = kept
         return self.shutdown
 
     def __enter__(self) -> "LocalCluster":
