@@ -85,6 +85,22 @@ def _loader_not_tfdata(c: dict) -> bool:
     return c["idle"] and not any(v > 0 for v in c["ops"].values())
 
 
+PYTHON_LOADER_SHARE = 0.5
+"""The batches come from Python where a `from_generator` source (Keras' PyDataset, a Python generator) runs for at
+least half of the wall time the input ops run: tf.data's own knobs (parallel map, prefetch) then do not reach the
+work, which is the Python loader's.  Measured (issue 29, a Keras fit on a PyDataset whose __getitem__ waits 20 ms):
+PyDataset(workers=4) made the step 4.3× faster (20.96 → 4.89 ms); tests/test_own_training_loaders.py."""
+
+
+def _python_loader(c: dict) -> bool:
+    return c["pyloader"] >= PYTHON_LOADER_SHARE
+
+
+def _tfdata_input(c: dict) -> bool:
+    """The input is tf.data's own work: advice about its maps, reads and prefetch applies."""
+    return not _loader_not_tfdata(c) and not _python_loader(c)
+
+
 def _reduced_precision(c: dict) -> bool:
     return c["precision"] != "float32"
 
@@ -122,16 +138,20 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "cache after parse when the data fits in memory (--set pipeline.cache=memory)",
            lambda c: c["pipe"].get("cache") == "none", runs="ours"),
     # ---- input-bound, foreign programs: what to look at in their pipeline
+    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
+                    "{pyloader:.0%} of the input ops' time), out of reach of tf.data's parallel map and prefetch: "
+                    "load them in parallel — PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy "
+                    "__getitem__ — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or "
+                    "prepare the batches offline", _python_loader, runs="foreign"),
     Advice("input", "reads dominate the input pipeline: interleave files in parallel (cycle_length → autotune), "
                     "prefetch → autotune, stage remote shards to local disk",
-           lambda c: not _loader_not_tfdata(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
+           lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
            runs="foreign"),
     Advice("input", "preprocessing dominates: map num_parallel_calls → autotune, vectorize (map after batch), "
                     "cache after parse, or preprocess offline",
-           lambda c: not _loader_not_tfdata(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
+           lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
            runs="foreign"),
-    Advice("input", "prefetch → autotune at the end of the pipeline", lambda c: not _loader_not_tfdata(c),
-           runs="foreign"),
+    Advice("input", "prefetch → autotune at the end of the pipeline", _tfdata_input, runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
@@ -218,6 +238,12 @@ ADVICE: tuple[Advice, ...] = (
 _HARDWARE = {"CPU_ONLY": "cpu", "GPU": "gpu", "TPU": "tpu"}
 
 
+def _generator_share(att: dict) -> float:
+    """The share of the input ops' wall time a from_generator source ran (attribution.input_generator_us), ≤ 1."""
+    total = sum((att.get("input_ops_us") or {}).values())
+    return min(1.0, float(att.get("input_generator_us") or 0.0) / total) if total > 0 else 0.0
+
+
 def hardware_kind(hardware_type: str | None) -> str:
     """xprof's hardware_type ("CPU_ONLY", "GPU", "TPU", "") → an ADVICE hardware name ("" → "unknown")."""
     return _HARDWARE.get(str(hardware_type or "").upper(), "unknown")
@@ -249,6 +275,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",
+           "pyloader": _generator_share(att),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")

@@ -87,7 +87,7 @@ compute phase, costs the step whole (at least: the lock's hand-overs add to it),
 a capture of a Keras fit behind a 4-way parallel map whose py_function sleeps, 12 steps; BENCHMARKS.md): the
 compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer for each ms of the input threads' CPU
 in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
-input 18 pp low.
+input 18 pp low.  A from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
 Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
 BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing
@@ -113,7 +113,7 @@ import re
 from collections import defaultdict
 
 from tfbertperf.profile import intervals as iv
-from tfbertperf.profile import threadcpu
+from tfbertperf.profile import loaders, threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
 from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
@@ -233,7 +233,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         stolen time of the input threads it names comes from their measured CPU (module docstring).
     Returns:
       {"cores": C, "input_cpu_basis": "measured" | "estimated" (the busy-period model; py_function wall not
-       counted), "measured_threads": input threads whose CPU was measured, "steps": {step_num: {"step_ms",
+       counted), "measured_threads": input threads whose CPU was measured, "python_loader": a from_generator
+       source's own loader CPU counted (profile/loaders.py), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
        (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
@@ -268,8 +269,12 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
             measured[key] = (_union([_span(e) for e in evs]), own, python)
             measured_ids.append(threadcpu.line_id(name))
+    # the program's own Python loader (profile/loaders.py): where a from_generator source feeds the input, the
+    # process's Python threads and child processes the capture records no event for are the input's too
+    generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
+    loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
     traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
-    pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids))
+    pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
@@ -314,8 +319,10 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 i += 1
             prev = t
         cpu_in = None
-        if measured:
-            cpu_in = active = cpu_py = 0.0
+        if measured or loader_py or loader_kids:
+            # the loader's threads and processes show no events: their CPU spread evenly over the capture
+            part = iv.length(phase) / max(1.0, span[1] - span[0])
+            cpu_in, active, cpu_py = (loader_py + loader_kids) * part, loader_kids * part, loader_py * part
             for activity, cpu, python in measured.values():
                 total = iv.length(activity)
                 share = iv.length(iv.intersect(activity, phase)) / total if total > 0 else \
@@ -337,5 +344,6 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             "input_cpu_ms": None if cpu_in is None else cpu_in / 1e3,
             "compute_width": width,
         }
-    return {"cores": C, "input_cpu_basis": "measured" if measured else "estimated",
-            "measured_threads": len(measured), "steps": out}
+    loader = bool(loader_py or loader_kids)
+    return {"cores": C, "input_cpu_basis": "measured" if measured or loader else "estimated",
+            "measured_threads": len(measured), "python_loader": loader, "steps": out}

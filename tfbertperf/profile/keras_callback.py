@@ -219,7 +219,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
-            self._cpu_at_start = threadcpu.snapshot()  # the threads' CPU over the window: analyze's input CPU
+            self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: analyze's input CPU
             self._profiling = True
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
@@ -249,7 +249,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._write_steps()
 
     def _stop(self):
-        t0, cpu_at_stop = time.perf_counter(), threadcpu.snapshot()
+        t0, cpu_at_stop = time.perf_counter(), threadcpu.snapshot(loaders=True)
         tf.profiler.experimental.stop()
         self._profiling = False
         threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)

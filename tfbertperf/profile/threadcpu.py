@@ -26,9 +26,12 @@ import os
 import time
 
 
-def snapshot() -> dict:
+def snapshot(loaders: bool = False) -> dict:
     """{"t": perf_counter seconds, "threads": {tid: (cpu_s, runqueue_wait_s)}, "names": {tid: name}} of this
-    process now (names read here: a thread may have ended by the time the span is compared)."""
+    process now (names read here: a thread may have ended by the time the span is compared); with `loaders`
+    also "python": {tid: name} of its Python threads but the main one (Keras' PyDataset workers, a generator's
+    enqueuer) and "children": {pid: (cpu_s, runqueue_wait_s, name)} of its child processes (PyDataset's
+    use_multiprocessing workers), all their threads summed."""
     threads: dict[int, tuple[float, float]] = {}
     t = time.perf_counter()
     for path in glob.glob(f"/proc/{os.getpid()}/task/*/schedstat"):
@@ -45,13 +48,39 @@ def snapshot() -> dict:
             threads = {th.id: (th.user_time + th.system_time, 0.0) for th in psutil.Process().threads()}
         except Exception:  # noqa: BLE001 — no per-thread figures on this platform: the summary says so (empty)
             threads = {}
-    return {"t": t, "threads": threads, "names": {tid: _name(tid) for tid in threads}}
+    out = {"t": t, "threads": threads, "names": {tid: _name(tid) for tid in threads}}
+    if loaders:
+        import threading
+
+        out["python"] = {th.native_id: th.name for th in threading.enumerate()
+                         if th is not threading.main_thread() and not isinstance(th, threading._DummyThread)}
+        out["children"] = {pid: (*_task_sum(pid), _name(pid, pid)) for pid in _children()}
+        out["process_cpu"] = time.process_time()  # every thread's, also those that end before the next snapshot
+    return out
 
 
-def _name(tid: int) -> str:
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:  # a thread or process that ended while we read
+        return ""
+
+
+def _children() -> set[int]:
+    return {int(x) for p in glob.glob(f"/proc/{os.getpid()}/task/*/children") for x in _read(p).split()}
+
+
+def _task_sum(pid: int) -> tuple[float, float]:
+    """(CPU s, run-queue wait s) of a process, all its threads summed (schedstat)."""
+    rows = [r for r in (_read(p).split()[:2] for p in glob.glob(f"/proc/{pid}/task/*/schedstat")) if len(r) == 2]
+    return sum(int(r[0]) for r in rows) / 1e9, sum(int(r[1]) for r in rows) / 1e9
+
+
+def _name(tid: int, pid: int | None = None) -> str:
     """The thread's name (TF names its pools: tf_data_private_threadpool, tf_inter_op_…; truncated to 15)."""
     try:
-        with open(f"/proc/{os.getpid()}/task/{tid}/comm") as f:
+        with open(f"/proc/{pid or os.getpid()}/task/{tid}/comm") as f:
             return f.read().strip()
     except OSError:
         return "?"
@@ -91,25 +120,35 @@ SIDECAR_SCHEMA = "tfbertperf.threadcpu/1"
 def window_record(a: dict, b: dict) -> dict:
     """The sidecar's content for the span between snapshots a (capture start) and b (capture stop):
     {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
-    "clock" ("schedstat": CPU and
-    run-queue wait from the kernel's per-thread counters), "threads": [{"tid", "line_id" (the thread's line id in
-    the capture's host plane, line_ids; None where unknown), "name", "cpu_ms", "runqueue_ms"}]} — threads that ended inside the span are not in it, threads that started inside count
-    from 0."""
+    "clock" ("schedstat": CPU and run-queue wait from the kernel's per-thread counters), "threads": [{"tid",
+    "line_id" (the thread's line id in the capture's host plane, line_ids; None where unknown), "name", "cpu_ms",
+    "runqueue_ms", "python" (a Python thread's name)}], and with snapshot(loaders=True) "children": [{"pid",
+    "name", "cpu_ms"}] and "exited": {"cpu_ms" of the threads that ended inside the span, "python": those of them
+    that were Python threads}} — threads started inside count from 0."""
     threads = []
     lines = line_ids(b["threads"])
+    python = {**a.get("python", {}), **b.get("python", {})}
     for tid, (cpu, wait) in b["threads"].items():
         cpu0, wait0 = a["threads"].get(tid, (0.0, 0.0))
         threads.append({"tid": tid, "line_id": lines.get(tid),
                         "name": b.get("names", {}).get(tid) or a.get("names", {}).get(tid) or "?",
                         "cpu_ms": round(max(0.0, cpu - cpu0) * 1e3, 3),
-                        "runqueue_ms": round(max(0.0, wait - wait0) * 1e3, 3)})
+                        "runqueue_ms": round(max(0.0, wait - wait0) * 1e3, 3),
+                        **({"python": python[tid]} if tid in python else {})})
+    children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - a.get("children", {}).get(pid, (0.0,))[0])
+                                                         * 1e3, 3)} for pid, (cpu, _, name) in b.get("children", {}).items()]
+    if "process_cpu" in a and "process_cpu" in b:  # threads that ended inside the span (a PyDataset's pool at the
+        alive = sum(r["cpu_ms"] for r in threads)  # epoch's last batches): the process's CPU less the live ones'
+        exited = {"cpu_ms": round(max(0.0, (b["process_cpu"] - a["process_cpu"]) * 1e3 - alive), 3),
+                  "python": sorted(n for tid, n in a.get("python", {}).items() if tid not in b["threads"])}
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return {"schema": SIDECAR_SCHEMA, "seconds": round(b["t"] - a["t"], 6), "cores": cores, "clock": "schedstat",
-            "pid": os.getpid(),
-            "threads": sorted(threads, key=lambda r: -r["cpu_ms"])}
+            "pid": os.getpid(), "threads": sorted(threads, key=lambda r: -r["cpu_ms"]),
+            **({"children": children} if "children" in b else {}),
+            **({"exited": exited} if "process_cpu" in a and "process_cpu" in b else {})}
 
 
 def write_beside_newest_capture(logdir: str, a: dict, b: dict):
@@ -144,6 +183,8 @@ def read_beside(xplane) -> dict | None:
         doc = json.loads(path.read_text())
         assert doc.get("schema") == SIDECAR_SCHEMA
         rows = [(str(r["name"]), float(r["cpu_ms"])) for r in doc["threads"]]
+        rows += [("", float(c["cpu_ms"])) for c in doc.get("children") or ()]
+        rows += [("", float((doc.get("exited") or {}).get("cpu_ms") or 0.0))]
         assert float(doc["seconds"]) > 0 and int(doc["cores"]) > 0 and rows is not None
     except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
         raise UsageError(f"{path}: damaged thread-CPU record beside the capture (not {SIDECAR_SCHEMA} JSON); "

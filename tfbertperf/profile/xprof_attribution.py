@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, devices, intervals, threadcpu, unprofiled, xprof_tools
+from tfbertperf.profile import contention, devices, intervals, loaders, threadcpu, unprofiled, xprof_tools
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -79,7 +79,7 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
         "input_cpu_ms": statistics.fmean(cpu) if cpu else None,
-        "basis": res["input_cpu_basis"],
+        "basis": res["input_cpu_basis"] + (" loader" if res.get("python_loader") else ""),
         # the estimate's spread over the captured steps: its 95 % interval (profile/undecided.py reads it)
         "ci95": mean_ci95([(s["wait_ms"] + s["stolen_ms"]) / s["step_ms"] for s in steps if s["step_ms"] > 0]),
     }
@@ -87,6 +87,8 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
 
 INPUT_CPU_BASIS = {
     "measured": "measured: the input threads' CPU clocks over the capture (threadcpu.json beside it)",
+    "measured loader": "measured: the input threads' CPU clocks over the capture (threadcpu.json beside it), the "
+                       "Python loader's threads and processes included (a PyDataset, a generator)",
     "estimated": "estimated: the input threads' busy periods (function runs; py_function wall time not counted, "
                  "it may be a wait) — record the threads' CPU with tfbertperf.keras.ProfileCallback to measure it",
 }
@@ -142,21 +144,27 @@ def _is_input_op(name: str) -> bool:
     return name.startswith(INPUT_OP_PREFIXES)
 
 
+
+
 def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
     """The input-op figures per step the capture spans (steptable.input_ops_per_step): the capture's span and
     its wall time with an input op running are read from the host plane (union over threads)."""
     if not step_ms:  # no step to divide by (the caller fills them in once it has one)
         return {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
-                "input_ops_capture_steps": None}
+                "input_ops_capture_steps": None, "input_generator_us": None}
     trace = load_trace(xplanes)
     span = trace.host_span()
     if span is None:
-        return input_ops_per_step(ipa, rows, None)
-    span_ps = span[1] - span[0]
-    ops = [(t, t.mask(_is_input_op)) for t in trace.threads]
-    wall_ps = intervals.length(intervals.union(np.concatenate(
-        [intervals.from_columns(t.start[m], t.end[m]) for t, m in ops] or [intervals.EMPTY])))
-    return input_ops_per_step(ipa, max(rows, span_ps / 1e9 / step_ms), wall_ps / 1e6)
+        return {**input_ops_per_step(ipa, rows, None), "input_generator_us": None}
+
+    def wall_ps(rule) -> float:  # wall time with ≥ 1 such event running on some thread
+        return intervals.length(intervals.union(np.concatenate(
+            [intervals.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(rule)]]
+            or [intervals.EMPTY])))
+    steps = max(rows, (span[1] - span[0]) / 1e9 / step_ms)
+    # per step, the wall time a from_generator source ran (the batches come from Python: advice.py)
+    return {**input_ops_per_step(ipa, steps, wall_ps(_is_input_op) / 1e6),
+            "input_generator_us": round(wall_ps(loaders.is_generator) / 1e6 / steps, 3)}
 
 
 XPROF_MODES = ("auto", "always", "never")
@@ -292,7 +300,7 @@ def _without_xprof(xplanes, devs: list[dict], idle_att: dict | None, accelerator
     has_ops = any(t.mask(_is_input_op).any() for t in load_trace(xplanes).threads)
     ops = (_input_ops([], xplanes, idle_att["step_time_ms"], idle_att["steps_profiled"]) if not has_ops else
            {"input_ops_us": None, "input_ops_thread_us": None, "input_ops_concurrency": None,
-            "input_ops_capture_steps": None})
+            "input_ops_capture_steps": None, "input_generator_us": None})
     return {"source": "xprof", "hardware_type": active[0]["kind"], "xprof_input_conclusion": None,
             "compute_on": "accelerator", "input_cost_estimate_fraction": None, "input_stolen_cpu_fraction": None,
             "input_cpu_basis": None, "input_cpu_ms_per_step": None, "cores_seen": None, **ops, "accelerator": accelerator,

@@ -1,0 +1,169 @@
+"""A user's own loader that tf.data's knobs do not reach (issue 29: advice for the user's own training): the
+batches of a Keras `PyDataset` or a Python generator come through `Dataset.from_generator`, and the advice for an
+input-bound step is then the loader's (PyDataset workers, or the input moved into tf.data), not "map
+num_parallel_calls → autotune"."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfbertperf.profile import advice
+from tfbertperf.profile.loaders import is_generator as _is_generator
+
+PROGRAM = Path(__file__).parent / "programs" / "keras_pydataset.py"
+
+
+def _program():
+    spec = importlib.util.spec_from_file_location("keras_pydataset", PROGRAM)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _texts(att: dict) -> list[str]:
+    return [a["advice"] for a in advice.actions("input", att)]
+
+
+def test_generator_sources_are_told_from_the_other_iterators():
+    assert _is_generator("Iterator::Generator") and _is_generator("Iterator::Root::Prefetch::FlatMap[0]::Generator")
+    assert not any(_is_generator(n) for n in ("Iterator::FlatMap", "Iterator::ParallelMapV2", "Generator",
+                                              "Iterator::Root::Prefetch", "RandomUniform"))
+
+
+@pytest.mark.parametrize("generator_us, loader", [(9000.0, True), (5200.0, True), (4000.0, False), (0.0, False),
+                                                  (None, False)])
+def test_the_loaders_advice_where_a_generator_runs_half_the_input_time(generator_us, loader):
+    att = {"input_ops_us": {"storage_read": 0.0, "preprocessing": 10000.0, "enqueue": 0.0, "unclassified": 0.0},
+           "input_generator_us": generator_us, "source": "xprof"}
+    texts = _texts(att)
+    assert ("PyDataset(workers=N)" in texts[0]) is loader
+    assert any("num_parallel_calls → autotune" in t for t in texts) is not loader
+    assert any(t.startswith("prefetch → autotune") for t in texts) is not loader
+    if loader:
+        assert f"{min(1.0, generator_us / 10000.0):.0%} of the input ops' time" in texts[0]
+
+
+@pytest.mark.slow  # two real Keras fits behind 15 ms reads, each profiled and analyzed (~15 s)
+def test_a_pydataset_fit_gets_the_loaders_advice_and_a_tf_data_map_keeps_its_own(tmp_path):
+    import tensorflow as tf
+
+    from tfbertperf.analyze import analyze
+    from tfbertperf.keras import ProfileCallback
+
+    prog = _program()
+    prog.run(str(tmp_path / "pyds"), workers=1, read_ms=15.0, steps=50, window="20:35")
+    doc = analyze(str(tmp_path / "pyds"))
+    att, texts = doc["attribution"], [a["advice"] for a in doc["verdict"]["actions"]]
+    assert doc["verdict"]["bottleneck"] == "input", doc["verdict"]["summary"]
+    assert att["input_generator_us"] >= advice.PYTHON_LOADER_SHARE * sum(att["input_ops_us"].values())
+    assert "PyDataset(workers=N)" in texts[0] and not any("num_parallel_calls → autotune" in t for t in texts)
+
+    # the same model and reads as a tf.data map: tf.data's knobs reach them, and its advice stays
+    x = np.random.default_rng(0).standard_normal((64 * 8, prog.FEATURES)).astype("float32")
+    y = np.arange(64 * 8) % 10
+
+    def read(a):
+        __import__("time").sleep(0.015 / 64)  # the same 15 ms a batch, one example at a time
+        return a
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().map(
+        lambda a, b: (tf.ensure_shape(tf.py_function(read, [a], tf.float32), (prog.FEATURES,)), b)).batch(64)
+    cb = ProfileCallback(str(tmp_path / "map"), profile_steps="20:35")
+    prog.model().fit(ds.prefetch(2), steps_per_epoch=50, epochs=1, verbose=0, callbacks=[cb])
+    doc = analyze(str(tmp_path / "map"))
+    texts = [a["advice"] for a in doc["verdict"]["actions"]]
+    assert doc["verdict"]["bottleneck"] == "input" and doc["attribution"]["input_generator_us"] == 0
+    assert any("num_parallel_calls → autotune" in t for t in texts) and not any("PyDataset" in t for t in texts)
+
+
+@pytest.mark.slow  # a real fit whose loader computes in Python on two worker threads (~12 s)
+def test_a_pydataset_computing_on_worker_threads_is_input_bound_not_compute_bound(tmp_path):
+    # The loader's __getitem__ computes 8 ms in Python on PyDataset(workers=2) threads: they hold the interpreter
+    # lock the step needs, and the step ran as slowly as with one worker (BENCHMARKS: what-if 75 % ± 11).  The
+    # capture shows none of that work (no events on those threads); before the loader's CPU was read from the
+    # thread record, analyze said "compute-bound, input 7–9 %".
+    from tfbertperf.analyze import analyze
+
+    _program().run(str(tmp_path / "threads"), workers=2, read_ms=0.0, cpu_ms=8.0, steps=50, window="15:40")
+    doc = analyze(str(tmp_path / "threads"))
+    att = doc["attribution"]
+    assert doc["verdict"]["bottleneck"] == "input", doc["verdict"]["summary"]
+    assert att["input_cpu_basis"].startswith("measured") and (att["input_cost_estimate_fraction"] or 0) >= 0.4
+    assert "PyDataset(workers=N)" in doc["verdict"]["actions"][0]["advice"]
+
+
+# ---- the loader's CPU: Python threads and child processes the capture records no event for
+
+
+def _record(python_ms=0.0, kids_ms=(), exited=None, own_ms=0.0):
+    """A threadcpu.json record: the compute on a recorded thread (line 2), a Keras loader thread (line 70), our
+    own sampler thread, child processes, and the threads that ended inside the window."""
+    threads = [{"tid": 10, "line_id": 2, "name": "tf_Compute", "cpu_ms": 5.0, "runqueue_ms": 0.0},
+               {"tid": 11, "line_id": 70, "name": "python", "cpu_ms": python_ms, "runqueue_ms": 0.0,
+                "python": "Thread-2 (worker)"},
+               {"tid": 12, "line_id": 71, "name": "python", "cpu_ms": own_ms, "runqueue_ms": 0.0,
+                "python": "tfbertperf-utilization"}]
+    return {"schema": "tfbertperf.threadcpu/1", "seconds": 0.01, "cores": 2, "clock": "schedstat", "pid": 1,
+            "threads": threads, "children": [{"pid": 90 + i, "name": "python", "cpu_ms": ms}
+                                             for i, ms in enumerate(kids_ms)],
+            **({"exited": exited} if exited is not None else {})}
+
+
+def test_the_loaders_cpu_is_its_python_threads_children_and_ended_pool_not_ours():
+    from tfbertperf.profile.loaders import loader_cpu_us
+
+    assert loader_cpu_us(None) == (0.0, 0.0, set())
+    assert loader_cpu_us(_record(3.0, (2.0, 1.5), own_ms=9.0)) == (3000.0, 3500.0, {70})
+    ended = {"cpu_ms": 4.0, "python": ["Thread-3 (worker)"]}
+    assert loader_cpu_us(_record(3.0, exited=ended))[0] == pytest.approx(7000.0)
+    ours = {"cpu_ms": 4.0, "python": ["tfbertperf-threadmap"]}  # only our own thread ended: not the loader's
+    assert loader_cpu_us(_record(3.0, exited=ours))[0] == pytest.approx(3000.0)
+
+
+def _generator_step(source: str):
+    # step 5 (10 ms): 2 ms blocked in get-next, then an 8 ms compute phase; the input's own thread shows only the
+    # source's 0.1 ms dequeue — the batches are built on threads the capture records no event for
+    return {"traceEvents": [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_iterator_get_next/5"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/2"}},
+        {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+         "args": {"step_num": "5", "group_id": "0"}},
+        {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 2, "ts": 0, "dur": 2000},
+        {"ph": "X", "name": source, "pid": 1, "tid": 2, "ts": 1900, "dur": 100},
+        {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000}]}
+
+
+def test_a_generator_sources_python_threads_cost_the_step_whole_and_child_processes_their_fair_share():
+    from tfbertperf.profile import contention
+
+    # 5 ms of a loader thread's CPU over the 10 ms capture: 4 ms of it in the 8 ms compute phase, whole (the
+    # interpreter lock the step's Python waits for), where before the capture read no stolen time at all
+    py = contention.step_contention(_generator_step("Iterator::Generator"), thread_cpu=_record(5.0))
+    assert py["input_cpu_basis"] == "measured" and py["python_loader"]
+    assert py["steps"][5]["input_cpu_ms"] == pytest.approx(4.0) and py["steps"][5]["stolen_ms"] == pytest.approx(4.0)
+    # child processes only compete for the cores: the fair-share rule, p = 0 here (the compute on a recorded
+    # thread) — their CPU is the input's, and steals nothing from this compute
+    kids = contention.step_contention(_generator_step("Iterator::Generator"), thread_cpu=_record(0.0, (5.0,)))
+    assert kids["steps"][5]["input_cpu_ms"] == pytest.approx(4.0) and kids["steps"][5]["stolen_ms"] == 0.0
+    # without a from_generator source a Python thread of the process is nobody's input
+    other = contention.step_contention(_generator_step("Iterator::TensorSlice"), thread_cpu=_record(5.0))
+    assert not other["python_loader"] and other["steps"][5]["stolen_ms"] == 0.0
+
+
+def test_the_record_keeps_the_cpu_of_threads_that_ended_inside_the_window():
+    # Keras stops a PyDataset's worker pool once it has queued the epoch's last batches, often inside the window:
+    # a thread gone by the stop snapshot is not in it, but the process's CPU clock still holds what it used
+    from tfbertperf.profile import threadcpu
+
+    a = {"t": 0.0, "threads": {1: (1.0, 0.0), 7: (0.5, 0.0)}, "names": {1: "python", 7: "python"},
+         "python": {7: "Thread-2 (worker)"}, "children": {}, "process_cpu": 1.5}
+    b = {"t": 0.3, "threads": {1: (1.1, 0.0)}, "names": {1: "python"}, "python": {}, "children": {},
+         "process_cpu": 1.8}
+    rec = threadcpu.window_record(a, b)
+    assert rec["exited"] == {"cpu_ms": pytest.approx(200.0), "python": ["Thread-2 (worker)"]}
+    assert rec["children"] == []

@@ -1,0 +1,51 @@
+"""The program's own Python loader, where the capture shows its batches come from Python (issue 29: analyze right
+on programs nobody here wrote).
+
+Keras brings a `keras.utils.PyDataset` (and a Python generator) to tf.data through `Dataset.from_generator`: the
+capture's input ops then hold an `Iterator::…Generator` source, and the batches are built by the user's
+`__getitem__`, on the training process's Python threads (PyDataset(workers=N): a thread pool and an enqueuer
+thread) or in child processes (use_multiprocessing=True).  The capture records no event for either, so their CPU
+reaches `analyze` only through ProfileCallback's thread-CPU record (profile/threadcpu.py, snapshot(loaders=True):
+the process's Python threads by name, its child processes' CPU).  How it costs the step (profile/contention.py):
+  - a loader thread runs Python, holding the interpreter lock the step's own Python waits for: its CPU costs the
+    step whole, as a `py_function`'s does;
+  - a child process competes for the cores only: its CPU is the input's like a tf.data thread's (fair share of
+    the oversubscribed cores, the pool share p).
+Measured (tools/bench/bench_python_loader.py, BENCHMARKS.md): a PyDataset whose __getitem__ computes 8 ms in
+Python, with workers=2 threads, ran as slowly as with one worker and read "compute-bound, input 7–9 %" where its
+what-if measured 75 % ± 11; with 2 worker processes "compute-bound, 13–19 %" where the what-if measured 49 % ± 16.
+Python threads are the loader's only where the capture has a from_generator source: elsewhere a Python thread of
+the process (a logger, a metrics exporter) is nobody's input.
+"""
+
+from __future__ import annotations
+
+import re
+
+GENERATOR = re.compile(r"^Iterator::(.*::)?Generator")
+"""A `Dataset.from_generator` source's iterator event (trace viewer: "Iterator::Generator"; xprof's op table:
+"Iterator::Root::Prefetch::FlatMap[0]::Generator")."""
+
+
+def is_generator(name: str) -> bool:
+    return bool(GENERATOR.match(name))
+
+
+def loader_cpu_us(record: dict | None) -> tuple[float, float, set[int]]:
+    """(CPU µs of the process's Python threads but the main one and tfbertperf's own — with the CPU of the threads
+    that ended inside the window where Python threads were among them —, CPU µs of its child processes, the Python
+    threads' line ids) over the capture window, from a threadcpu SIDECAR record written with loaders=True; (0, 0,
+    ∅) without one."""
+    py = kids = 0.0
+    ids: set[int] = set()
+    for r in (record or {}).get("threads") or ():
+        name = r.get("python")
+        if name and not str(name).startswith("tfbertperf"):
+            py += float(r["cpu_ms"]) * 1e3
+            ids |= {int(r["line_id"])} if r.get("line_id") is not None else set()
+    for c in (record or {}).get("children") or ():
+        kids += float(c["cpu_ms"]) * 1e3
+    exited = (record or {}).get("exited") or {}
+    if any(not str(n).startswith("tfbertperf") for n in exited.get("python") or ()):
+        py += float(exited.get("cpu_ms") or 0.0) * 1e3  # a loader pool that ended inside the window
+    return py, kids, ids

@@ -1,0 +1,104 @@
+"""A user's Keras fit on a `PyDataset` (issue 29, the loader tf.data's knobs do not reach): what `tfbertperf
+analyze` says from the capture alone, and what following its advice measures.  Prints a markdown table.
+
+Program: tests/programs/keras_pydataset.py (an MLP fed by a PyDataset whose __getitem__ waits READ ms, a slow read,
+and then computes CPU ms in Python), each configuration a fresh interpreter, the configurations taking turns per
+repetition so that a load change hits them alike:
+  reads   --read-ms 20: workers=1 (the loader as written) vs workers=4 threads (the advice for waiting reads)
+  python  --read-ms 0 --cpu-ms 8: workers=1 vs workers=2 threads vs workers=2 processes (the advice for CPU-heavy
+          __getitem__: threads share the interpreter lock)
+Per run: the unprofiled steady step (ProfileCallback's step times), the measured what-if (ProfileCallback(probe=True)
+in the same fit: the truth), and analyze's verdict, input estimate and first advice from the capture alone (the
+step file moved aside); per configuration the speed-up over workers=1, the median over repetitions of the per-pair
+ratio.
+
+    python tools/bench/bench_python_loader.py --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ROOT / "tests" / "programs" / "keras_pydataset.py"
+CASES = {
+    "reads": (["--read-ms", "20"], [("workers=1", ["--workers", "1"]), ("workers=4 threads", ["--workers", "4"])]),
+    "python": (["--read-ms", "0", "--cpu-ms", "8"],
+               [("workers=1", ["--workers", "1"]), ("workers=2 threads", ["--workers", "2"]),
+                ("workers=2 processes", ["--workers", "2", "--processes"])]),
+}
+
+
+def _run(args: list[str], out: str, steps: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    res = subprocess.run([sys.executable, str(PROGRAM), "--out", out, "--probe", "--steps", str(steps), *args],
+                         capture_output=True, text=True, env=env, timeout=900)
+    if res.returncode != 0:
+        raise SystemExit(f"{PROGRAM.name} {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1:]}")
+    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    sys.path.insert(0, str(ROOT))
+    from tfbertperf.analyze import analyze
+
+    files = list(Path(out).glob("plugins/profile/*/tfbertperf_steps.json"))
+    for f in files:  # the capture alone: the probe's step file aside
+        f.rename(f.with_suffix(".aside"))
+    try:
+        doc = analyze(out)
+    finally:
+        for f in files:
+            f.with_suffix(".aside").rename(f)
+    v, a = doc["verdict"], doc["attribution"]
+    first = (v.get("actions") or [{}])[0].get("advice", "")
+    key = ("loader (PyDataset workers / tf.data)" if "PyDataset(workers=N)" in first else
+           "tf.data map" if "num_parallel_calls" in first else first[:40])
+    w = rec.get("what_if") or {}
+    return {**rec, "bottleneck": v["bottleneck"] + (" (undecided)" if v.get("undecided") else ""),
+            "estimate": a.get("input_cost_estimate_fraction"), "advice": key,
+            "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--steps", type=int, default=250, help="fit steps (the probe's blocks need a few hundred)")
+    a = p.parse_args(argv)
+    load0 = os.getloadavg()[0]
+    t0 = time.time()
+    print("| case | configuration | rep | unprofiled step ms | speed-up vs workers=1 (this rep) | what-if input "
+          "(truth) | capture alone: input | error | verdict | first advice |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    summary = []
+    for case in a.cases.split(","):
+        common, configs = CASES[case]
+        ratios: dict[str, list[float]] = {name: [] for name, _ in configs}
+        for rep in range(1, a.reps + 1):
+            base = None
+            for name, extra in configs:
+                out = tempfile.mkdtemp(prefix=f"bench-pyloader-{case}-")
+                r = _run(common + extra, out, a.steps)
+                base = r["steady_ms"] if base is None else base
+                ratios[name].append(base / r["steady_ms"])
+                t, e = r["truth"], r["estimate"]
+                err = f"{100 * (e - t):+.1f} pp" if t is not None and e is not None else "—"
+                truth = f"{100 * t:.0f} % ± {100 * (r['truth_ci'] or 0):.0f}" if t is not None else "—"
+                print(f"| {case} | {name} | {rep} | {r['steady_ms']:.2f} | {base / r['steady_ms']:.2f}× | {truth} | "
+                      f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} |", flush=True)
+        summary += [(case, name, statistics.median(v)) for name, v in ratios.items() if name != "workers=1"]
+    print()
+    for case, name, ratio in summary:
+        print(f"{case}: {name} {ratio:.2f}× the workers=1 step rate (median of per-rep ratios)")
+    print(f"\n{time.time() - t0:.0f} s, load (1 min) {load0:.1f} → {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
