@@ -83,9 +83,9 @@ def test_a_pydataset_fit_gets_the_loaders_advice_and_a_tf_data_map_keeps_its_own
 @pytest.mark.slow  # a real fit whose loader computes in Python on two worker threads (~12 s)
 def test_a_pydataset_computing_on_worker_threads_is_input_bound_not_compute_bound(tmp_path):
     # The loader's __getitem__ computes 8 ms in Python on PyDataset(workers=2) threads: they hold the interpreter
-    # lock the step needs, and the step ran as slowly as with one worker (BENCHMARKS: what-if 75 % ± 11).  The
+    # lock the step needs, and the step ran as slowly as with one worker (BENCHMARKS: what-if 72–73 %).  The
     # capture shows none of that work (no events on those threads); before the loader's CPU was read from the
-    # thread record, analyze said "compute-bound, input 7–9 %".
+    # thread record, analyze said "compute-bound, input 8–9 %".
     from tfbertperf.analyze import analyze
 
     _program().run(str(tmp_path / "threads"), workers=2, read_ms=0.0, cpu_ms=8.0, steps=50, window="15:40")

@@ -12,7 +12,7 @@ in the same fit: the truth), and analyze's verdict, input estimate and first adv
 step file moved aside); per configuration the speed-up over workers=1, the median over repetitions of the per-pair
 ratio.
 
-    python tools/bench/bench_python_loader.py --reps 3
+    python tools/bench/bench_python_loader.py --reps 3 [--baseline /tmp/wt-before]
 """
 
 from __future__ import annotations
@@ -37,32 +37,49 @@ CASES = {
 }
 
 
-def _run(args: list[str], out: str, steps: int) -> dict:
+_ANALYZE = """
+import glob, json, os, sys
+from tfbertperf.analyze import analyze
+files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
+for f in files:  # the capture alone: the probe's step file aside
+    os.replace(f, f + '.aside')
+try:
+    d = analyze(sys.argv[1])
+finally:
+    for f in files:
+        os.replace(f + '.aside', f)
+v = d['verdict']
+print(json.dumps({'estimate': d['attribution'].get('input_cost_estimate_fraction'),
+                  'bottleneck': v['bottleneck'] + (' (undecided)' if v.get('undecided') else ''),
+                  'first': (v.get('actions') or [{}])[0].get('advice', '')}))
+"""
+
+
+def _analyze(pythonpath: str, out: str) -> dict:
+    """analyze on the capture alone, with the tfbertperf on `pythonpath` (this tree, or --baseline's)."""
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    res = subprocess.run([sys.executable, "-c", _ANALYZE, out], capture_output=True, text=True, env=env,
+                         cwd=tempfile.gettempdir(), timeout=600)
+    if res.returncode != 0:
+        raise SystemExit(f"analyze ({pythonpath}) failed on {out}: {res.stderr.strip().splitlines()[-1:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     res = subprocess.run([sys.executable, str(PROGRAM), "--out", out, "--probe", "--steps", str(steps), *args],
                          capture_output=True, text=True, env=env, timeout=900)
     if res.returncode != 0:
         raise SystemExit(f"{PROGRAM.name} {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1:]}")
     rec = json.loads(res.stdout.strip().splitlines()[-1])
-    sys.path.insert(0, str(ROOT))
-    from tfbertperf.analyze import analyze
-
-    files = list(Path(out).glob("plugins/profile/*/tfbertperf_steps.json"))
-    for f in files:  # the capture alone: the probe's step file aside
-        f.rename(f.with_suffix(".aside"))
-    try:
-        doc = analyze(out)
-    finally:
-        for f in files:
-            f.with_suffix(".aside").rename(f)
-    v, a = doc["verdict"], doc["attribution"]
-    first = (v.get("actions") or [{}])[0].get("advice", "")
-    key = ("loader (PyDataset workers / tf.data)" if "PyDataset(workers=N)" in first else
-           "tf.data map" if "num_parallel_calls" in first else first[:40])
+    now = _analyze(str(ROOT), out)
+    then = _analyze(baseline, out) if baseline else None
+    key = ("loader (PyDataset workers / tf.data)" if "PyDataset(workers=N)" in now["first"] else
+           "tf.data map" if "num_parallel_calls" in now["first"] else now["first"][:40])
     w = rec.get("what_if") or {}
-    return {**rec, "bottleneck": v["bottleneck"] + (" (undecided)" if v.get("undecided") else ""),
-            "estimate": a.get("input_cost_estimate_fraction"), "advice": key,
-            "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95")}
+    return {**rec, "bottleneck": now["bottleneck"], "estimate": now["estimate"], "advice": key,
+            "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95"),
+            "before": (f"{then['bottleneck']}, {100 * (then['estimate'] or 0):.0f} %" if then else "")}
 
 
 def main(argv=None) -> int:
@@ -70,12 +87,13 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--steps", type=int, default=250, help="fit steps (the probe's blocks need a few hundred)")
+    p.add_argument("--baseline", default="", help="another checkout whose analyze reads the same captures")
     a = p.parse_args(argv)
     load0 = os.getloadavg()[0]
     t0 = time.time()
     print("| case | configuration | rep | unprofiled step ms | speed-up vs workers=1 (this rep) | what-if input "
-          "(truth) | capture alone: input | error | verdict | first advice |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "(truth) | capture alone: input | error | verdict | first advice | baseline: verdict, input |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = []
     for case in a.cases.split(","):
         common, configs = CASES[case]
@@ -84,14 +102,14 @@ def main(argv=None) -> int:
             base = None
             for name, extra in configs:
                 out = tempfile.mkdtemp(prefix=f"bench-pyloader-{case}-")
-                r = _run(common + extra, out, a.steps)
+                r = _run(common + extra, out, a.steps, a.baseline)
                 base = r["steady_ms"] if base is None else base
                 ratios[name].append(base / r["steady_ms"])
                 t, e = r["truth"], r["estimate"]
                 err = f"{100 * (e - t):+.1f} pp" if t is not None and e is not None else "—"
                 truth = f"{100 * t:.0f} % ± {100 * (r['truth_ci'] or 0):.0f}" if t is not None else "—"
                 print(f"| {case} | {name} | {rep} | {r['steady_ms']:.2f} | {base / r['steady_ms']:.2f}× | {truth} | "
-                      f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} |", flush=True)
+                      f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} | {r['before']} |", flush=True)
         summary += [(case, name, statistics.median(v)) for name, v in ratios.items() if name != "workers=1"]
     print()
     for case, name, ratio in summary:
