@@ -6,8 +6,9 @@ user's own loader).  Keras brings a PyDataset to tf.data through `Dataset.from_g
     python tests/programs/keras_pydataset.py --out /tmp/pyds --workers 2 --processes --read-ms 0 --cpu-ms 8
 
 --cpu-ms makes each __getitem__ also compute in Python for that long (the interpreter lock held: threads do not
-help it, processes do).  Prints one JSON line: {"workers", "processes", "logdir", "step_ms" (mean step of the profiled window, ms), "steady_ms" (mean
-unprofiled step after warm-up, ms)}.
+help it, processes do). Prints one JSON line: {"workers", "processes", "logdir", "step_ms" (mean step of the
+profiled window, ms), "steady_ms" (the step file's unprofiled step, ms), "what_if" (--probe: ProfileCallback's
+measured what-if, else null)}.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def run(out: str, workers: int, read_ms: float = 20.0, steps: int = 90, window: 
     # from buffers filled meanwhile, left out); this mean of the others where there is none
     steady = (json.loads(cb.step_file.read_text())["summary"].get("unprofiled_step_ms") if cb.step_file else None)
     return {"workers": workers, "processes": processes, "logdir": out, "step_ms": statistics.fmean(times[a:b]),
-            "steady_ms": steady or statistics.fmean(times[5:a] + times[b + 8:]), "what_if": cb.what_if if probe else None}
+            "steady_ms": steady or statistics.fmean(times[5:a] + times[b + 8:]),
+            "what_if": cb.what_if if probe else None}
 
 
 def main(argv=None) -> None:

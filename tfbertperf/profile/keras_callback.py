@@ -219,7 +219,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
             capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
-            self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: analyze's input CPU
+            self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: input CPU
             self._profiling = True
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()

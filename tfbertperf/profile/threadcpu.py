@@ -122,9 +122,8 @@ def window_record(a: dict, b: dict) -> dict:
     {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
     "clock" ("schedstat": CPU and run-queue wait from the kernel's per-thread counters), "threads": [{"tid",
     "line_id" (the thread's line id in the capture's host plane, line_ids; None where unknown), "name", "cpu_ms",
-    "runqueue_ms", "python" (a Python thread's name)}], and with snapshot(loaders=True) "children": [{"pid",
-    "name", "cpu_ms"}] and "exited": {"cpu_ms" of the threads that ended inside the span, "python": those of them
-    that were Python threads}} — threads started inside count from 0."""
+    "runqueue_ms", "python" (a Python thread's name)}], with loaders=True "children": [{"pid", "name", "cpu_ms"}],
+    "exited": {"cpu_ms" of threads that ended inside the span, "python": the Python ones}} — new threads from 0."""
     threads = []
     lines = line_ids(b["threads"])
     python = {**a.get("python", {}), **b.get("python", {})}
@@ -135,8 +134,9 @@ def window_record(a: dict, b: dict) -> dict:
                         "cpu_ms": round(max(0.0, cpu - cpu0) * 1e3, 3),
                         "runqueue_ms": round(max(0.0, wait - wait0) * 1e3, 3),
                         **({"python": python[tid]} if tid in python else {})})
-    children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - a.get("children", {}).get(pid, (0.0,))[0])
-                                                         * 1e3, 3)} for pid, (cpu, _, name) in b.get("children", {}).items()]
+    before = {pid: v[0] for pid, v in a.get("children", {}).items()}
+    children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - before.get(pid, 0.0)) * 1e3, 3)}
+                for pid, (cpu, _, name) in b.get("children", {}).items()]
     if "process_cpu" in a and "process_cpu" in b:  # threads that ended inside the span (a PyDataset's pool at the
         alive = sum(r["cpu_ms"] for r in threads)  # epoch's last batches): the process's CPU less the live ones'
         exited = {"cpu_ms": round(max(0.0, (b["process_cpu"] - a["process_cpu"]) * 1e3 - alive), 3),

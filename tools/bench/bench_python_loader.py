@@ -109,7 +109,8 @@ def main(argv=None) -> int:
                 err = f"{100 * (e - t):+.1f} pp" if t is not None and e is not None else "—"
                 truth = f"{100 * t:.0f} % ± {100 * (r['truth_ci'] or 0):.0f}" if t is not None else "—"
                 print(f"| {case} | {name} | {rep} | {r['steady_ms']:.2f} | {base / r['steady_ms']:.2f}× | {truth} | "
-                      f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} | {r['before']} |", flush=True)
+                      f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} | {r['before']} |",
+                      flush=True)
         summary += [(case, name, statistics.median(v)) for name, v in ratios.items() if name != "workers=1"]
     print()
     for case, name, ratio in summary:
