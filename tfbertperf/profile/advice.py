@@ -97,6 +97,20 @@ def _python_loader(c: dict) -> bool:
     return c["pyloader"] >= PYTHON_LOADER_SHARE
 
 
+LOADER_COMPUTES_SHARE = 0.5
+"""A Python loader computes where its measured CPU a step (worker threads', processes', or its generator's tf.data
+thread's) is ≥ half the step: worker processes help, threads do not (1.74× and 0.99×, BENCHMARKS.md "a user's own
+Python loader"); below it worker threads help (a waiting read: 5.1× with 4 threads)."""
+
+
+def _loader_computes(c: dict) -> bool:
+    return c["loader_ms"] is not None and c["loader_ms"] >= LOADER_COMPUTES_SHARE * c["step_ms"]
+
+
+def _loader_waits(c: dict) -> bool:
+    return c["loader_ms"] is not None and not _loader_computes(c)
+
+
 def _tfdata_input(c: dict) -> bool:
     """The input is tf.data's own work: advice about its maps, reads and prefetch applies."""
     return not _loader_not_tfdata(c) and not _python_loader(c)
@@ -140,10 +154,24 @@ ADVICE: tuple[Advice, ...] = (
            lambda c: c["pipe"].get("cache") == "none", runs="ours"),
     # ---- input-bound, foreign programs: what to look at in their pipeline
     Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
+                    "{pyloader:.0%} of the input ops' time) and its Python computes ({loader_ms:.1f} ms of CPU a "
+                    "{step_ms:.1f} ms step), out of reach of tf.data's parallel map and prefetch: load them in worker "
+                    "processes — PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock "
+                    "with the step — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or "
+                    "prepare the batches offline", lambda c: _python_loader(c) and _loader_computes(c),
+           runs="foreign"),
+    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
+                    "{pyloader:.0%} of the input ops' time) and mostly wait ({loader_ms:.1f} ms of CPU a {step_ms:.1f} "
+                    "ms step), out of reach of tf.data's parallel map and prefetch: load them in parallel — "
+                    "PyDataset(workers=N) threads — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), "
+                    "prefetch), or prepare the batches offline", lambda c: _python_loader(c) and _loader_waits(c),
+           runs="foreign"),
+    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
                     "{pyloader:.0%} of the input ops' time), out of reach of tf.data's parallel map and prefetch: "
                     "load them in parallel — PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy "
                     "__getitem__ — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or "
-                    "prepare the batches offline", _python_loader, runs="foreign"),
+                    "prepare the batches offline", lambda c: _python_loader(c) and c["loader_ms"] is None,
+           runs="foreign"),
     Advice("input", "reads dominate the input pipeline: interleave files in parallel (cycle_length → autotune), "
                     "prefetch → autotune, stage remote shards to local disk",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
@@ -276,7 +304,8 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",
-           "pyloader": _generator_share(att),
+           "pyloader": _generator_share(att), "loader_ms": att.get("input_loader_cpu_ms_per_step"),
+           "step_ms": float(att.get("step_time_ms") or 0.0),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")

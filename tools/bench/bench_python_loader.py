@@ -74,8 +74,11 @@ def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     now = _analyze(str(ROOT), out)
     then = _analyze(baseline, out) if baseline else None
-    key = ("loader (PyDataset workers / tf.data)" if "PyDataset(workers=N)" in now["first"] else
-           "tf.data map" if "num_parallel_calls" in now["first"] else now["first"][:40])
+    first = now["first"]
+    key = ("loader: worker processes" if "worker processes" in first else
+           "loader: worker threads" if "PyDataset(workers=N) threads" in first else
+           "loader (processes or threads)" if "PyDataset(workers=N)" in first else
+           "tf.data map" if "num_parallel_calls" in first else first[:40])
     w = rec.get("what_if") or {}
     return {**rec, "bottleneck": now["bottleneck"], "estimate": now["estimate"], "advice": key,
             "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95"),
