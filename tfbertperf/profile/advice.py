@@ -103,6 +103,11 @@ thread's) is ≥ half the step: worker processes help, threads do not (1.74× an
 Python loader"); below it worker threads help (a waiting read: 5.1× with 4 threads)."""
 
 
+_PY_SOURCE = "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: {pyloader:.0%} " \
+             "of the input ops' time)"
+_PY_ELSE = "or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or prepare the batches offline"
+
+
 def _loader_computes(c: dict) -> bool:
     return c["loader_ms"] is not None and c["loader_ms"] >= LOADER_COMPUTES_SHARE * c["step_ms"]
 
@@ -153,25 +158,16 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "cache after parse when the data fits in memory (--set pipeline.cache=memory)",
            lambda c: c["pipe"].get("cache") == "none", runs="ours"),
     # ---- input-bound, foreign programs: what to look at in their pipeline
-    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
-                    "{pyloader:.0%} of the input ops' time) and its Python computes ({loader_ms:.1f} ms of CPU a "
-                    "{step_ms:.1f} ms step), out of reach of tf.data's parallel map and prefetch: load them in worker "
-                    "processes — PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock "
-                    "with the step — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or "
-                    "prepare the batches offline", lambda c: _python_loader(c) and _loader_computes(c),
-           runs="foreign"),
-    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
-                    "{pyloader:.0%} of the input ops' time) and mostly wait ({loader_ms:.1f} ms of CPU a {step_ms:.1f} "
-                    "ms step), out of reach of tf.data's parallel map and prefetch: load them in parallel — "
-                    "PyDataset(workers=N) threads — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), "
-                    "prefetch), or prepare the batches offline", lambda c: _python_loader(c) and _loader_waits(c),
-           runs="foreign"),
-    Advice("input", "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: "
-                    "{pyloader:.0%} of the input ops' time), out of reach of tf.data's parallel map and prefetch: "
-                    "load them in parallel — PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy "
-                    "__getitem__ — or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or "
-                    "prepare the batches offline", lambda c: _python_loader(c) and c["loader_ms"] is None,
-           runs="foreign"),
+    Advice("input", _PY_SOURCE + " and its Python computes ({loader_ms:.1f} ms of CPU a {step_ms:.1f} ms step), "
+                    "out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
+                    "PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock with the step "
+                    "— " + _PY_ELSE, lambda c: _python_loader(c) and _loader_computes(c), runs="foreign"),
+    Advice("input", _PY_SOURCE + " and mostly wait ({loader_ms:.1f} ms of CPU a {step_ms:.1f} ms step), out of reach "
+                    "of tf.data's parallel map and prefetch: load them in parallel — PyDataset(workers=N) threads — "
+                    + _PY_ELSE, lambda c: _python_loader(c) and _loader_waits(c), runs="foreign"),
+    Advice("input", _PY_SOURCE + ", out of reach of tf.data's parallel map and prefetch: load them in parallel — "
+                    "PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy __getitem__ — " + _PY_ELSE,
+           lambda c: _python_loader(c) and c["loader_ms"] is None, runs="foreign"),
     Advice("input", "reads dominate the input pipeline: interleave files in parallel (cycle_length → autotune), "
                     "prefetch → autotune, stage remote shards to local disk",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
