@@ -14,7 +14,7 @@ the process's Python threads by name, its child processes' CPU).  How it costs t
 Measured (tools/bench/bench_python_loader.py, BENCHMARKS.md): a PyDataset whose __getitem__ computes 8 ms in
 Python, with workers=2 threads, ran as slowly as with one worker and read "compute-bound, input 8–9 %" where its
 what-if measured 72–73 %; with 2 worker processes "compute-bound" at 15–16 % or undecided at 21 % where the what-if
-measured 49–54 %.  Now: input-bound, 67–69 % and 35–40 % (the processes' fair share reads them low).
+measured 49–57 %.  Now: input-bound, 67–70 % and 35–42 % (the processes' fair share reads them low).
 Python threads are the loader's only where the capture has a from_generator source: elsewhere a Python thread of
 the process (a logger, a metrics exporter) is nobody's input.
 """
