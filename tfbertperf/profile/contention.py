@@ -38,16 +38,14 @@ and mean |error| (mean signed error) against the truth:
   replayed on the same kind of profiles (4 repetitions per strength, R = 4 / 12 / 24, mean signed error):
   - the former "lock-step" model (an op ends when its slowest slice ends and nothing rebalances: with
     m = ceil(k_in / C) input threads on the most loaded core, lost = m / (1 + m)) overshot: +5 / +12 / +2 pp
-    (earlier runs at R = 12: +14..+18 pp).  It only differs from this one when k_in is not a multiple of C.
+    (+14..+18 pp at R = 12 earlier); it only differs from this one when k_in is not a multiple of C.
   - counting the compute's demand instant by instant (k_c(t) busy compute threads; steal only while
     k_c(t) + k_in(t) > C) undershot at every strength: −8 / −10 / −12 pp (−7 / −6 / −6 with k_c capped at C).
     The compute's gaps between pool tasks last tens to hundreds of µs, less than a scheduler time slice: an
     input thread that takes a core in a gap holds it past the gap.  At the time scale of an op a CPU-bound
     model needs all its W cores, so W is taken per step (the compute's width), not per instant.
-  On an earlier version of the stall program (a per-example map: thousands of tiny input ops) this fair-share
-  share undershot (truth 0.60–0.86, estimate 0.40–0.73, lock-step 0.46–0.76; that truth came from the 8-step
-  blocks that read low under a heavy stall, see stall_loop.what_if_truth): for pipelines of many tiny ops the
-  estimate may read low.
+  On a per-example stall map (thousands of tiny input ops) it undershot: truth 0.60–0.86, estimate 0.40–0.73 (the
+  8-step truth blocks read low under a heavy stall, stall_loop.what_if_truth); many tiny ops may read low.
 
 Measured CPU (issue 29: CPU is CPU, waits are waits).  Busy wall time is not CPU: a `py_function` that sleeps or
 a read blocked on a socket keeps an input thread "busy" while it takes no core, and a pipeline whose work the
@@ -89,9 +87,8 @@ compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer
 in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
 input 18 pp low.  A from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
-Replayed on own Keras fit programs (tests/programs/keras_fit_shapes.py, tools/bench/bench_analyze_foreign_rules.py,
-BENCHMARKS.md "issue 29"): a waiting map (no CPU) now adds no stolen time, and a per-example parse competing
-for the model's two cores is counted by its measured CPU.  Without measured CPU (a capture with no threadcpu.json, or threads the
+Replayed on own Keras fits (BENCHMARKS.md "issue 29"): a waiting map adds no stolen time, a per-example parse beside
+the model counts by its measured CPU.  Without measured CPU (a capture with no threadcpu.json, or threads the
 record cannot name) busy periods stand in as below, except that the wall time of Python function ops on input
 threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may as well wait as compute) is not
 counted as CPU — the estimate then says so (`input_cpu_basis`).
@@ -234,7 +231,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     Returns:
       {"cores": C, "input_cpu_basis": "measured" | "estimated" (the busy-period model; py_function wall not
        counted), "measured_threads": input threads whose CPU was measured, "python_loader": a from_generator
-       source's own loader CPU counted (profile/loaders.py), "steps": {step_num: {"step_ms",
+       source's own loader CPU counted (profile/loaders.py), "loader_cpu_ms": that loader's CPU a step (None
+       without a from_generator source or a record), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
        (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
@@ -269,8 +267,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
             measured[key] = (_union([_span(e) for e in evs]), own, python)
             measured_ids.append(threadcpu.line_id(name))
-    # the program's own Python loader (profile/loaders.py): where a from_generator source feeds the input, the
-    # process's Python threads and child processes the capture records no event for are the input's too
+    # a from_generator source's own loader (profile/loaders.py): its unrecorded threads and processes are input too
     generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
     traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
@@ -345,5 +342,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             "compute_width": width,
         }
     loader = bool(loader_py or loader_kids)
+    # the loader's CPU a step, its generator's tf.data threads with it (advice.py: worker processes or threads)
+    own = loader_py + loader_kids + sum(cpu for _, cpu, python in measured.values() if python)
     return {"cores": C, "input_cpu_basis": "measured" if measured or loader else "estimated",
-            "measured_threads": len(measured), "python_loader": loader, "steps": out}
+            "measured_threads": len(measured), "python_loader": loader, "steps": out,
+            "loader_cpu_ms": own / 1e3 / len(out) if generator and thread_cpu and out else None}

@@ -51,21 +51,3 @@ def loader_cpu_us(record: dict | None) -> tuple[float, float, set[int]]:
         py += float(exited.get("cpu_ms") or 0.0) * 1e3  # a loader pool that ended inside the window
     return py, kids, ids
 
-
-def cpu_per_step_ms(trace: dict, record: dict | None, steps: int) -> float | None:
-    """The loader's CPU per captured step (ms) where the capture has a from_generator source and its thread record:
-    its Python threads' and child processes' (loader_cpu_us) and that of the tf.data threads that ran Python
-    function ops (a PyDataset without workers: the source's own generator); None otherwise.  Against the step it
-    tells a loader that computes (worker processes help, threads do not: they share the interpreter lock) from one
-    that waits (worker threads help) — advice.py."""
-    from tfbertperf.profile import contention, threadcpu  # contention reads this module
-
-    names = contention.thread_table(trace)["threads"]
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    if not record or steps <= 0 or not any(is_generator(e["name"]) for e in events):
-        return None
-    python_lines = {threadcpu.line_id(names.get((e.get("pid"), e.get("tid")), "")) for e in events
-                    if contention.PY_FUNC_EVENT.search(e["name"])} - {None}
-    cpu = threadcpu.measured_cpu_us(record)
-    py, kids, _ = loader_cpu_us(record)
-    return (py + kids + sum(cpu.get(lid, 0.0) for lid in python_lines)) / 1e3 / steps

@@ -82,7 +82,7 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "basis": res["input_cpu_basis"] + (" loader" if res.get("python_loader") else ""),
         # the estimate's spread over the captured steps: its 95 % interval (profile/undecided.py reads it)
         "ci95": mean_ci95([(s["wait_ms"] + s["stolen_ms"]) / s["step_ms"] for s in steps if s["step_ms"] > 0]),
-        "loader_cpu_ms": loaders.cpu_per_step_ms(trace, thread_cpu, len(res["steps"])),  # a Python loader's
+        "loader_cpu_ms": res["loader_cpu_ms"],  # a Python loader's CPU a step (advice: processes or threads)
     }
 
 
