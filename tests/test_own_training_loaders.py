@@ -178,10 +178,15 @@ def test_the_record_keeps_the_cpu_of_threads_that_ended_inside_the_window():
     # a thread gone by the stop snapshot is not in it, but the process's CPU clock still holds what it used
     from tfbertperf.profile import threadcpu
 
+    # and likewise a use_multiprocessing pool's processes: once reaped, their whole CPU is the process's children
+    # CPU clock (os.times) — less what they had used by the first snapshot
     a = {"t": 0.0, "threads": {1: (1.0, 0.0), 7: (0.5, 0.0)}, "names": {1: "python", 7: "python"},
-         "python": {7: "Thread-2 (worker)"}, "children": {}, "process_cpu": 1.5}
-    b = {"t": 0.3, "threads": {1: (1.1, 0.0)}, "names": {1: "python"}, "python": {}, "children": {},
-         "process_cpu": 1.8}
+         "python": {7: "Thread-2 (worker)"}, "children": {40: (2.0, 0.1, "python"), 41: (1.0, 0.0, "python")},
+         "process_cpu": 1.5, "children_done": 5.0}
+    b = {"t": 0.3, "threads": {1: (1.1, 0.0)}, "names": {1: "python"}, "python": {},
+         "children": {41: (1.25, 0.0, "python")}, "process_cpu": 1.8, "children_done": 7.1}
     rec = threadcpu.window_record(a, b)
     assert rec["exited"] == {"cpu_ms": pytest.approx(200.0), "python": ["Thread-2 (worker)"]}
-    assert rec["children"] == []
+    # child 41 used 250 ms in the window; child 40 had 2.0 s at the start and was reaped with 2.1 s: 100 ms
+    assert rec["children"] == [{"pid": 41, "name": "python", "cpu_ms": pytest.approx(250.0)},
+                               {"pid": None, "name": "ended inside the window", "cpu_ms": pytest.approx(100.0)}]

@@ -1,11 +1,9 @@
 """How much CPU this process's threads used and wanted over a span: the reading that tells a CPU-bound input
 pipeline from one that waits, on a shared machine and whatever the pipeline's parallelism.
 
-The whole machine's busy fraction cannot say it: other processes fill the cores of a shared machine, and a
-pipeline whose heavy stage is one sequential map saturates one core of many (the machine then reads 50 % busy
-on 2 cores, 3 % on 32) — an engineer still calls that preprocessing-limited (vectorize, parallelize).  So the
-reading is per thread, from two snapshots of /proc/self/task/*/schedstat (Linux: nanoseconds on a CPU, and
-nanoseconds runnable but waiting for one — the run queue), taken at the span's ends:
+The machine's busy fraction cannot say it (other processes fill a shared machine; one sequential map saturates one
+core of many: 3 % busy on 32 cores), so the reading is per thread, from two snapshots of /proc/self/task/*/schedstat
+(Linux: ns on a CPU, and ns runnable but waiting for one — the run queue), taken at the span's ends:
   process_cores_used     Σ threads' CPU ÷ wall: cores' worth of CPU the process used
   process_cores_wanted   Σ threads' (CPU + run-queue wait) ÷ wall: cores it would have used with the machine to
                          itself (a CPU-bound thread on a loaded machine waits in the run queue, not in a sleep)
@@ -14,9 +12,8 @@ nanoseconds runnable but waiting for one — the run queue), taken at the span's
   cpu_saturation_fraction   max(busiest thread wanted, process_cores_wanted ÷ cores), at most 1: ≥ 0.8 means
                          a stage of the run is bound by the CPU (one thread that never waits for anything but a
                          core, or all the cores wanted), which an idle storage wait never looks like.
-Threads that ended inside the span are not counted; threads that started inside it count from 0.  Where there
-is no schedstat (not Linux), psutil's per-thread CPU times stand in, with no run-queue wait (wanted = used).
-Cost: two small file reads per thread (~100 TF threads: ~4 ms), at the span's two ends only.
+Threads that ended inside the span are not counted (window_record keeps their sum), new ones count from 0.  No
+schedstat (not Linux): psutil's per-thread CPU times, no run-queue wait.  Cost: ~4 ms (~100 threads), twice a span.
 """
 
 from __future__ import annotations
@@ -56,6 +53,7 @@ def snapshot(loaders: bool = False) -> dict:
                          if th is not threading.main_thread() and not isinstance(th, threading._DummyThread)}
         out["children"] = {pid: (*_task_sum(pid), _name(pid, pid)) for pid in _children()}
         out["process_cpu"] = time.process_time()  # every thread's, also those that end before the next snapshot
+        out["children_done"] = sum(os.times()[2:4])  # the children reaped so far, their whole CPU
     return out
 
 
@@ -71,8 +69,7 @@ def _children() -> set[int]:
     return {int(x) for p in glob.glob(f"/proc/{os.getpid()}/task/*/children") for x in _read(p).split()}
 
 
-def _task_sum(pid: int) -> tuple[float, float]:
-    """(CPU s, run-queue wait s) of a process, all its threads summed (schedstat)."""
+def _task_sum(pid: int) -> tuple[float, float]:  # (CPU s, run-queue wait s) of a process, all its threads
     rows = [r for r in (_read(p).split()[:2] for p in glob.glob(f"/proc/{pid}/task/*/schedstat")) if len(r) == 2]
     return sum(int(r[0]) for r in rows) / 1e9, sum(int(r[1]) for r in rows) / 1e9
 
@@ -120,10 +117,10 @@ SIDECAR_SCHEMA = "tfbertperf.threadcpu/1"
 def window_record(a: dict, b: dict) -> dict:
     """The sidecar's content for the span between snapshots a (capture start) and b (capture stop):
     {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
-    "clock" ("schedstat": CPU and run-queue wait from the kernel's per-thread counters), "threads": [{"tid",
-    "line_id" (the thread's line id in the capture's host plane, line_ids; None where unknown), "name", "cpu_ms",
-    "runqueue_ms", "python" (a Python thread's name)}], with loaders=True "children": [{"pid", "name", "cpu_ms"}],
-    "exited": {"cpu_ms" of threads that ended inside the span, "python": the Python ones}} — new threads from 0."""
+    "clock" ("schedstat"), "threads": [{"tid", "line_id" (its line in the capture's host plane, line_ids; None
+    where unknown), "name", "cpu_ms", "runqueue_ms", "python" (a Python thread's name)}], with loaders=True
+    "children": [{"pid" (None: those reaped inside the span), "name", "cpu_ms"}] and "exited": {"cpu_ms" of threads
+    that ended inside the span, "python": the Python ones}} — new threads and children count from 0."""
     threads = []
     lines = line_ids(b["threads"])
     python = {**a.get("python", {}), **b.get("python", {})}
@@ -137,6 +134,9 @@ def window_record(a: dict, b: dict) -> dict:
     before = {pid: v[0] for pid, v in a.get("children", {}).items()}
     children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - before.get(pid, 0.0)) * 1e3, 3)}
                 for pid, (cpu, _, name) in b.get("children", {}).items()]
+    if "children_done" in a and "children_done" in b:  # reaped inside the span (a pool stopped at an epoch's end):
+        done = b["children_done"] - a["children_done"] - sum(v for p, v in before.items() if p not in b["children"])
+        children.append({"pid": None, "name": "ended inside the window", "cpu_ms": round(max(0.0, done) * 1e3, 3)})
     if "process_cpu" in a and "process_cpu" in b:  # threads that ended inside the span (a PyDataset's pool at the
         alive = sum(r["cpu_ms"] for r in threads)  # epoch's last batches): the process's CPU less the live ones'
         exited = {"cpu_ms": round(max(0.0, (b["process_cpu"] - a["process_cpu"]) * 1e3 - alive), 3),
