@@ -99,7 +99,7 @@ def test_a_pydataset_computing_on_worker_threads_is_input_bound_not_compute_boun
     # The loader's __getitem__ computes 8 ms in Python on PyDataset(workers=2) threads: they hold the interpreter
     # lock the step needs, and the step ran as slowly as with one worker (BENCHMARKS: what-if 72–73 %).  The
     # capture shows none of that work (no events on those threads); before the loader's CPU was read from the
-    # thread record, analyze said "compute-bound, input 8–9 %".
+    # thread record, analyze said "compute-bound, input 7–13 %".
     from tfbertperf.analyze import analyze
 
     _program().run(str(tmp_path / "threads"), workers=2, read_ms=0.0, cpu_ms=8.0, steps=50, window="15:40")
