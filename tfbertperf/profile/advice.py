@@ -98,8 +98,9 @@ def _python_loader(c: dict) -> bool:
 
 
 LOADER_COMPUTES_SHARE = 0.5
-"""A Python loader computes where its measured CPU a step (worker threads', processes', or its generator's tf.data
-thread's) is ≥ half the step: worker processes help, threads do not (1.5–1.8× and ~1.0×, BENCHMARKS.md "a user's
+"""A Python loader computes where the CPU it wanted a step (used + run-queue wait: its worker threads, processes, or
+its generator's tf.data thread; loaders.wanted_us, so a busy machine does not turn it into a waiting one) is ≥ half
+the step: worker processes help, threads do not (1.5–1.8× and ~1.0×, BENCHMARKS.md "a user's
 own Python loader"); below it worker threads help (a waiting read: 5.0–5.2× with 4 threads)."""
 
 
@@ -158,12 +159,13 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "cache after parse when the data fits in memory (--set pipeline.cache=memory)",
            lambda c: c["pipe"].get("cache") == "none", runs="ours"),
     # ---- input-bound, foreign programs: what to look at in their pipeline
-    Advice("input", _PY_SOURCE + " and its Python computes ({loader_ms:.1f} ms of CPU a {step_ms:.1f} ms step), "
-                    "out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
+    Advice("input", _PY_SOURCE + " and its Python computes (it wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} "
+                    "ms step), out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
                     "PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock with the step "
                     "— " + _PY_ELSE, lambda c: _python_loader(c) and _loader_computes(c), runs="foreign"),
-    Advice("input", _PY_SOURCE + " and mostly wait ({loader_ms:.1f} ms of CPU a {step_ms:.1f} ms step), out of reach "
-                    "of tf.data's parallel map and prefetch: load them in parallel — PyDataset(workers=N) threads — "
+    Advice("input", _PY_SOURCE + " and mostly wait (the loader wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} ms "
+                    "step), out of reach of tf.data's parallel map and prefetch: load them in parallel — "
+                    "PyDataset(workers=N) threads — "
                     + _PY_ELSE, lambda c: _python_loader(c) and _loader_waits(c), runs="foreign"),
     Advice("input", _PY_SOURCE + ", out of reach of tf.data's parallel map and prefetch: load them in parallel — "
                     "PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy __getitem__ — " + _PY_ELSE,
@@ -300,7 +302,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",
-           "pyloader": _generator_share(att), "loader_ms": att.get("input_loader_cpu_ms_per_step"),
+           "pyloader": _generator_share(att), "loader_ms": att.get("input_loader_wanted_ms_per_step"),
            "step_ms": float(att.get("step_time_ms") or 0.0),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}

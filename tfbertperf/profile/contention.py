@@ -231,8 +231,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     Returns:
       {"cores": C, "input_cpu_basis": "measured" | "estimated" (the busy-period model; py_function wall not
        counted), "measured_threads": input threads whose CPU was measured, "python_loader": a from_generator
-       source's own loader CPU counted (profile/loaders.py), "loader_cpu_ms": that loader's CPU a step (None
-       without a from_generator source or a record), "steps": {step_num: {"step_ms",
+       source's own loader CPU counted (profile/loaders.py), "loader_wanted_ms": the CPU that loader wanted a step
+       (loaders.wanted_us; None without a from_generator source or a record), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
        (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
@@ -342,8 +342,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             "compute_width": width,
         }
     loader = bool(loader_py or loader_kids)
-    # the loader's CPU a step, its generator's tf.data threads with it (advice.py: worker processes or threads)
-    own = loader_py + loader_kids + sum(cpu for _, cpu, python in measured.values() if python)
+    # the CPU the loader wanted a step, its generator's tf.data threads with it (advice.py: processes or threads)
+    own = loaders.wanted_us(thread_cpu, {threadcpu.line_id(threads.get(k, "")) for k, v in measured.items() if v[2]})
     return {"cores": C, "input_cpu_basis": "measured" if measured or loader else "estimated",
             "measured_threads": len(measured), "python_loader": loader, "steps": out,
-            "loader_cpu_ms": own / 1e3 / len(out) if generator and thread_cpu and out else None}
+            "loader_wanted_ms": own / 1e3 / len(out) if generator and thread_cpu and out else None}

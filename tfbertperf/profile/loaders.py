@@ -51,3 +51,21 @@ def loader_cpu_us(record: dict | None) -> tuple[float, float, set[int]]:
         py += float(exited.get("cpu_ms") or 0.0) * 1e3  # a loader pool that ended inside the window
     return py, kids, ids
 
+
+def wanted_us(record: dict | None, generator_lines: set[int]) -> float:
+    """The CPU the loader wanted over the window (µs): CPU used + run-queue wait of its Python threads (but the main
+    one and ours), of its child processes, and of the tf.data threads that ran its generator (`generator_lines`: a
+    PyDataset without workers), with the CPU of its threads and processes that ended inside the window.  Wanted, not
+    only used: on a busy machine a computing loader waits for a core as long as it runs, a waiting loader does
+    neither, so the two stay apart however loaded the machine (advice.py: worker processes or threads)."""
+    total = 0.0
+    for r in (record or {}).get("threads") or ():
+        name = r.get("python")
+        if (name and not str(name).startswith("tfbertperf")) or r.get("line_id") in generator_lines:
+            total += (float(r["cpu_ms"]) + float(r.get("runqueue_ms") or 0.0)) * 1e3
+    for c in (record or {}).get("children") or ():
+        total += (float(c["cpu_ms"]) + float(c.get("runqueue_ms") or 0.0)) * 1e3
+    exited = (record or {}).get("exited") or {}
+    if any(not str(n).startswith("tfbertperf") for n in exited.get("python") or ()):
+        total += float(exited.get("cpu_ms") or 0.0) * 1e3
+    return total

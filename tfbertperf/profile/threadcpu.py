@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import threading
 import time
 
 
@@ -47,8 +48,6 @@ def snapshot(loaders: bool = False) -> dict:
             threads = {}
     out = {"t": t, "threads": threads, "names": {tid: _name(tid) for tid in threads}}
     if loaders:
-        import threading
-
         out["python"] = {th.native_id: th.name for th in threading.enumerate()
                          if th is not threading.main_thread() and not isinstance(th, threading._DummyThread)}
         out["children"] = {pid: (*_task_sum(pid), _name(pid, pid)) for pid in _children()}
@@ -119,8 +118,8 @@ def window_record(a: dict, b: dict) -> dict:
     {"schema", "seconds" (wall), "cores" (the cores this process may run on), "pid" (the main thread's tid),
     "clock" ("schedstat"), "threads": [{"tid", "line_id" (its line in the capture's host plane, line_ids; None
     where unknown), "name", "cpu_ms", "runqueue_ms", "python" (a Python thread's name)}], with loaders=True
-    "children": [{"pid" (None: those reaped inside the span), "name", "cpu_ms"}] and "exited": {"cpu_ms" of threads
-    that ended inside the span, "python": the Python ones}} — new threads and children count from 0."""
+    "children": [{"pid" (None: reaped inside the span), "name", "cpu_ms", "runqueue_ms"}], "exited": {"cpu_ms"
+    of threads that ended inside the span, "python": the Python ones}} — new threads and children count from 0."""
     threads = []
     lines = line_ids(b["threads"])
     python = {**a.get("python", {}), **b.get("python", {})}
@@ -131,9 +130,10 @@ def window_record(a: dict, b: dict) -> dict:
                         "cpu_ms": round(max(0.0, cpu - cpu0) * 1e3, 3),
                         "runqueue_ms": round(max(0.0, wait - wait0) * 1e3, 3),
                         **({"python": python[tid]} if tid in python else {})})
-    before = {pid: v[0] for pid, v in a.get("children", {}).items()}
-    children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - before.get(pid, 0.0)) * 1e3, 3)}
-                for pid, (cpu, _, name) in b.get("children", {}).items()]
+    before, rq = ({pid: v[i] for pid, v in a.get("children", {}).items()} for i in (0, 1))
+    children = [{"pid": pid, "name": name, "cpu_ms": round(max(0.0, cpu - before.get(pid, 0.0)) * 1e3, 3),
+                 "runqueue_ms": round(max(0.0, w - rq.get(pid, 0.0)) * 1e3, 3)}
+                for pid, (cpu, w, name) in b.get("children", {}).items()]
     if "children_done" in a and "children_done" in b:  # reaped inside the span (a pool stopped at an epoch's end):
         done = b["children_done"] - a["children_done"] - sum(v for p, v in before.items() if p not in b["children"])
         children.append({"pid": None, "name": "ended inside the window", "cpu_ms": round(max(0.0, done) * 1e3, 3)})
@@ -240,7 +240,6 @@ def _layout(mem_fd: int) -> tuple[int, int] | None:
     """(descriptor offset below its stack mapping's end, tid offset inside the descriptor), learned from a
     Python thread; None when its descriptor is not where glibc puts it."""
     import struct
-    import threading
 
     seen = {}
     ready, done = threading.Event(), threading.Event()
@@ -298,8 +297,6 @@ def line_ids(tids) -> dict[int, int]:
                 out[tid] = line_id(pd)
         main = os.getpid()
         if main in tids:
-            import threading
-
             out[main] = line_id(threading.main_thread().ident)
         return out
     except (OSError, ValueError):
