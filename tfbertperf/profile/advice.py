@@ -89,7 +89,7 @@ PYTHON_LOADER_SHARE = 0.5
 """The batches come from Python where a `from_generator` source (Keras' PyDataset, a Python generator) runs for at
 least half of the wall time the input ops run: tf.data's own knobs (parallel map, prefetch) then do not reach the
 work, which is the Python loader's.  Measured (issue 29, tools/bench/bench_python_loader.py, BENCHMARKS.md): a Keras
-fit on a PyDataset whose __getitem__ waits 20 ms ran 5.0–5.2× faster with workers=4 threads; one whose __getitem__
+fit on a PyDataset whose __getitem__ waits 20 ms ran 4.8–5.2× faster with workers=4 threads; one whose __getitem__
 computes 8 ms in Python 1.5–1.8× faster with 2 worker processes and 0.96–1.00× with 2 threads."""
 
 
@@ -101,7 +101,7 @@ LOADER_COMPUTES_SHARE = 0.5
 """A Python loader computes where the CPU it wanted a step (used + run-queue wait: its worker threads, processes, or
 its generator's tf.data thread; loaders.wanted_us, so a busy machine does not turn it into a waiting one) is ≥ half
 the step: worker processes help, threads do not (1.5–1.8× and ~1.0×, BENCHMARKS.md "a user's
-own Python loader"); below it worker threads help (a waiting read: 5.0–5.2× with 4 threads)."""
+own Python loader"); below it worker threads help (a waiting read: 4.8–5.2× with 4 threads)."""
 
 
 _PY_SOURCE = "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: {pyloader:.0%} " \

@@ -14,7 +14,7 @@ the process's Python threads by name, its child processes' CPU).  How it costs t
 Measured (tools/bench/bench_python_loader.py, BENCHMARKS.md): a PyDataset whose __getitem__ computes 8 ms in
 Python, with workers=2 threads, ran as slowly as with one worker and read "compute-bound, input 7–13 %" where its
 what-if measured 72–75 %; with 2 worker processes "compute-bound" at 13–18 % or undecided at 21–24 % where the
-what-if measured 45–57 %.  Now: input-bound, 66–71 % and 34–41 % (the processes' fair share reads them low).
+what-if measured 45–57 %.  Now: input-bound, 62–71 % and 34–41 % (the processes' fair share reads them low).
 Python threads are the loader's only where the capture has a from_generator source: elsewhere a Python thread of
 the process (a logger, a metrics exporter) is nobody's input.
 """
