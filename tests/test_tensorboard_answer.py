@@ -67,3 +67,41 @@ def test_an_unprofiled_run_still_writes_its_headline(tmp_path):
     assert "headline" in acc.PluginTagToContent("text")
     assert "breakdown" not in acc.PluginTagToContent("text")
     assert "blocked wait only" in _value(acc, "headline")[1].item().decode()
+
+
+def test_analyze_writes_a_users_capture_answer_beside_their_runs_with_tensorboard(tmp_path, capsys):
+    # a user's own capture (a real H200 JAX loop, tests/fixtures/h200) in their TensorBoard logdir: `analyze LOGDIR
+    # --tensorboard` writes the answer as a run of its own (LOGDIR/tfbertperf_answer), read back with TensorBoard's
+    # event reader — the same headline the console printed, no "what the run used" (a foreign capture has no config)
+    import shutil
+
+    from tfbertperf.analyze import main
+
+    session = tmp_path / "logs" / "plugins" / "profile" / "2026_11_26_10_00_00"
+    session.mkdir(parents=True)
+    shutil.copy(Path(__file__).parent / "fixtures" / "h200" / "h200-loader.xplane.pb.gz", session / "vm.xplane.pb.gz")
+    assert main([str(tmp_path / "logs"), "--tensorboard", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    out = tmp_path / "logs" / "tfbertperf_answer"
+    assert doc["tensorboard_answer"] == str(out)
+    acc = _read(out)
+    assert set(acc.PluginTagToContent("text")) == {"headline", "verdict", "breakdown"}
+    step, line = _value(acc, "headline")
+    assert line.item().decode() == doc["headline"]["line"] and step == doc["attribution"]["steps_profiled"]
+    assert doc["verdict"]["bottleneck"] == "input" and "input" in line.item().decode()
+    _, cost = _value(acc, "input_cost_fraction")
+    assert float(cost) == pytest.approx(doc["headline"]["input_cost_fraction"], abs=1e-6)
+
+
+def test_analyze_tensorboard_refuses_a_capture_outside_a_logdir_in_one_line(tmp_path, capsys):
+    import shutil
+
+    from tfbertperf.analyze import main
+
+    f = tmp_path / "vm.xplane.pb.gz"
+    shutil.copy(Path(__file__).parent / "fixtures" / "h200" / "h200-loader.xplane.pb.gz", f)
+    with pytest.raises(SystemExit) as e:
+        main([str(f), "--tensorboard"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and str(f) in err and "not inside a TensorBoard" in err
+    assert not (tmp_path / "tfbertperf_answer").exists()

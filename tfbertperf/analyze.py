@@ -140,6 +140,22 @@ def _measured_cost(att: dict, measured, drifted: str | None = None) -> dict:
 
 
 @cli_entry
+def _write_tensorboard(doc: dict) -> Path:
+    """The answer as TensorBoard summaries beside the capture's runs (report/tensorboard.py): LOGDIR/tfbertperf_answer,
+    LOGDIR the folder holding plugins/profile/<session>/; a capture outside a logdir is refused in one line."""
+    from tfbertperf.report.tensorboard import ANALYZE_SUBDIR, write_answer
+
+    capture = Path(doc["profile"]["xplanes"][0])
+    session = capture.parent
+    if session.parent.name != "profile" or session.parent.parent.name != "plugins":
+        raise UsageError(f"--tensorboard: {capture} is not inside a TensorBoard logdir (LOGDIR/plugins/profile/"
+                         "<session>/); analyze the logdir, or leave --tensorboard out")
+    if not doc.get("verdict"):
+        raise UsageError(f"--tensorboard: {session}: no verdict to write (the capture has no steps)")
+    logdir = session.parent.parent.parent
+    return write_answer(logdir, doc, out=logdir / ANALYZE_SUBDIR)
+
+
 def main(argv=None) -> int:
     p = Parser(prog="tfbertperf analyze", description=__doc__.splitlines()[0])
     p.add_argument("path", nargs="+", help="TensorBoard logdir, profile session dir, or .xplane.pb file(s)")
@@ -162,6 +178,10 @@ def main(argv=None) -> int:
                         "never. attribution.xprof in --json says whether it ran and why not")
     p.add_argument("--no-trace", action="store_true",
                    help="skip the trace-based stolen-CPU estimate (faster on very large profiles)")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also write the answer (headline, verdict, breakdown: Text tab; ms/step and input cost: "
+                        "Scalars) into the capture's TensorBoard logdir, as a run of its own: "
+                        "LOGDIR/tfbertperf_answer")
     a = p.parse_args(argv)
     from tfbertperf.advice_validation import validate
     from tfbertperf.report.console import print_analysis
@@ -199,10 +219,15 @@ def main(argv=None) -> int:
         print(f"tfbertperf: note: {doc['note']}", file=sys.stderr)
         for missing in doc.get("missing") or ():
             print(f"tfbertperf: note: {missing}", file=sys.stderr)
+    if a.tensorboard:
+        doc["tensorboard_answer"] = str(_write_tensorboard(doc))
     if a.json:
         print(json.dumps(doc, indent=2, sort_keys=False))
         return 0
     print_analysis(doc)
+    if a.tensorboard:
+        print(f"tensorboard: the answer is in {doc['tensorboard_answer']} (Text and Scalars tabs: tensorboard "
+              f"--logdir {Path(doc['tensorboard_answer']).parent})")
     return 0
 
 

@@ -15,6 +15,7 @@ from tfbertperf.report.headline import headline, pct, used_lines
 from tfbertperf.report.plots import CATEGORY_ORDER
 
 SUBDIR = "answer"
+ANALYZE_SUBDIR = "tfbertperf_answer"  # `analyze LOGDIR --tensorboard`: a TensorBoard run of its own in the user's logdir
 
 
 def breakdown_markdown(report: dict) -> str:
@@ -37,8 +38,9 @@ def summaries(report: dict) -> tuple[dict[str, str], dict[str, float]]:
     v = report.get("verdict") or {}
     texts = {"headline": h["line"],
              "verdict": "\n".join([verdict_line(report).removeprefix("verdict: "), ""]
-                                  + [f"- {r}" for r in v.get("recommendations") or []]),
-             "run_used": "\n".join(f"- {line}" for line in used_lines(report))}
+                                  + [f"- {r}" for r in v.get("recommendations") or []])}
+    if "config" in report:  # our runs: what the run used (`analyze` on someone's capture has no config to show)
+        texts["run_used"] = "\n".join(f"- {line}" for line in used_lines(report))
     scalars: dict[str, float] = {}
     att = report.get("attribution") or {}
     if att:
@@ -54,13 +56,16 @@ def summaries(report: dict) -> tuple[dict[str, str], dict[str, float]]:
     return texts, scalars
 
 
-def write_answer(run_dir: Path, report: dict) -> Path:
-    """Write summaries(report) into the run's TensorBoard directory; returns the answer/ directory."""
+def write_answer(run_dir: Path, report: dict, out: Path | None = None) -> Path:
+    """Write summaries(report) into the run's TensorBoard directory (or `out`: `analyze --tensorboard` writes a
+    user's capture's answer beside their runs, ANALYZE_SUBDIR); returns the directory written."""
     import tensorflow as tf
 
-    out = Path(run_dir) / ((report.get("artifacts") or {}).get("tensorboard") or "tensorboard") / SUBDIR
+    out = Path(out) if out else Path(run_dir) / ((report.get("artifacts") or {}).get("tensorboard") or
+                                                 "tensorboard") / SUBDIR
     texts, scalars = summaries(report)
-    step = int((report.get("throughput") or {}).get("steps") or 0)
+    step = int((report.get("throughput") or {}).get("steps") or (report.get("attribution") or {}).get(
+        "steps_profiled") or 0)
     writer = tf.summary.create_file_writer(str(out))
     with writer.as_default():
         for tag, text in texts.items():
