@@ -48,8 +48,9 @@ def snapshot(loaders: bool = False) -> dict:
             threads = {}
     out = {"t": t, "threads": threads, "names": {tid: _name(tid) for tid in threads}}
     if loaders:
-        out["python"] = {th.native_id: th.name for th in threading.enumerate()
-                         if th is not threading.main_thread() and not isinstance(th, threading._DummyThread)}
+        out["python"] = {th.native_id: th.name for th in threading.enumerate()  # not the training thread (this
+                         if th not in (threading.main_thread(), threading.current_thread())  # one, a fit's)
+                         and not isinstance(th, threading._DummyThread)}
         out["children"] = {pid: (*_task_sum(pid), _name(pid, pid)) for pid in _children()}
         out["process_cpu"] = time.process_time()  # every thread's, also those that end before the next snapshot
         out["children_done"] = sum(os.times()[2:4])  # the children reaped so far, their whole CPU
