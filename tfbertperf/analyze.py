@@ -139,7 +139,6 @@ def _measured_cost(att: dict, measured, drifted: str | None = None) -> dict:
                      f"step file {measured.path}"}
 
 
-@cli_entry
 def _write_tensorboard(doc: dict) -> Path:
     """The answer as TensorBoard summaries beside the capture's runs (report/tensorboard.py): LOGDIR/tfbertperf_answer,
     LOGDIR the folder holding plugins/profile/<session>/; a capture outside a logdir is refused in one line."""
@@ -156,6 +155,7 @@ def _write_tensorboard(doc: dict) -> Path:
     return write_answer(logdir, doc, out=logdir / ANALYZE_SUBDIR)
 
 
+@cli_entry
 def main(argv=None) -> int:
     p = Parser(prog="tfbertperf analyze", description=__doc__.splitlines()[0])
     p.add_argument("path", nargs="+", help="TensorBoard logdir, profile session dir, or .xplane.pb file(s)")
