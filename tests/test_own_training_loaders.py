@@ -204,3 +204,17 @@ def test_the_record_keeps_the_cpu_of_threads_that_ended_inside_the_window():
     # child 41 used 250 ms in the window; child 40 had 2.0 s at the start and was reaped with 2.1 s: 100 ms
     assert rec["children"] == [{"pid": 41, "name": "python", "cpu_ms": pytest.approx(250.0), "runqueue_ms": 0.0},
                                {"pid": None, "name": "ended inside the window", "cpu_ms": pytest.approx(100.0)}]
+
+
+@pytest.mark.parametrize("damage", [{"children": [{"pid": 3, "cpu_ms": "lots"}]}, {"exited": {"cpu_ms": [1]}},
+                                    {"children": [{"pid": 3}]}])
+def test_a_damaged_loader_field_in_the_thread_record_is_one_line_naming_the_file(tmp_path, damage):
+    import json as _json
+
+    from tfbertperf.errors import UsageError
+    from tfbertperf.profile import threadcpu
+
+    (tmp_path / threadcpu.SIDECAR).write_text(_json.dumps({**_record(1.0), **damage}))
+    with pytest.raises(UsageError, match="damaged thread-CPU record") as e:
+        threadcpu.read_beside(tmp_path / "vm.xplane.pb")
+    assert str(tmp_path / threadcpu.SIDECAR) in str(e.value) and "\n" not in str(e.value)

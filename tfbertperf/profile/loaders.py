@@ -32,24 +32,35 @@ def is_generator(name: str) -> bool:
     return bool(GENERATOR.match(name))
 
 
+def _ours(name) -> bool:
+    return str(name).startswith("tfbertperf")  # this package's own threads (the sampler, the thread map)
+
+
+def _rows(record: dict | None, generator_lines: set[int]):
+    """(kind, CPU ms, run-queue ms, line id) of the loader's parts in a threadcpu record: "python" its Python
+    threads but ours (and the tf.data threads in `generator_lines`, kind "generator"), "child" its child
+    processes, "exited" the threads that ended inside the window where Python threads were among them."""
+    for r in (record or {}).get("threads") or ():
+        if r.get("python") and not _ours(r["python"]):
+            yield "python", float(r["cpu_ms"]), float(r.get("runqueue_ms") or 0.0), r.get("line_id")
+        elif r.get("line_id") in generator_lines:
+            yield "generator", float(r["cpu_ms"]), float(r.get("runqueue_ms") or 0.0), r.get("line_id")
+    for c in (record or {}).get("children") or ():
+        yield "child", float(c["cpu_ms"]), float(c.get("runqueue_ms") or 0.0), None
+    exited = (record or {}).get("exited") or {}
+    if any(not _ours(n) for n in exited.get("python") or ()):  # a loader pool that ended inside the window
+        yield "exited", float(exited.get("cpu_ms") or 0.0), 0.0, None
+
+
 def loader_cpu_us(record: dict | None) -> tuple[float, float, set[int]]:
     """(CPU µs of the process's Python threads but the main one and tfbertperf's own — with the CPU of the threads
     that ended inside the window where Python threads were among them —, CPU µs of its child processes, the Python
     threads' line ids) over the capture window, from a threadcpu SIDECAR record written with loaders=True; (0, 0,
     ∅) without one."""
-    py = kids = 0.0
-    ids: set[int] = set()
-    for r in (record or {}).get("threads") or ():
-        name = r.get("python")
-        if name and not str(name).startswith("tfbertperf"):
-            py += float(r["cpu_ms"]) * 1e3
-            ids |= {int(r["line_id"])} if r.get("line_id") is not None else set()
-    for c in (record or {}).get("children") or ():
-        kids += float(c["cpu_ms"]) * 1e3
-    exited = (record or {}).get("exited") or {}
-    if any(not str(n).startswith("tfbertperf") for n in exited.get("python") or ()):
-        py += float(exited.get("cpu_ms") or 0.0) * 1e3  # a loader pool that ended inside the window
-    return py, kids, ids
+    rows = list(_rows(record, set()))
+    py = sum(cpu for kind, cpu, _, _ in rows if kind in ("python", "exited")) * 1e3
+    kids = sum(cpu for kind, cpu, _, _ in rows if kind == "child") * 1e3
+    return py, kids, {int(lid) for kind, _, _, lid in rows if kind == "python" and lid is not None}
 
 
 def wanted_us(record: dict | None, generator_lines: set[int]) -> float:
@@ -58,14 +69,4 @@ def wanted_us(record: dict | None, generator_lines: set[int]) -> float:
     PyDataset without workers), with the CPU of its threads and processes that ended inside the window.  Wanted, not
     only used: on a busy machine a computing loader waits for a core as long as it runs, a waiting loader does
     neither, so the two stay apart however loaded the machine (advice.py: worker processes or threads)."""
-    total = 0.0
-    for r in (record or {}).get("threads") or ():
-        name = r.get("python")
-        if (name and not str(name).startswith("tfbertperf")) or r.get("line_id") in generator_lines:
-            total += (float(r["cpu_ms"]) + float(r.get("runqueue_ms") or 0.0)) * 1e3
-    for c in (record or {}).get("children") or ():
-        total += (float(c["cpu_ms"]) + float(c.get("runqueue_ms") or 0.0)) * 1e3
-    exited = (record or {}).get("exited") or {}
-    if any(not str(n).startswith("tfbertperf") for n in exited.get("python") or ()):
-        total += float(exited.get("cpu_ms") or 0.0) * 1e3
-    return total
+    return sum(cpu + rq for _, cpu, rq, _ in _rows(record, generator_lines)) * 1e3
