@@ -125,7 +125,7 @@ INPUT_WORK_EVENTS = ("ExecutorState::Process", "FunctionRun")
 PY_FUNC_EVENT = re.compile(r"(^|:)(EagerPyFunc|PyFunc|PyFuncStateless)\b")
 # Events on the step's own thread during which the loop is blocked waiting for a batch.
 GET_NEXT_EVENT = re.compile(r"^(IteratorGetNext|Iterator::Root$|EagerLocalExecute: IteratorGetNext)")
-GET_NEXT_OP = "IteratorGetNextOp::DoCompute"
+GET_NEXT_OP = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")  # the latter: Keras' while loop
 
 
 def _clip(intervals, lo: float, hi: float):
@@ -249,11 +249,10 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         key = (e.get("pid"), e.get("tid"))
         by_thread[key].append(e)
         args = e.get("args") or {}
-        if "step_num" in args and "group_id" in args:
-            try:
-                steps.append((int(args["step_num"]), key, *_span(e)))
-            except (TypeError, ValueError):
-                continue
+        if "step_num" in args and str(args["step_num"]).lstrip("-").isdigit():
+            steps.append((int(args["step_num"]), key, *_span(e), "group_id" in args))
+    # the markers xprof grouped; all of them where it grouped none (a while loop per step: profile/marker_steps.py)
+    steps = [s[:4] for s in steps if s[4] or not any(x[4] for x in steps)]
 
     # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
     cpu_us = threadcpu.measured_cpu_us(thread_cpu)
@@ -281,7 +280,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     # get-next spans of each step-marker thread, read once (not once per step), and the get-next op on any
     # thread: inside a compiled step (Keras fit's train_function) the op blocks on a tf_data_iterator_get_next
     # thread while the step's own thread waits in the function call
-    anywhere = [_span(e) for evs in by_thread.values() for e in evs if e["name"] == GET_NEXT_OP]
+    anywhere = [_span(e) for evs in by_thread.values() for e in evs if e["name"] in GET_NEXT_OP]
     get_next = {key: [_span(e) for e in by_thread[key] if GET_NEXT_EVENT.match(e["name"])] + anywhere
                 for key in {k for _, k, _, _ in steps}}
     out = {}

@@ -38,7 +38,9 @@ Usage:
     model.fit(ds, epochs=…, callbacks=[ProfileCallback("logs/run1", profile_steps="20:40", probe=True)])
     # then: tfbertperf analyze logs/run1   (or TensorBoard → Profile)
 
-With `steps_per_execution=k` one marker spans k steps (xprof then reports k-step "steps").
+With `steps_per_execution=k` one marker spans one `train_function` call of k batches: the step file, the probe
+and analyze count calls (xprof's own step table is then empty: analyze reads the steps from the markers,
+profile/marker_steps.py).
 
 Beside the capture (same session folder) it writes `threadcpu.json`: the CPU each thread of the process used over
 the profiled window, with the capture's line id of each thread (profile/threadcpu.py), so that `analyze` counts
@@ -69,7 +71,8 @@ class ProfileCallback(keras.callbacks.Callback):
     Args:
       logdir: TensorBoard logdir; the profile lands in `logdir/plugins/profile/<session>/<host>.xplane.pb` and
         the step file beside it (`tfbertperf_steps.json`; without a capture, in `logdir`).
-      profile_steps: "START:STOP" or (start, stop), global step numbers counted across epochs, STOP exclusive;
+      profile_steps: "START:STOP" or (start, stop), global batch numbers counted across epochs, STOP exclusive
+        (with steps_per_execution=k the capture holds the calls of k batches that cover them);
         None or "none" = markers and step times only, no capture.  The capture runs one step more on each side
         (START − 1 to STOP: xprof leaves a capture's first and last step out of its step table), so TensorBoard
         and analyze show all of START…STOP − 1; the step file counts the two extra steps as profiled.
@@ -147,10 +150,12 @@ class ProfileCallback(keras.callbacks.Callback):
         self._grabbed_at: int | None = None  # the step whose batch the probe caches
         self._block_ms = 0.0
         self._train_function = None
+        self._batches = 1  # batches a marker: the model's steps_per_execution (on_train_begin)
 
     # ---- the what-if probe (module docstring)
     def _plan_probe(self) -> None:
-        steps = self.total_steps or ((self.params.get("epochs") or 0) * (self.params.get("steps") or 0))
+        calls = -(-(self.params.get("steps") or 0) // self._batches)  # markers an epoch: steps_per_execution
+        steps = self.total_steps or ((self.params.get("epochs") or 0) * calls)
         if not steps:
             raise ValueError("ProfileCallback(probe=True) needs the number of training steps: pass steps_per_epoch "
                              "to fit (or a dataset of known length), or total_steps=N")
@@ -212,6 +217,10 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # ---- Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
     def on_train_begin(self, logs=None):
+        # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
+        self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        if self.window and k > 1:
+            self.traced = traced_steps((self.window[0] // k, -(-self.window[1] // k)))
         if self.probe and self._runner is None:
             self._plan_probe()
 

@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import contention, devices, intervals, loaders, threadcpu, unprofiled, xprof_tools
+from tfbertperf.profile import (contention, devices, intervals, loaders, marker_steps, threadcpu, unprofiled,
+                                xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -215,8 +216,10 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         return _without_xprof(xplanes, devs, idle_att, accelerator, skipped, step_time_ms, compute_only_step_ms)
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
     ran = {"xprof": {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}}
-    rows = step_rows(ipa)
-    meta = table_meta(ipa)
+    rows, meta, tv, per_step = step_rows(ipa), table_meta(ipa), None, None
+    if not rows and compute_on_host(meta["hardware_type"], devs):  # xprof grouped a while loop's iterations
+        tv = xprof_tools.convert(xplanes, "trace_viewer")
+        rows, per_step = marker_steps.rows(tv)
     if not rows:
         # xprof found no steps; our own reading may (markers xprof skips, or launches of one XLA module)
         active = [d for d in devs if d["busy_ms"] > 0]
@@ -248,7 +251,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
-        c = _contention_for(xprof_tools.convert(xplanes, "trace_viewer"), numbers,
+        c = _contention_for(tv or xprof_tools.convert(xplanes, "trace_viewer"), numbers,
                             threadcpu.read_beside(xplanes[0]) if xplanes else None)
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
@@ -281,6 +284,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "transfer": transfer,
         "device_busy_fraction": None if busy is None else round(busy, 6),
         "accelerator": None if on_host else accelerator,
+        "step_table": marker_steps.describe(per_step) if tv else None,
         **ran,
     }
     return att if on_host else _idle_reading(att, idle_att)

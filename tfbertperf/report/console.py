@@ -119,7 +119,8 @@ ROW_LABELS = {
 
 def host_table(att: dict, title: str) -> str:
     """Attribution block → text table (category, ms/step, %), nonzero categories only, then the input figures."""
-    lines = [f"{title}: {att['steps_profiled']} steps, {att['step_time_ms']:.2f} ms/step",
+    notes = [x for n in (att.get("step_table") or {}).get("notes", []) for x in wrap(f"  {n}", "    ")]  # markers
+    lines = [f"{title}: {att['steps_profiled']} steps, {att['step_time_ms']:.2f} ms/step", *notes,
              f"  {'category':<24}{'ms/step':>10}{'%':>8}"]
     for cat, label in ROW_LABELS.items():
         ms, fr = att["breakdown_ms"][cat], att["fractions"][cat]
@@ -187,8 +188,7 @@ def regime_lines(report: dict) -> list[str]:
 
 
 def _headroom(h: float) -> str:
-    """Headroom as the verdict words it (two decimals up to its thin-margin mark, so both lines say the same
-    figure), 3 significant digits above."""
+    """Headroom as the verdict words it: two decimals up to its thin-margin mark, 3 significant digits above."""
     return f"{h:.2f}" if h < 10 else sig(h)
 
 
