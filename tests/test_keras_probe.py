@@ -3,6 +3,7 @@ training it probes is unchanged, and the step file it writes beside the capture 
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import keras
@@ -29,8 +30,9 @@ def _op_determinism():
         tf_config.disable_op_determinism()
 
 
-def _fit(tmp_path, callbacks, steps=24, sleep_ms=0.0):
-    """A tiny MLP with dropout, trained at a fixed seed with deterministic ops; returns the per-batch losses."""
+def _fit(tmp_path, callbacks, steps=24, sleep_ms=0.0, strategy=None):
+    """A tiny MLP with dropout, trained at a fixed seed with deterministic ops (under `strategy`'s scope when
+    given); returns the per-batch losses."""
     keras.utils.set_random_seed(7)
     x = np.random.RandomState(0).normal(size=(steps * 8, 16)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int32")
@@ -39,10 +41,11 @@ def _fit(tmp_path, callbacks, steps=24, sleep_ms=0.0):
         wait = lambda a, b: (tf.py_function(lambda t: (__import__("time").sleep(sleep_ms / 1e3), t)[1],  # noqa: E731
                                             [a], tf.float32), b)
         ds = ds.map(wait).map(lambda a, b: (tf.ensure_shape(a, (8, 16)), b))
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dropout(0.3), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                  keras.layers.Dropout(0.3), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     losses = []
     record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(float(logs["loss"])))
     model.fit(ds.repeat(), epochs=2, steps_per_epoch=steps // 2, callbacks=[*callbacks, record], verbose=0)
@@ -60,6 +63,21 @@ def test_the_probe_leaves_the_loss_trajectory_and_the_weights_unchanged(tmp_path
     for a, b in zip(m0.get_weights(), m1.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert m1.optimizer.iterations.numpy() == m0.optimizer.iterations.numpy() == 24
+
+
+@pytest.mark.slow
+def test_under_a_one_replica_strategy_the_probe_runs_and_leaves_training_unchanged(tmp_path):
+    # a tf.distribute strategy's fit hands train_function a distributed iterator, which the probe used to pass
+    # over: no batch was taken, no block ran, and what_if stayed None without a word
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    plain, m0 = _fit(tmp_path, [], strategy=strategy)
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="14:18", probe=True, probe_steps=6, probe_blocks=2,
+                         warmup_steps=2)
+    probed, m1 = _fit(tmp_path, [cb], strategy=strategy)
+    assert cb._runner.blocks == 2 and len(cb._runner.step_times_ms) == 6 and cb.what_if is not None
+    assert probed == plain
+    for a, b in zip(m0.get_weights(), m1.get_weights()):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.slow
@@ -192,3 +210,27 @@ def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block
     assert hint is None if ci <= max(target, WIDE_CI95) else "a fit about 100× as long" in hint
     # the step file's figures are those the stop was decided on: recomputed from its lists
     assert stepfile.summarize(doc, "f").input_cost_ci95 == pytest.approx(ci, abs=1e-4)
+
+
+def _tiny_fit(tmp_path, steps):
+    keras.utils.set_random_seed(1)
+    x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = ProfileCallback(str(tmp_path / f"logs{steps}"), profile_steps=None, probe=True)
+    with pytest.warns(UserWarning, match="tfbertperf ProfileCallback") as caught:
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=steps, epochs=1,
+                  callbacks=[cb], verbose=0)
+    return cb, " ".join(str(w.message) for w in caught)
+
+
+def test_a_short_fit_never_times_the_retrace_the_probes_batch_causes_as_a_real_step(tmp_path):
+    # the batch used to be taken at step 0 of a fit this short (warm-up 1), so step 1 traced train_function for
+    # the fit's own iterator: 145 ms among 1 ms steps counted in T, and a 6-step fit read "input 97 %"
+    cb, said = _tiny_fit(tmp_path, 6)
+    assert cb._grabbed_at == 1 and cb.what_if is not None
+    assert cb.what_if["step_ms"] < 15 * cb.what_if["compute_only_step_ms"], cb.what_if  # before: 33×, a retrace
+    assert "rests on one probe block" in said  # and the figure says it has no interval
+    cb, said = _tiny_fit(tmp_path, 2)  # nothing left to compare with: no figure, and a warning that says why
+    assert cb.what_if is None and "no what-if: no real step was left" in said

@@ -177,7 +177,8 @@ def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
     hint = precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": 0.093}, 40)
     assert "10.5 % is ± 9.3 pp" in hint and "probe_steps=160" in hint and "\n" not in hint
     assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": 0.034}, 120) is None
-    assert precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": None}, 20) is None
+    one = precision_hint({"input_cost_fraction": 0.105, "input_cost_ci95": None}, 20)  # one block: no interval
+    assert "one probe block" in one and "10.5 %" in one
     # the auto probe ran every block the fit had room for: a longer fit, by the square of the interval's ratio
     auto = {"input_cost_fraction": 0.105, "input_cost_ci95": 0.093, "probe_blocks": 7}
     hint = precision_hint(auto, 0, 0.025)

@@ -125,7 +125,7 @@ INPUT_WORK_EVENTS = ("ExecutorState::Process", "FunctionRun")
 PY_FUNC_EVENT = re.compile(r"(^|:)(EagerPyFunc|PyFunc|PyFuncStateless)\b")
 # Events on the step's own thread during which the loop is blocked waiting for a batch.
 GET_NEXT_EVENT = re.compile(r"^(IteratorGetNext|Iterator::Root$|EagerLocalExecute: IteratorGetNext)")
-GET_NEXT_OP = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")  # the latter: Keras' while loop
+GET_NEXT_OP = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")  # latter: Keras' loop
 
 
 def _clip(intervals, lo: float, hi: float):

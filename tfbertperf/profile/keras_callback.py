@@ -27,11 +27,10 @@ pulls that step's batch itself and hands the same batch to the step through a on
 What it costs: the timed probe steps (probe_steps="auto": 5 a block, 4 to 20 blocks, until the interval is narrow
 enough; docs/own-training.md) and per block the untimed ones before them (at least 1, the first block 2, and
 as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS: train/probe.py), one more
-tracing of the step function (the cached batch's fixed shapes), and per block
-a snapshot and restore of the state (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a
-temporary directory: train/probe.py Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out
-of T.  Supported under the default strategy (one device); with steps_per_execution=k a probe step is one call of
-k steps, as a marked step is.
+tracing of the step function (the cached batch's fixed shapes), and per block a snapshot and restore of the state
+(a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a temporary directory: train/probe.py
+Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out of T.
+Supported under one replica (the default strategy, or a one-device tf.distribute one).
 
 Usage:
     from tfbertperf.keras import ProfileCallback
@@ -39,8 +38,7 @@ Usage:
     # then: tfbertperf analyze logs/run1   (or TensorBoard → Profile)
 
 With `steps_per_execution=k` one marker spans one `train_function` call of k batches: the step file, the probe
-and analyze count calls (xprof's own step table is then empty: analyze reads the steps from the markers,
-profile/marker_steps.py).
+and analyze count calls (xprof's step table is then empty: analyze reads the markers, profile/marker_steps.py).
 
 Beside the capture (same session folder) it writes `threadcpu.json`: the CPU each thread of the process used over
 the profiled window, with the capture's line id of each thread (profile/threadcpu.py), so that `analyze` counts
@@ -191,19 +189,26 @@ class ProfileCallback(keras.callbacks.Callback):
         """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,
         and a block before the step where the plan puts one (timed apart: `_block_ms`)."""
         i, blocks = self._step, dict(self._plan)
-        if self._batch is None and i >= max(0, self._warmup - 1) and isinstance(iterator, tf.data.Iterator):
-            # this call's own batches: it trains on them below, in the same order, as it would have
+        # not at step 0: the step that follows the grab would trace train_function for the real iterator, and its
+        # time (145 ms against 1 ms steps: a 6-step fit read "input 97 %") would count as a real step
+        if self._batch is None and i >= max(1, self._warmup - 1) and hasattr(iterator, "get_next_as_optional"):
+            # this call's own batches: it trains on them below, in the same order, as it would have; under a
+            # tf.distribute strategy (one replica: _plan_probe) its iterator hands out distributed values
+            strategy, distributed = self.model.distribute_strategy, not isinstance(iterator, tf.data.Iterator)
+            local = (lambda v: tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0], v)) \
+                if distributed else (lambda v: v)
             batches = []
             for _ in range(self.model.steps_per_execution):
                 nxt = iterator.get_next_as_optional()
                 if not nxt.has_value():
                     break
-                batches.append(nxt.get_value())
+                batches.append(local(nxt.get_value()))
             self._batch, self._grabbed_at = (batches or [None])[0], i
             ds = tf.data.Dataset.from_tensors(batches[0]) if batches else None
             for b in batches[1:]:
                 ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
-            iterator = iter(ds) if ds is not None else iterator
+            if ds is not None:
+                iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: ds)) if distributed else iter(ds)
         if i in blocks and self._batch is not None:
             t0 = time.perf_counter()
             self._run_block(i, blocks[i])
@@ -215,7 +220,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if n and self._batch is not None:
             self._run_block(self._step, n)
 
-    # ---- Keras calls these around each `train_function(iterator)`; next(iterator) runs inside that function.
+    # ---- Keras calls these around each `train_function(iterator)` (next(iterator) runs inside it)
     def on_train_begin(self, logs=None):
         # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
@@ -289,6 +294,11 @@ class ProfileCallback(keras.callbacks.Callback):
         doc = self._document()
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         s = doc.get("summary") or {}
+        if self._runner is not None and s.get("input_cost_fraction") is None:  # asked for, none came: say why
+            why = ("no batch was taken" if self._batch is None else "no probe block ran" if not self._ran else
+                   "no real step was left to compare with (outside warm-up, the capture and the blocks)")
+            warnings.warn(f"tfbertperf ProfileCallback(probe=True): no what-if: {why} in this fit's {self._step} "
+                          f"steps (warm-up {self._warmup}, capture {self.traced})", stacklevel=2)
         if s.get("input_cost_fraction") is not None:
             self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                             "input_cost_fraction": s["input_cost_fraction"],
@@ -310,7 +320,10 @@ def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = 
     square root of the probe's blocks, so 4× the probe steps (in 4× the blocks) halve it.  With the auto probe
     (`auto_target`: the interval it aimed at) the run had no room for more blocks: a longer fit gives them."""
     ci = what_if.get("input_cost_ci95")
-    if ci is None or ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
+    if ci is None:  # one block: a figure with no way to say how far it can be trusted (a 3-step fit: 1 real step)
+        return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % "
+                f"rests on one probe block, which gives no interval; a fit with room for two or more gives one")
+    if ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
         return None
     if auto_target is not None:
         from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, longer_by

@@ -15,8 +15,9 @@ pipeline and overview pages show no step.  The markers are still in the trace (P
 
 `batches_per_step` is N as the trace shows it: the median, over the markers, of the loop iterations inside one
 (the group ids of the events in the marker's span, each with at least a quarter of the largest one's events: the
-loop's last test of its condition is a group of its own with a few events, 9 against ~280 in a Keras MLP's).  As xprof does, the capture's first and last marker are
-left out (a ProfileCallback capture runs one step more on each side for that).
+loop's last test of its condition is a group of its own with a few events, 9 against ~280 in a Keras MLP's).
+As xprof does, the capture's first and last marker are left out (a ProfileCallback capture runs one step more on
+each side for that).
 """
 
 from __future__ import annotations
