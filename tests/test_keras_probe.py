@@ -234,3 +234,22 @@ def test_a_short_fit_never_times_the_retrace_the_probes_batch_causes_as_a_real_s
     assert "rests on one probe block" in said  # and the figure says it has no interval
     cb, said = _tiny_fit(tmp_path, 2)  # nothing left to compare with: no figure, and a warning that says why
     assert cb.what_if is None and "no what-if: no real step was left" in said
+
+
+def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_path):
+    # Keras' TensorBoard(profile_batch=…) holds TF's one profiler over our window: our callback used to raise
+    # AlreadyExistsError out of fit, killing the user's training
+    keras.utils.set_random_seed(1)
+    x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = ProfileCallback(str(tmp_path / "ours"), profile_steps="6:10")
+    theirs = keras.callbacks.TensorBoard(str(tmp_path / "theirs"), profile_batch=(3, 12))
+    with pytest.warns(UserWarning, match="another profiler is running at step 5"):
+        history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=16,
+                            epochs=1, callbacks=[theirs, cb], verbose=0)
+    assert len(history.history["loss"]) == 1 and len(cb.step_times_ms) == 16  # the fit ran to its end
+    doc = json.loads(cb.step_file.read_text())  # its step times, with no capture: in the logdir itself
+    assert cb.step_file.parent == tmp_path / "ours" and doc["profiled_steps"] is None
+    assert list((tmp_path / "theirs").rglob("*.xplane.pb"))  # theirs captured as it would have

@@ -57,6 +57,7 @@ import tensorflow as tf
 
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
+from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, SETTLE_MAX_STEPS, Probe,
                                     auto_plan, probe_plan, recovery_steps, settle_ms, short_run_budget,
                                     traced_steps)
@@ -232,9 +233,17 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
-            capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
-            self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: input CPU
-            self._profiling = True
+            try:
+                capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
+            except tf.errors.AlreadyExistsError:  # one profiler a process: never stop the user's training for it
+                warnings.warn(f"tfbertperf ProfileCallback: another profiler is running at step {self._step} (Keras "
+                              f"TensorBoard(profile_batch=…), tf.profiler.experimental.start): no capture in this fit; "
+                              f"the step times and the probe go on — stop the other one or move profile_steps",
+                              stacklevel=2)
+                self.traced = None
+            else:
+                self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: input CPU
+                self._profiling = True
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
         self._trace = tf.profiler.experimental.Trace(self.marker, step_num=self._step, _r=1)
@@ -309,38 +318,6 @@ class ProfileCallback(keras.callbacks.Callback):
             hint = precision_hint(self.what_if, self.probe_steps, self.probe_ci95 if self.auto else None)
             if hint:
                 warnings.warn(hint, stacklevel=2)
-
-
-WIDE_CI95 = 0.05
-"""A measured input cost whose 95 % interval is wider than ±5 pp gets a hint to raise probe_steps."""
-
-
-def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = None) -> str | None:
-    """The hint for a what-if whose interval is wider than WIDE_CI95, else None: the interval narrows with the
-    square root of the probe's blocks, so 4× the probe steps (in 4× the blocks) halve it.  With the auto probe
-    (`auto_target`: the interval it aimed at) the run had no room for more blocks: a longer fit gives them."""
-    ci = what_if.get("input_cost_ci95")
-    if ci is None:  # one block: a figure with no way to say how far it can be trusted (a 3-step fit: 1 real step)
-        return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % "
-                f"rests on one probe block, which gives no interval; a fit with room for two or more gives one")
-    if ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
-        return None
-    if auto_target is not None:
-        from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, longer_by
-
-        icf = what_if["input_cost_fraction"]
-        hint = (f"tfbertperf ProfileCallback: the measured input cost {100 * icf:.1f} % is ± {100 * ci:.1f} pp (95 %, "
-                f"from the spread of its {what_if.get('probe_blocks')} probe blocks: this machine's speed moves from "
-                f"block to block); the fit had room for no more blocks — a fit about "
-                f"{longer_by(ci, auto_target):.0f}× as long would let the probe reach ±{100 * auto_target:.1f} pp")
-        if abs(icf - INPUT_BOUND_THRESHOLD) < ci:  # the verdict is undecided: say what would decide it (analyze's)
-            hint += (f", and one about {longer_by(ci, abs(icf - INPUT_BOUND_THRESHOLD)):.0f}× as long would decide "
-                     f"whether the input costs more than {INPUT_BOUND_THRESHOLD:.0%}")
-        return hint
-    return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
-            f"± {100 * ci:.1f} pp (95 %, from the spread of its probe blocks: this machine's speed moves from block to "
-            f"block); probe_steps={4 * probe_steps} and probe_blocks 4× as many (in a run of at least twice as many "
-            f"steps) would halve that")
 
 
 def _read_back(logs) -> None:
