@@ -253,3 +253,18 @@ def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_p
     doc = json.loads(cb.step_file.read_text())  # its step times, with no capture: in the logdir itself
     assert cb.step_file.parent == tmp_path / "ours" and doc["profiled_steps"] is None
     assert list((tmp_path / "theirs").rglob("*.xplane.pb"))  # theirs captured as it would have
+
+
+def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):
+    # fit(…, initial_epoch=2, epochs=4) runs two epochs; the probe used to plan over four and ran only the blocks
+    # that fell in the first half of its plan, spaced for a run twice as long
+    keras.utils.set_random_seed(1)
+    x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, probe_steps=8, probe_blocks=4)
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=30, epochs=4,
+              initial_epoch=2, callbacks=[cb], verbose=0)
+    assert cb._step == 60 and cb._plan and cb._ran == cb._plan  # every planned block ran
+    assert max(pos for pos, _ in cb._plan) <= 60 and max(pos for pos, _ in cb._plan) > 30  # spread over both

@@ -152,9 +152,9 @@ class ProfileCallback(keras.callbacks.Callback):
         self._batches = 1  # batches a marker: the model's steps_per_execution (on_train_begin)
 
     # ---- the what-if probe (module docstring)
-    def _plan_probe(self) -> None:
+    def _plan_probe(self, epochs: int) -> None:
         calls = -(-(self.params.get("steps") or 0) // self._batches)  # markers an epoch: steps_per_execution
-        steps = self.total_steps or ((self.params.get("epochs") or 0) * calls)
+        steps = self.total_steps or (max(0, epochs) * calls)
         if not steps:
             raise ValueError("ProfileCallback(probe=True) needs the number of training steps: pass steps_per_epoch "
                              "to fit (or a dataset of known length), or total_steps=N")
@@ -227,8 +227,11 @@ class ProfileCallback(keras.callbacks.Callback):
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         if self.window and k > 1:
             self.traced = traced_steps((self.window[0] // k, -(-self.window[1] // k)))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # planned here, before the first batch: a resumed fit (fit(…, initial_epoch=2, epochs=4)) runs epochs − epoch
         if self.probe and self._runner is None:
-            self._plan_probe()
+            self._plan_probe((self.params.get("epochs") or 0) - epoch)
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.traced and self._step == self.traced[0] and not self._profiling:
