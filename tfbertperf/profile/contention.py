@@ -33,19 +33,16 @@ and mean |error| (mean signed error) against the truth:
     12        29–49       3–6    30.6 pp   12–14  23.4 pp      33–43  6.2 pp (+2.6)
     24        43–53       4–15   37.7 pp   10–18  32.9 pp      46–56  5.2 pp (+3.6)
 
-  The truth of a single run scatters by ±10 pp on this machine (other load), so a single run's error is mostly
-  the truth's noise; the bias stays within ±4 pp and changes sign with the stall's strength.  Alternatives,
-  replayed on the same kind of profiles (4 repetitions per strength, R = 4 / 12 / 24, mean signed error):
-  - the former "lock-step" model (an op ends when its slowest slice ends and nothing rebalances: with
-    m = ceil(k_in / C) input threads on the most loaded core, lost = m / (1 + m)) overshot: +5 / +12 / +2 pp
-    (+14..+18 pp at R = 12 earlier); it only differs from this one when k_in is not a multiple of C.
+  A single run's truth scatters by ±10 pp here (other load); the bias stays within ±4 pp and changes sign with the
+  stall's strength.  Alternatives, replayed on such profiles (4 repetitions a strength, mean signed error):
+  - the "lock-step" model (an op ends with its slowest slice, no rebalancing: lost = m / (1 + m), m = ceil(k_in /
+    C)) overshot: +5 / +12 / +2 pp; it only differs from this one when k_in is not a multiple of C.
   - counting the compute's demand instant by instant (k_c(t) busy compute threads; steal only while
     k_c(t) + k_in(t) > C) undershot at every strength: −8 / −10 / −12 pp (−7 / −6 / −6 with k_c capped at C).
     The compute's gaps between pool tasks last tens to hundreds of µs, less than a scheduler time slice: an
     input thread that takes a core in a gap holds it past the gap.  At the time scale of an op a CPU-bound
     model needs all its W cores, so W is taken per step (the compute's width), not per instant.
-  On a per-example stall map (thousands of tiny input ops) it undershot: truth 0.60–0.86, estimate 0.40–0.73 (the
-  8-step truth blocks read low under a heavy stall, stall_loop.what_if_truth); many tiny ops may read low.
+  On a per-example stall map (thousands of tiny input ops) it undershot: truth 0.60–0.86, estimate 0.40–0.73.
 
 Measured CPU (issue 29: CPU is CPU, waits are waits).  Busy wall time is not CPU: a `py_function` that sleeps or
 a read blocked on a socket keeps an input thread "busy" while it takes no core, and a pipeline whose work the
@@ -93,14 +90,11 @@ record cannot name) busy periods stand in as below, except that the wall time of
 threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may as well wait as compute) is not
 counted as CPU — the estimate then says so (`input_cpu_basis`).
 
-Without thread-pool task events (a capture with profile.threadpool_events off, our default: they are 3/4 of a
-trace, train/capture.py) the busy periods of input threads are their function executions (`ExecutorState::Process`,
-`FunctionRun`) and W is taken to be C.  Replayed on traces with the events (tiny BERT tuned and naive with 5 ms
-reads, the stall program above at --rounds 12), dropping them moved the stolen time by 0.01–0.12 ms a step.
-
-C (cores) is read from the profile itself — TensorFlow sizes its inter-op (`tf_Compute`) and intra-op (Eigen)
-pools to the machine's cores, so the number of distinct threads of each pool seen in the trace is a lower bound
-on C; os.cpu_count() of the analyzing machine is the fallback when the trace shows neither pool.
+Without thread-pool task events (profile.threadpool_events off, our default: 3/4 of a trace) input threads are busy
+in their function executions (`ExecutorState::Process`, `FunctionRun`) and W = C; dropping the events moved the
+stolen time by 0.01–0.12 ms a step (tiny BERT tuned and naive at 5 ms reads, the stall program at --rounds 12).
+C (cores): the most distinct threads of TF's inter-op (`tf_Compute`) or intra-op (Eigen) pool in the trace (TF sizes
+both to the machine's cores), else os.cpu_count() of the analyzing machine.
 """
 
 from __future__ import annotations
@@ -220,6 +214,14 @@ def lost_share(k_in: int, width: int, cores: int) -> float:
     return 1.0 - cores / (width + k_in)
 
 
+def marked(found: list) -> list:
+    """The steps, (step_num, thread key, start, end), of marker candidates (…, grouped by xprof): the grouped ones; all
+    where xprof grouped none (profile/marker_steps.py), renumbered in time order where their numbers repeat (Keras'
+    TensorBoard(profile_batch) numbers a batch within its epoch)."""
+    steps = sorted((s[:4] for s in found if s[4] or not any(x[4] for x in found)), key=lambda s: s[2])
+    return steps if len({s[0] for s in steps}) == len(steps) else [(i, *s[1:]) for i, s in enumerate(steps)]
+
+
 def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | None = None) -> dict:
     """Per-step CPU time the input pipeline steals from compute (fair-share model, module docstring).
 
@@ -251,8 +253,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         args = e.get("args") or {}
         if "step_num" in args and str(args["step_num"]).lstrip("-").isdigit():
             steps.append((int(args["step_num"]), key, *_span(e), "group_id" in args))
-    # the markers xprof grouped; all of them where it grouped none (a while loop per step: profile/marker_steps.py)
-    steps = [s[:4] for s in steps if s[4] or not any(x[4] for x in steps)]
+    steps = marked(steps)
 
     # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
     cpu_us = threadcpu.measured_cpu_us(thread_cpu)

@@ -3,7 +3,8 @@ time of every step beside it, and on request the what-if probe's measured input 
 
 Why it is needed: xprof finds steps only from `tf.profiler.experimental.Trace(name, step_num=i, _r=1)` markers
 (`_r=1` marks a root step event), and charges input to a step only if the `next(iterator)` call runs inside that
-marker. Keras 3's own `TensorBoard(profile_batch=…)` emits markers without `_r`, so xprof sees 0 steps.
+marker. Keras 3's own `TensorBoard(profile_batch=…)` emits markers without `_r`, so xprof sees 0 steps (analyze
+reads them itself: profile/marker_steps.py).
 
 How it works: a callback cannot wrap `next()`, but Keras 3's TF trainer calls
 `on_train_batch_begin → train_function(iterator) → on_train_batch_end`, and `train_function` itself pulls the

@@ -1,6 +1,8 @@
 """Steps read from the step markers themselves, where xprof's step table has none.
 
-xprof builds its step table from the groups its event forest makes.  When each marked step runs a TensorFlow
+xprof builds its step table from the groups its event forest makes, rooted at markers opened with `_r=1`.  Keras'
+own `TensorBoard(profile_batch=…)` callback writes its markers ("Profiled batch", step_num = the batch within its
+epoch) without it, so xprof finds no step in its captures.  And when each marked step runs a TensorFlow
 while loop — Keras' `model.compile(steps_per_execution=N)`, N > 1, runs N batches per `train_function` call in a
 `tf.while_loop`; a custom loop can do the same — xprof makes each loop iteration a group of its own (the executor
 events carry an `iter_num`) and leaves the user's markers out: its step table is empty, and TensorBoard's input
@@ -29,25 +31,25 @@ from tfbertperf.profile import contention
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile.steptable import CATEGORIES
 
-REASON = ("xprof's step table is empty: it made each iteration of the step's TensorFlow while loop a step of its own "
-          "(Keras steps_per_execution > 1), so the steps here are read from the step markers")
+LOOP = ("xprof's step table is empty: it made each iteration of the step's TensorFlow while loop a step of its own "
+        "(Keras steps_per_execution > 1), so the steps here are read from the step markers")
+NOT_ROOT = ("xprof's step table is empty: its steps come only from root markers (Trace(name, step_num=i, _r=1)), and "
+            "these are not (Keras' TensorBoard(profile_batch) writes them so), so the steps here are read from them; "
+            "tfbertperf.keras.ProfileCallback also records the step times and the threads' CPU")
 
 
 def describe(batches_per_step: int | None) -> dict:
     """attribution.step_table (report/SCHEMA.md) for steps read from the markers: {"from": "markers",
     "batches_per_step", "notes": the lines analyze prints under its table}."""
-    notes = [REASON]
-    if batches_per_step and batches_per_step > 1:
-        notes.insert(0, f"a step here is one call of the training function: {batches_per_step} batches "
-                        f"(steps_per_execution={batches_per_step}), so ms/step is per {batches_per_step} batches")
+    loop = bool(batches_per_step and batches_per_step > 1)
+    notes = [f"a step here is one call of the training function: {batches_per_step} batches (steps_per_execution="
+             f"{batches_per_step}), so ms/step is per {batches_per_step} batches", LOOP] if loop else [NOT_ROOT]
     return {"from": "markers", "batches_per_step": batches_per_step, "notes": notes}
 
 
 def _marker(e: dict) -> int | None:
-    try:
-        return int((e.get("args") or {})["step_num"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    num = str((e.get("args") or {}).get("step_num", ""))
+    return int(num) if num.lstrip("-").isdigit() else None
 
 
 def rows(trace: dict) -> tuple[list[dict], int | None]:
@@ -60,18 +62,18 @@ def rows(trace: dict) -> tuple[list[dict], int | None]:
             continue
         num, span = _marker(e), (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
         if num is not None:
-            marks.append((span[0], span[1], num))
+            marks.append((num, None, *span, "group_id" in e["args"]))
         elif not contention.is_input_thread(threads.get((e.get("pid"), e.get("tid")), "")):
             other.append(span)
             if "group_id" in (e.get("args") or {}):
                 groups.append((span[0], e["args"]["group_id"]))
-    marks.sort()
+    marks = contention.marked(marks)  # the steps step_contention reads, numbered as it numbers them
     if len(marks) < 3:
         return [], None
     busy = iv.union(other) if other else iv.EMPTY
     waits = contention.step_contention(trace)["steps"]
     out, per_marker = [], []
-    for start, end, num in marks[1:-1]:
+    for num, _, start, end in marks[1:-1]:
         step_ms = (end - start) / 1e3
         wait = min(step_ms, (waits.get(num) or {}).get("wait_ms", 0.0))
         covered = float(iv.length(iv.clip(busy, start, end))) / 1e3

@@ -1,8 +1,9 @@
-"""A user's `model.fit` compiled with `steps_per_execution=k` (k batches per train_function call, in a TensorFlow
-while loop): xprof groups the loop's iterations and leaves the step markers out of its step table, which is then
-empty.  analyze used to stop there ("the profile has no step markers xprof recognises", exit 2) on a capture
-ProfileCallback itself had marked; it now reads the steps from the markers (profile/marker_steps.py), and the
-callback counts calls, not batches, for its window and its probe."""
+"""Captures whose step markers xprof leaves out of its step table, read from the markers (profile/marker_steps.py):
+- a user's `model.fit` compiled with `steps_per_execution=k` (k batches per train_function call, in a TensorFlow
+  while loop): xprof groups the loop's iterations, and analyze used to stop ("the profile has no step markers xprof
+  recognises", exit 2) on a capture ProfileCallback itself had marked; the callback now counts calls, not
+  batches, for its window and its probe;
+- a capture by Keras' own `TensorBoard(profile_batch=…)`, whose markers are not root events (no `_r=1`)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,23 @@ def test_steps_read_from_the_markers_agree_with_xprofs_own_table_where_it_has_on
     step = sum(r["step_time_ms"] for r in theirs.values())
     gap = sum(ours[n]["host_compute"] - r["host_compute"] for n, r in theirs.items())
     assert abs(gap) < 0.1 * step, (gap, step)
+
+
+@pytest.mark.slow  # a real fit with Keras' own TensorBoard profiler across an epoch's end (~8 s)
+def test_a_capture_by_keras_own_tensorboard_callback_is_read_from_its_markers(tmp_path):
+    x = np.random.RandomState(0).normal(size=(512, 32)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+
+    def wait(a):
+        time.sleep(0.008)
+        return a
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16, drop_remainder=True)
+    ds = ds.map(lambda a, b: (tf.ensure_shape(tf.py_function(wait, [a], tf.float32), (16, 32)), b))
+    # batches 10–29 of two 20-batch epochs: Keras numbers its markers 9…19, 0…9 (the batch within its epoch)
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"), profile_batch=(10, 30))
+    _model(1).fit(ds, epochs=2, steps_per_epoch=20, callbacks=[board], verbose=0)
+    d = analyze(str(tmp_path / "tb"))  # before: NoStepsError (exit 2 on the command line)
+    att = d["attribution"]
+    assert att["step_table"]["from"] == "markers" and att["step_table"]["notes"] == [marker_steps.NOT_ROOT]
+    assert att["steps_profiled"] == 19  # 21 markers, the first and last left out; none lost to a repeated number
+    assert att["input_bound_fraction"] > 0.5 and d["verdict"]["bottleneck"] == "input"  # 8 ms waits, tiny MLP
