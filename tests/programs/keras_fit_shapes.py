@@ -186,8 +186,8 @@ class FitTruth(keras.callbacks.Callback):
         self._i += 1
 
     def run(self, model, ds, rounds: int) -> None:
-        model.fit(ds, epochs=1, steps_per_epoch=self.warm + rounds * 3 * self.truth.block, callbacks=[self],
-                  verbose=0)
+        calls = self.warm + rounds * 3 * self.truth.block  # fit's steps_per_epoch counts batches: k a call
+        model.fit(ds, epochs=1, steps_per_epoch=calls * model.steps_per_execution, callbacks=[self], verbose=0)
 
     def result(self) -> tuple[float, float, float]:
         t, tc = statistics.fmean(self.T), statistics.fmean(self.Tc)
@@ -206,13 +206,17 @@ def main() -> None:
     p.add_argument("--probe-blocks", type=int, default=8, help="ProfileCallback probe_blocks (with a count)")
     p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
     p.add_argument("--block", type=int, default=8, help="truth: steps per block (the first SETTLE not timed)")
+    p.add_argument("--steps-per-execution", type=int, default=1,
+                   help="Keras compile(steps_per_execution=k): a step, a truth step and a probe step are one call of k "
+                        "batches (--steps and --window still count batches)")
     a = p.parse_args()
     from tfbertperf.keras import ProfileCallback
 
     keras.utils.set_random_seed(0)
     model, ds = build(a.shape, a.wait_ms)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=a.steps_per_execution)
     truth = Truth(model, ds, a.block)
     fit_truth = FitTruth(truth)
     truth.blocks(a.rounds - a.rounds // 2)

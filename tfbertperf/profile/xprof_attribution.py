@@ -217,7 +217,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
     ran = {"xprof": {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}}
     rows, meta, tv, per_step = step_rows(ipa), table_meta(ipa), None, None
-    if not rows and compute_on_host(meta["hardware_type"], devs):  # xprof grouped a while loop's iterations
+    if not rows and compute_on_host(meta["hardware_type"], devs):  # markers xprof left out: profile/marker_steps.py
         tv = xprof_tools.convert(xplanes, "trace_viewer")
         rows, per_step = marker_steps.rows(tv)
     if not rows:

@@ -152,6 +152,8 @@ def main(argv=None) -> int:
                    "probe times at most half of them)")
     p.add_argument("--truth-rounds", type=int, default=0,
                    help="fit shapes: truth blocks of each kind (0 = its default, 10)")
+    p.add_argument("--steps-per-execution", type=int, default=0,
+                   help="fit shapes: Keras compile(steps_per_execution=k) (0 = 1); --fit-steps still counts batches")
     a = p.parse_args(argv)
     import subprocess
 
@@ -163,7 +165,8 @@ def main(argv=None) -> int:
     fits = [p for p in programs if p.startswith("fit:")]
     if fits:
         fit_args = [x for flag, v in (("--probe-steps", a.probe_steps), ("--probe-blocks", a.probe_blocks),
-                                      ("--rounds", a.truth_rounds), ("--steps", a.fit_steps)) if v
+                                      ("--rounds", a.truth_rounds), ("--steps", a.fit_steps),
+                                      ("--steps-per-execution", a.steps_per_execution)) if v
                     for x in (flag, str(v))]
         total += own_fit(fits, a.reps, fit_args)
     for program in (p for p in programs if not p.startswith("fit:")):
