@@ -38,23 +38,20 @@ def _small_int(v) -> bool:
 
 
 LAUNCH_BOUND_SHARE = 0.15
-"""Launch-bound advice when kernel launches take ≥ 15 % of the step (xprof calls ≥ 15 % "highly" kernel-launch
-bound): the host cannot issue kernels as fast as the device runs them — more work per launch helps."""
+"""Launch-bound advice when kernel launches take ≥ 15 % of the step (xprof's "highly" kernel-launch bound)."""
 
 
 COMPUTE_BOUND_BUSY = 0.75
 """A device that computes for ≥ 75 % of the step as the program runs without the profiler (attribution.unprofiled)
 is compute-bound even where the host's dispatch takes the rest: taking all of that host time away would speed the
-step up by at most 1 / 0.75 = 1.33×, and the device's own work is the larger lever.  The host's share is then named
-beside the AU (issue 29: the H100 BERT-large capture, busy ~29 of its 36 ms unprofiled step, is compute-bound).
-A captured view alone does not get this rule: its launch share holds the profiler's own cost."""
+step up by at most 1.33×: the device's own work is the larger lever (issue 29: the H100 BERT-large capture, busy ~29
+of its 36 ms unprofiled step).  Not for a captured view alone: its launch share holds the profiler's cost."""
 
 
 PRECISION_BUSY_SHARE = 0.5
-"""Mixed-precision advice also where the step is not compute-bound, when the device computes for ≥ 50 % of the step
-with float32 matrix kernels: the device's work is then on the step's critical path.  Measured (issue 29,
-tests/fixtures/h200): a JAX BERT-base step read launch-bound with the device busy 63 % of the unprofiled step in
-float32 (TF32) kernels ran 1.40× faster in bfloat16 on that H200."""
+"""Mixed-precision advice also where the step is not compute-bound, when the device computes ≥ 50 % of the step in
+float32 matrix kernels (then on its critical path).  Measured (issue 29, tests/fixtures/h200): a JAX BERT-base step
+read launch-bound, busy 63 % of the unprofiled step in float32 (TF32) kernels, ran 1.40× faster in bfloat16."""
 
 
 def _float32_busy(c: dict) -> bool:
@@ -85,12 +82,14 @@ def _loader_not_tfdata(c: dict) -> bool:
     return c["idle"] and not any(v > 0 for v in c["ops"].values())
 
 
+def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
+    return bool(c["pyframes"]) and not c["idle"] and not any(v > 0 for v in c["ops"].values())
+
+
 PYTHON_LOADER_SHARE = 0.5
-"""The batches come from Python where a `from_generator` source (Keras' PyDataset, a Python generator) runs for at
-least half of the wall time the input ops run: tf.data's own knobs (parallel map, prefetch) then do not reach the
-work, which is the Python loader's.  Measured (issue 29, tools/bench/bench_python_loader.py, BENCHMARKS.md): a Keras
-fit on a PyDataset whose __getitem__ waits 20 ms ran 4.8–5.2× faster with workers=4 threads; one whose __getitem__
-computes 8 ms in Python 1.5–1.8× faster with 2 worker processes and 0.96–1.00× with 2 threads."""
+"""The batches come from Python where a `from_generator` source (Keras' PyDataset, a generator) runs ≥ half the
+input ops' wall time: tf.data's knobs do not reach the work.  Measured (issue 29, BENCHMARKS.md): a PyDataset waiting
+20 ms ran 4.8–5.2× faster with workers=4 threads; one computing 8 ms in Python 1.5–1.8× with 2 processes."""
 
 
 def _python_loader(c: dict) -> bool:
@@ -98,10 +97,9 @@ def _python_loader(c: dict) -> bool:
 
 
 LOADER_COMPUTES_SHARE = 0.5
-"""A Python loader computes where the CPU it wanted a step (used + run-queue wait: its worker threads, processes, or
-its generator's tf.data thread; loaders.wanted_us, so a busy machine does not turn it into a waiting one) is ≥ half
-the step: worker processes help, threads do not (1.5–1.8× and ~1.0×, BENCHMARKS.md "a user's
-own Python loader"); below it worker threads help (a waiting read: 4.8–5.2× with 4 threads)."""
+"""A Python loader computes where the CPU it wanted a step (used + run-queue wait of its threads, processes, its
+generator's tf.data thread: loaders.wanted_us; a busy machine does not make it a waiting one) is ≥ half the step:
+worker processes help, threads do not (1.5–1.8×, ~1.0×); below it threads help (a waiting read: 4.8–5.2×)."""
 
 
 _PY_SOURCE = "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: {pyloader:.0%} " \
@@ -119,7 +117,7 @@ def _loader_waits(c: dict) -> bool:
 
 def _tfdata_input(c: dict) -> bool:
     """The input is tf.data's own work: advice about its maps, reads and prefetch applies."""
-    return not _loader_not_tfdata(c) and not _python_loader(c)
+    return not _loader_not_tfdata(c) and not _python_loader(c) and not _host_loader(c)
 
 
 def _reduced_precision(c: dict) -> bool:
@@ -183,6 +181,9 @@ ADVICE: tuple[Advice, ...] = (
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
            _loader_not_tfdata, runs="foreign"),
+    Advice("input", "the training thread spends {input:.0%} of the step in its own Python loader, in line with the "
+                    "compute: load batches ahead of the step, off that thread — a background thread (processes for "
+                    "CPU-heavy Python), or a tf.data pipeline with prefetch", _host_loader, runs="foreign"),
     Advice("input", "storage latency p50 {storage[request_latency_ms][p50]} ms per request: stage remote shards "
                     "(--set data.mode=stage) or raise data.concurrency",
            lambda c: (c["storage"].get("request_latency_ms") or {}).get("p50", 0) > 10),
@@ -303,6 +304,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",
            "pyloader": _generator_share(att), "loader_ms": att.get("input_loader_wanted_ms_per_step"),
+           "pyframes": att.get("input_python_loader_ms_per_step"),
            "step_ms": float(att.get("step_time_ms") or 0.0),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}

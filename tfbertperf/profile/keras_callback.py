@@ -111,6 +111,9 @@ class ProfileCallback(keras.callbacks.Callback):
                  probe_blocks: int = 4, probe_ci95: float = AUTO_CI95, warmup_steps: int = 5,
                  total_steps: int | None = None):
         super().__init__()
+        if keras.backend.backend() != "tensorflow":  # tf.profiler records none of another backend's work
+            raise ValueError(f"ProfileCallback: Keras runs on {keras.backend.backend()!r} (KERAS_BACKEND); this "
+                             f"callback profiles its TensorFlow backend (on JAX, tfbertperf.keras gives keras_jax's)")
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
         self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)

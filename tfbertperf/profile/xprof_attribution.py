@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import (contention, devices, intervals, loaders, marker_steps, threadcpu, unprofiled,
-                                xprof_tools)
+from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, marker_steps, threadcpu,
+                                unprofiled, xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -234,6 +234,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         where = Path(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
+    rows, loader_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None)  # a Python loader
     transfer = None
     if not on_host:
         inflight = devices.h2d_ms_by_step(xplanes)
@@ -285,6 +286,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "device_busy_fraction": None if busy is None else round(busy, 6),
         "accelerator": None if on_host else accelerator,
         "step_table": marker_steps.describe(per_step) if tv else None,
+        "input_python_loader_ms_per_step": None if loader_ms is None else round(loader_ms, 4),
         **ran,
     }
     return att if on_host else _idle_reading(att, idle_att)

@@ -1,0 +1,121 @@
+"""A user's own JAX loop on the CPU fed by a Python loader on the training thread, captured with StepTimer, next to
+its what-if truth measured in the same process (tools/bench/bench_jax_cpu_loader.py).
+
+Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
+  wait     a generator that waits --ms per batch (a read from slow storage) and draws the batch
+  numpy    NumPy augmentation per batch (random masking, a shuffle, a normalisation) repeated to ~--ms of CPU
+  none     the same batch from memory: compute-bound
+
+Truth: (T − T_c) / T, T the step with the loader, T_c the same jitted step fed one cached batch, in alternating
+unprofiled blocks (half before, half after the profiled run).  Prints one JSON line:
+{"loader", "truth", "T_ms", "T_c_ms", "halves", "logdir", "step_file"}.
+
+    python tests/programs/jax_cpu_loader.py --loader wait --ms 5 --out /tmp/j
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tfbertperf.jax_steps import StepTimer
+
+SHAPE = (256, 512)
+
+
+def make_step():
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    p = {f"w{i}": jax.random.normal(k, (512, 512)) * 0.03 for i, k in enumerate(keys)}
+
+    def loss_fn(p, x):
+        h = jnp.tanh(jnp.tanh(x @ p["w0"]) @ p["w1"]) @ p["w2"]
+        return jnp.mean((h - x) ** 2)
+
+    @jax.jit
+    def step(p, x):
+        loss, g = jax.value_and_grad(loss_fn)(p, x)
+        return jax.tree_util.tree_map(lambda a, b: a - 0.01 * b, p, g), loss
+
+    return step, p
+
+
+def loader(kind: str, ms: float):
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(SHAPE).astype("float32")
+    while True:
+        if kind == "wait":
+            time.sleep(ms / 1e3)
+            yield rng.standard_normal(SHAPE).astype("float32")
+        elif kind == "numpy":
+            t0, x = time.perf_counter(), base
+            while (time.perf_counter() - t0) * 1e3 < ms:
+                x = base * (rng.random(SHAPE) > 0.15)
+                x = x[rng.permutation(SHAPE[0])]
+                x = (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-6)
+            yield x.astype("float32")
+        else:
+            yield base
+
+
+def timed(step, p, source, n: int) -> tuple[list[float], dict]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        p, loss = step(p, next(source))
+        loss.block_until_ready()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out, p
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loader", choices=("wait", "numpy", "none"), required=True)
+    ap.add_argument("--ms", type=float, default=5.0)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=8, help="truth: blocks of each kind (half before, half after)")
+    ap.add_argument("--block", type=int, default=10)
+    a = ap.parse_args()
+    step, p = make_step()
+    real, base = loader(a.loader, a.ms), next(loader("none", 0))
+    cached = itertools.repeat(base)  # the same batch every step, from memory
+    _, p = timed(step, p, real, 3)  # compile, off the clock
+    T, Tc, halves = [], [], []
+
+    def blocks(n):
+        nonlocal p
+        t, tc = [], []
+        for _ in range(n):
+            r, p = timed(step, p, real, a.block)
+            c, p = timed(step, p, cached, a.block)
+            t += r[1:]
+            tc += c[1:]
+        T.extend(t)
+        Tc.extend(tc)
+        halves.append(1 - statistics.fmean(tc) / statistics.fmean(t))
+
+    blocks(a.rounds - a.rounds // 2)
+    logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}")
+    timer = StepTimer(logdir, profile_steps="20:30")
+    for _ in range(a.steps):
+        with timer.step() as s:
+            p, loss = step(p, next(real))
+            s.result = loss
+    timer.close()
+    blocks(a.rounds // 2)
+    t, tc = statistics.fmean(T), statistics.fmean(Tc)
+    print(json.dumps({"loader": a.loader, "ms": a.ms, "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
+                      "halves": halves, "logdir": logdir, "step_file": str(timer.step_file),
+                      "load": os.getloadavg()[0]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

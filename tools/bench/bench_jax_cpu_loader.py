@@ -1,0 +1,107 @@
+"""`tfbertperf analyze` on a user's own JAX loop on the CPU whose Python loader runs on the training thread
+(tests/programs/jax_cpu_loader.py, StepTimer's capture) against the loop's what-if truth, side by side with the code
+before (profile/host_loader.py): per loader and repetition, the truth, the capture's input figure (alone, and with
+the step file StepTimer writes beside it) and the verdict, with per-pair errors.
+
+    python tools/bench/bench_jax_cpu_loader.py --reps 3 --baseline /tmp/wt_before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = (("wait", 5.0), ("wait", 1.0), ("numpy", 5.0), ("none", 0.0))
+INPUT_BOUND = 0.20
+
+_ANALYZE = """
+import glob, json, os, sys
+from tfbertperf.analyze import analyze
+def one(d):
+    a = d['attribution']
+    return {'alone': a.get('input_cost_estimate_fraction'), 'bottleneck': d['verdict']['bottleneck'],
+            'times': a.get('input_cost_estimate_unprofiled_fraction')}
+with_times = one(analyze(sys.argv[1]))
+files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
+for f in files:
+    os.replace(f, f + '.aside')
+try:
+    alone = one(analyze(sys.argv[1]))
+finally:
+    for f in files:
+        os.replace(f + '.aside', f)
+print(json.dumps({'alone': alone['alone'], 'times': with_times['times'], 'bottleneck': alone['bottleneck']}))
+"""
+
+
+def analyze_with(pythonpath: str, logdir: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-c", _ANALYZE, logdir], capture_output=True, text=True, env=env,
+                          cwd=tempfile.gettempdir(), timeout=600)  # not a checkout's root: PYTHONPATH decides
+    if proc.returncode:
+        line = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"alone": None, "times": None, "bottleneck": f"error: {line[:60]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f} %"
+
+
+def err(x, truth) -> str:
+    return "—" if x is None else f"{100 * (x - truth):+.1f} pp"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--baseline", default="", help="another checkout (the code before) to analyze the same captures")
+    a = p.parse_args(argv)
+    t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
+    rows, errs = [], {}
+    for rep in range(1, a.reps + 1):
+        for kind, ms in CASES:
+            print(f"[bench] {kind} {ms:g} ms: repetition {rep}/{a.reps} …", file=sys.stderr, flush=True)
+            proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"),
+                                   "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}")],
+                                  capture_output=True, text=True, timeout=900,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            if proc.returncode:
+                print(proc.stderr[-2000:], file=sys.stderr)
+                return 1
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            now = analyze_with(str(ROOT), r["logdir"])
+            before = analyze_with(a.baseline, r["logdir"]) if a.baseline else None
+            truth = r["truth"]
+            right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
+            key = f"{kind} {ms:g} ms"
+            if now["alone"] is not None:
+                errs.setdefault(key, []).append(abs(now["alone"] - truth))
+            halves = " / ".join(pct(h) for h in r["halves"])
+            rows.append(f"| {key} | {rep} | {pct(truth)} ({r['T_ms']:.1f} / {r['T_c_ms']:.1f}) | {halves} | "
+                        f"{pct(now['alone'])} ({err(now['alone'], truth)}) | {pct(now['times'])} "
+                        f"({err(now['times'], truth)}) | {now['bottleneck']} {'✓' if right else '✗'} | "
+                        + (f"{pct(before['alone'])} ({err(before['alone'], truth)}), {before['bottleneck']} | "
+                           if before else "") + f"{r['load']:.1f} |")
+    print("| loader | rep | truth (T / T_c ms) | truth before / after the capture | capture alone | capture + step "
+          "file | verdict | " + ("code before: capture alone, verdict | " if a.baseline else "") + "load |")
+    print("|---|---|---|---|---|---|---|" + ("---|" if a.baseline else "") + "---|")
+    print("\n".join(rows))
+    print()
+    for key, e in errs.items():
+        print(f"{key}: capture alone, mean |error| {100 * statistics.fmean(e):.1f} pp, max {100 * max(e):.1f} pp "
+              f"over {len(e)}")
+    print(f"\n{len(rows)} captures in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
