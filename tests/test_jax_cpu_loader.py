@@ -81,3 +81,13 @@ def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(
     d = analyze(str(tmp_path / "logs"))
     assert d["attribution"]["steps_profiled"] == 10 and d["verdict"]["bottleneck"] == "input"
     assert d["attribution"]["input_python_loader_ms_per_step"] >= 4.0  # PyDataset.__getitem__'s 5 ms
+
+
+def test_a_jitted_jax_step_fed_from_memory_reads_compute_bound_on_the_cpu(tmp_path):
+    # xprof's CPU table files XLA's CPU runtime as "other": this read "bound by other time … compile with XLA"
+    r = _run([str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", "none", "--out", str(tmp_path),
+              "--rounds", "2", "--steps", "40"])
+    d = analyze(r["logdir"])
+    assert d["verdict"]["bottleneck"] == "compute", d["verdict"]
+    assert d["attribution"]["fractions"]["host_compute"] > 0.5  # the jitted MLP's ~6 ms a step
+    assert d["attribution"]["input_python_loader_ms_per_step"] < 0.5  # a batch from memory: no loader to speak of

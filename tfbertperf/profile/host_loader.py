@@ -10,12 +10,20 @@ judges (profile/idle.py rule 3: an outermost frame that hands nothing to the dev
 first hand-off or ends in loader work, and the part of a hand-off frame before its first hand-off); their time
 inside each step moves from host compute (then other) to input.
 
+The same capture's compute is XLA's CPU runtime (`ThunkExecutor::Execute` on its `tf_XLA…` threads), which xprof's
+table files as "other": a jitted JAX step fed from memory read "bound by other time … compile with XLA" (94.7 % other,
+BENCHMARKS.md).  The union of those executions inside each step moves from other to host compute.
+
 Left alone: a capture that runs tf.data (its get-next is the input xprof already counts, and the Python frames of a
 TensorFlow program before its function call are Keras' own), and one with no Python frames (nothing to tell a
 loader from compute: the answer then says the input is the blocked wait only, as before).
 """
 
 from __future__ import annotations
+
+import re
+
+import numpy as np
 
 from tfbertperf.profile import idle
 from tfbertperf.profile import intervals as iv
@@ -25,12 +33,18 @@ from tfbertperf.profile.trace import load_trace
 PS_PER_MS = 1e9
 
 
+XLA_CPU_RUN = re.compile(r"^ThunkExecutor::Execute$")
+
+
+def _tf_data(trace) -> bool:
+    return any(t.mask(idle.GET_NEXT).any() or t.name.startswith("tf_data") for t in trace.threads)
+
+
 def loader_ms_by_step(xplanes) -> dict[int, float]:
     """Per step number, the ms the training thread spent in Python loader frames inside that step's marker; {} where
     the module docstring leaves the capture alone."""
     trace = load_trace(xplanes)
-    if not trace.python_tracer or any(t.mask(idle.GET_NEXT).any() or t.name.startswith("tf_data")
-                                      for t in trace.threads):
+    if not trace.python_tracer or _tf_data(trace):
         return {}
     out: dict[int, float] = {}
     for t in trace.threads:
@@ -43,18 +57,28 @@ def loader_ms_by_step(xplanes) -> dict[int, float]:
     return out
 
 
+def xla_cpu_ms_by_step(xplanes) -> dict[int, float]:
+    """Per step number, the wall time XLA's CPU runtime ran inside that step (the union over its threads); {} for a
+    capture that runs tf.data or shows no such run."""
+    trace = load_trace(xplanes)
+    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
+    if not runs or _tf_data(trace):
+        return {}
+    busy = iv.union(np.concatenate(runs))
+    return {m.step_num: iv.length(iv.clip(busy, m.start, m.end)) / PS_PER_MS for _, m in trace.markers()}
+
+
 def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None]:
-    """xprof's step rows with each step's loader time moved from host compute (then other) to input, and the mean
-    moved a step (None where nothing was read: loader_ms_by_step gave nothing)."""
-    loader = loader_ms_by_step(xplanes)
-    if not loader:
-        return rows, None
+    """xprof's step rows with each step's loader time moved from host compute (then other) to input and XLA's CPU
+    runtime from other to host compute, and the loader's mean a step (None where loader_ms_by_step gave nothing)."""
+    loader, xla = loader_ms_by_step(xplanes), xla_cpu_ms_by_step(xplanes)
     moved = []
     for r in rows:
-        ms = loader.get(step_number(r["step"]), 0.0)
-        take = min(ms, r["host_compute"] + r["other"])
+        n = step_number(r["step"])
+        take = min(loader.get(n, 0.0), r["host_compute"] + r["other"])
         from_compute = min(take, r["host_compute"])
         r = {**r, "input": r["input"] + take, "host_compute": r["host_compute"] - from_compute,
              "other": r["other"] - (take - from_compute)}
-        moved.append((r, take))
-    return [r for r, _ in moved], (sum(t for _, t in moved) / len(moved) if moved else None)
+        run = min(xla.get(n, 0.0), r["other"])  # XLA's CPU runtime: compute xprof filed as other
+        moved.append(({**r, "host_compute": r["host_compute"] + run, "other": r["other"] - run}, take))
+    return [r for r, _ in moved], (sum(t for _, t in moved) / len(moved) if moved and loader else None)
