@@ -36,6 +36,11 @@ try:
     refused = None
 except ValueError as e:
     refused = str(e)
+try:
+    ProfileCallback(sys.argv[1], host_tracer_level=2)
+    refused_option = None
+except ValueError as e:
+    refused_option = str(e)
 class Slow(keras.utils.PyDataset):
     def __init__(self):
         super().__init__()
@@ -50,7 +55,7 @@ m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="rel
 m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 cb = ProfileCallback(sys.argv[1], profile_steps="10:20")
 m.fit(Slow(), epochs=2, callbacks=[cb], verbose=0)
-print(__import__("json").dumps({"refused": refused, "steps": len(cb.step_times_ms), "step_file": str(cb.step_file)}))
+print(__import__("json").dumps({"refused": refused, "refused_option": refused_option, "steps": len(cb.step_times_ms), "step_file": str(cb.step_file)}))
 """
 
 
@@ -76,6 +81,7 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
 def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(tmp_path):
     r = _run(["-c", KERAS_JAX_FIT, str(tmp_path / "logs")])
     assert r["refused"] and "needs Keras' TensorFlow backend" in r["refused"]  # probe=True: one clear line
+    assert "ProfileCallback(host_tracer_level=…)" in r["refused_option"] and "\n" not in r["refused_option"]
     assert r["steps"] == 64 and Path(r["step_file"]).parent.parent.name == "profile"  # beside a JAX capture
     assert list(Path(r["step_file"]).parent.glob("*.xplane.pb"))
     d = analyze(str(tmp_path / "logs"))

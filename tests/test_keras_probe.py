@@ -212,16 +212,21 @@ def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block
     assert stepfile.summarize(doc, "f").input_cost_ci95 == pytest.approx(ci, abs=1e-4)
 
 
-def _tiny_fit(tmp_path, steps):
+def _tiny():
+    """A one-layer model on 256 random rows, and its dataset of 8-row batches, repeated: a ~1 ms step."""
     keras.utils.set_random_seed(1)
     x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int32")
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+
+
+def _tiny_fit(tmp_path, steps):
+    model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / f"logs{steps}"), profile_steps=None, probe=True)
     with pytest.warns(UserWarning, match="tfbertperf ProfileCallback") as caught:
-        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=steps, epochs=1,
-                  callbacks=[cb], verbose=0)
+        model.fit(ds, steps_per_epoch=steps, epochs=1, callbacks=[cb], verbose=0)
     return cb, " ".join(str(w.message) for w in caught)
 
 
@@ -239,16 +244,11 @@ def test_a_short_fit_never_times_the_retrace_the_probes_batch_causes_as_a_real_s
 def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_path):
     # Keras' TensorBoard(profile_batch=…) holds TF's one profiler over our window: our callback used to raise
     # AlreadyExistsError out of fit, killing the user's training
-    keras.utils.set_random_seed(1)
-    x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
-    y = (x.sum(axis=1) > 0).astype("int32")
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / "ours"), profile_steps="6:10")
     theirs = keras.callbacks.TensorBoard(str(tmp_path / "theirs"), profile_batch=(3, 12))
     with pytest.warns(UserWarning, match="another profiler is running at step 5"):
-        history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=16,
-                            epochs=1, callbacks=[theirs, cb], verbose=0)
+        history = model.fit(ds, steps_per_epoch=16, epochs=1, callbacks=[theirs, cb], verbose=0)
     assert len(history.history["loss"]) == 1 and len(cb.step_times_ms) == 16  # the fit ran to its end
     doc = json.loads(cb.step_file.read_text())  # its step times, with no capture: in the logdir itself
     assert cb.step_file.parent == tmp_path / "ours" and doc["profiled_steps"] is None
@@ -258,13 +258,8 @@ def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_p
 def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):
     # fit(…, initial_epoch=2, epochs=4) runs two epochs; the probe used to plan over four and ran only the blocks
     # that fell in the first half of its plan, spaced for a run twice as long
-    keras.utils.set_random_seed(1)
-    x = np.random.RandomState(0).normal(size=(256, 8)).astype("float32")
-    y = (x.sum(axis=1) > 0).astype("int32")
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, probe_steps=8, probe_blocks=4)
-    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(), steps_per_epoch=30, epochs=4,
-              initial_epoch=2, callbacks=[cb], verbose=0)
+    model.fit(ds, steps_per_epoch=30, epochs=4, initial_epoch=2, callbacks=[cb], verbose=0)
     assert cb._step == 60 and cb._plan and cb._ran == cb._plan  # every planned block ran
     assert max(pos for pos, _ in cb._plan) <= 60 and max(pos for pos, _ in cb._plan) > 30  # spread over both

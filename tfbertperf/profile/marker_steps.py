@@ -52,9 +52,10 @@ def _marker(e: dict) -> int | None:
     return int(num) if num.lstrip("-").isdigit() else None
 
 
-def rows(trace: dict) -> tuple[list[dict], int | None]:
+def rows(trace: dict, waits: dict | None = None) -> tuple[list[dict], int | None]:
     """(step rows in steptable.step_rows' form, batches_per_step) from a trace_viewer dict's markers; ([], None)
-    when the trace has fewer than three markers (nothing left once the first and last are out)."""
+    when the trace has fewer than three markers (nothing left once the first and last are out).  `waits`:
+    step_contention(trace)["steps"] where the caller has read it already."""
     threads = contention.thread_table(trace)["threads"]
     marks, other, groups = [], [], []
     for e in trace.get("traceEvents", []):
@@ -71,7 +72,7 @@ def rows(trace: dict) -> tuple[list[dict], int | None]:
     if len(marks) < 3:
         return [], None
     busy = iv.union(other) if other else iv.EMPTY
-    waits = contention.step_contention(trace)["steps"]
+    waits = waits if waits is not None else contention.step_contention(trace)["steps"]
     out, per_marker = [], []
     for num, _, start, end in marks[1:-1]:
         step_ms = (end - start) / 1e3

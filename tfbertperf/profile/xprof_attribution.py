@@ -68,8 +68,8 @@ class NoStepsError(UsageError):
     """The profile holds no step markers xprof recognises."""
 
 
-def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None) -> dict | None:
-    res = contention.step_contention(trace, thread_cpu=thread_cpu)
+def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None, res=None) -> dict | None:
+    res = res or contention.step_contention(trace, thread_cpu=thread_cpu)  # res: already read (marker_steps)
     steps = [v for k, v in res["steps"].items() if k in step_names] or list(res["steps"].values())
     if not steps:
         return None
@@ -216,10 +216,11 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         return _without_xprof(xplanes, devs, idle_att, accelerator, skipped, step_time_ms, compute_only_step_ms)
     ipa = xprof_tools.convert(xplanes, "input_pipeline_analyzer")
     ran = {"xprof": {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}}
-    rows, meta, tv, per_step = step_rows(ipa), table_meta(ipa), None, None
+    rows, meta, tv, per_step, res = step_rows(ipa), table_meta(ipa), None, None, None
     if not rows and compute_on_host(meta["hardware_type"], devs):  # markers xprof left out: profile/marker_steps.py
         tv = xprof_tools.convert(xplanes, "trace_viewer")
-        rows, per_step = marker_steps.rows(tv)
+        res = contention.step_contention(tv, thread_cpu=threadcpu.read_beside(xplanes[0]) if xplanes else None)
+        rows, per_step = marker_steps.rows(tv, res["steps"])
     if not rows:
         # xprof found no steps; our own reading may (markers xprof skips, or launches of one XLA module)
         active = [d for d in devs if d["busy_ms"] > 0]
@@ -253,7 +254,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
         c = _contention_for(tv or xprof_tools.convert(xplanes, "trace_viewer"), numbers,
-                            threadcpu.read_beside(xplanes[0]) if xplanes else None)
+                            threadcpu.read_beside(xplanes[0]) if xplanes else None, res)
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
             cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms = (
