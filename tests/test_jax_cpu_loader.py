@@ -55,7 +55,10 @@ m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="rel
 m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 cb = ProfileCallback(sys.argv[1], profile_steps="10:20")
 m.fit(Slow(), epochs=2, callbacks=[cb], verbose=0)
-print(__import__("json").dumps({"refused": refused, "refused_option": refused_option, "steps": len(cb.step_times_ms), "step_file": str(cb.step_file)}))
+first = {"steps": len(cb.step_times_ms), "step_file": str(cb.step_file)}
+m.fit(Slow(), epochs=1, callbacks=[cb], verbose=0)  # a second fit: its own capture and step file
+print(__import__("json").dumps({"refused": refused, "refused_option": refused_option, **first,
+                                "steps2": len(cb.step_times_ms), "step_file2": str(cb.step_file)}))
 """
 
 
@@ -84,6 +87,8 @@ def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(
     assert "ProfileCallback(host_tracer_level=…)" in r["refused_option"] and "\n" not in r["refused_option"]
     assert r["steps"] == 64 and Path(r["step_file"]).parent.parent.name == "profile"  # beside a JAX capture
     assert list(Path(r["step_file"]).parent.glob("*.xplane.pb"))
+    # a second fit with the same callback: its own 32 steps beside its own capture (it used to go on counting)
+    assert r["steps2"] == 32 and Path(r["step_file2"]).parent not in (Path(r["step_file"]).parent, tmp_path / "logs")
     d = analyze(str(tmp_path / "logs"))
     assert d["attribution"]["steps_profiled"] == 10 and d["verdict"]["bottleneck"] == "input"
     assert d["attribution"]["input_python_loader_ms_per_step"] >= 4.0  # PyDataset.__getitem__'s 5 ms

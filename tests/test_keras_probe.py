@@ -263,3 +263,20 @@ def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):
     model.fit(ds, steps_per_epoch=30, epochs=4, initial_epoch=2, callbacks=[cb], verbose=0)
     assert cb._step == 60 and cb._plan and cb._ran == cb._plan  # every planned block ran
     assert max(pos for pos, _ in cb._plan) <= 60 and max(pos for pos, _ in cb._plan) > 30  # spread over both
+
+
+def test_each_fit_gets_its_own_capture_step_file_and_probe_and_evaluate_says_it_captures_nothing(tmp_path):
+    # fine-tuning in two fits with one callback: the second fit used to reuse the first's plan, capture nothing,
+    # run no probe, and rewrite the first capture's step file with both fits' steps (40 where it captured 24)
+    model, ds = _tiny()
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="8:12", probe=True, probe_steps=8, probe_blocks=2)
+    model.fit(ds, steps_per_epoch=12, epochs=2, validation_data=ds.take(3), callbacks=[cb], verbose=0)
+    first, first_what_if = cb.step_file, cb.what_if
+    model.fit(ds, steps_per_epoch=16, epochs=1, callbacks=[cb], verbose=0)
+    assert cb.step_file != first and cb.step_file.parent != first.parent  # a capture of its own
+    docs = [json.loads(f.read_text()) for f in (first, cb.step_file)]
+    assert [len(d["step_time_ms"]) for d in docs] == [24, 16]  # each fit's own steps
+    assert all(d["profiled_steps"] == [7, 13] for d in docs) and list(cb.step_file.parent.glob("*.xplane.pb"))
+    assert first_what_if and cb.what_if and docs[1]["what_if"]["blocks"]  # the probe ran in both fits
+    with pytest.warns(UserWarning, match="evaluate\\(\\) and predict\\(\\) with it capture nothing"):
+        model.evaluate(ds.take(4), callbacks=[cb], verbose=0)

@@ -34,6 +34,25 @@ def test_find_xplanes_accepts_logdir_session_dir_and_file(profiles):
     assert xprof_tools.find_xplanes([str(from_logdir[0])]) == from_logdir
 
 
+def test_a_capture_never_stops_in_the_second_an_earlier_session_folder_is_named_by(tmp_path):
+    # TF's and JAX's profilers name the session folder by the second the capture stops in: two fits' captures
+    # stopped in one second went to one folder, the second written over the first (profile/stepfile.own_second)
+    import time
+
+    from tfbertperf.profile import stepfile
+
+    folders = tmp_path / "plugins" / "profile"
+    folders.mkdir(parents=True)
+    t0 = time.time()
+    for f in (time.localtime, time.gmtime):  # the folder a capture stopping now would be written to
+        (folders / time.strftime("%Y_%m_%d_%H_%M_%S", f(t0))).mkdir(exist_ok=True)
+    stepfile.own_second(tmp_path)
+    assert int(time.time()) > int(t0) and time.time() - t0 < 1.5  # waited for the next second, no longer
+    t0 = time.time()
+    stepfile.own_second(tmp_path / "fresh")  # no folder yet: no wait
+    assert time.time() - t0 < 0.1
+
+
 def test_find_xplanes_picks_the_newest_session_by_default(tmp_path):
     for name in ("2024_01_01_00_00_00", "2025_06_01_00_00_00", "2023_01_01_00_00_00"):
         d = tmp_path / "plugins" / "profile" / name

@@ -101,6 +101,7 @@ class StepTimer:
 
     def _end_capture(self) -> None:
         t0 = time.perf_counter()
+        stepfile.own_second(self.logdir)
         self._stop()
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # a prefetching loader runs ahead meanwhile
         self._profiling = False

@@ -44,8 +44,9 @@ class ProfileCallback(keras.callbacks.Callback):
         if tensorflow_only:
             raise ValueError(f"ProfileCallback({', '.join(sorted(tensorflow_only))}=…): TensorFlow profiler "
                              f"options; this Keras runs on JAX — pass profiler_options=jax.profiler.ProfileOptions()")
-        self.timer = StepTimer(logdir, profile_steps=profile_steps, warmup_steps=warmup_steps, marker=marker,
-                               profiler_options=profiler_options)
+        self._timer_args = dict(logdir=logdir, profile_steps=profile_steps, warmup_steps=warmup_steps, marker=marker,
+                                profiler_options=profiler_options)
+        self.timer = StepTimer(**self._timer_args)
         self.sync, self.what_if, self._open = bool(sync), None, None
 
     @property
@@ -57,6 +58,8 @@ class ProfileCallback(keras.callbacks.Callback):
         return self.timer.step_file
 
     def on_train_begin(self, logs=None):
+        if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
+            self.timer = StepTimer(**self._timer_args)
         k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call, one marker: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))

@@ -116,7 +116,6 @@ class ProfileCallback(keras.callbacks.Callback):
                              f"callback profiles its TensorFlow backend (on JAX, tfbertperf.keras gives keras_jax's)")
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="ProfileCallback(profile_steps={!r})")
-        self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)
         self.marker = marker
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=host_tracer_level, python_tracer_level=int(python_tracer),
@@ -132,14 +131,18 @@ class ProfileCallback(keras.callbacks.Callback):
         self.probe, self.probe_blocks, self.probe_ci95 = bool(probe), int(probe_blocks), float(probe_ci95)
         self.probe_steps = 0 if self.auto else int(probe_steps)
         self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
+        self._in_fit = False
+        self._new_fit()
+
+    def _new_fit(self) -> None:
+        """Each fit gets its own window, capture, step file and probe (a fine-tuning second fit with the same
+        callback reused the first's plan, captured nothing, and rewrote the first capture's step file with both
+        fits' steps), as Keras' TensorBoard(profile_batch) profiles each fit."""
+        self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)
         self.step_times_ms: list[float] = []
         self.step_file: Path | None = None
         self.what_if: dict | None = None
-        self._step = 0
-        self._trace = None
-        self._t0 = 0.0
-        self._profiling = False
-        self._cpu_at_start = None
+        self._step, self._trace, self._t0, self._profiling, self._cpu_at_start = 0, None, 0.0, False, None
         self._profiled: tuple[int, int] | None = None
         self._stop_ms = 0.0  # how long the profiler took to stop and write the capture
         self._sessions_before: set[str] = set()
@@ -147,9 +150,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self._plan: list[tuple[int, int]] = []
         self._ran: list[tuple[int, int]] = []  # the blocks that ran: (before_step, timed_steps)
         self._stopped: str | None = None  # probe_steps="auto": why it stopped before its plan's end
-        self._warmup = 0
+        self._warmup, self._batch = 0, None
         self._runner: Probe | None = None
-        self._batch = None
         self._grabbed_at: int | None = None  # the step whose batch the probe caches
         self._block_ms = 0.0
         self._train_function = None
@@ -227,6 +229,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # ---- Keras calls these around each `train_function(iterator)` (next(iterator) runs inside it)
     def on_train_begin(self, logs=None):
+        self._new_fit()
+        self._in_fit = True
         # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         if self.window and k > 1:
@@ -277,9 +281,19 @@ class ProfileCallback(keras.callbacks.Callback):
             self.model.train_function = self._train_function  # fit again later: no probe inside it
             self._after_loop_block()
         self._write_steps()
+        self._in_fit = False
+
+    def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
+        if not self._in_fit:
+            warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
+                          "capture nothing (profile those with tf.profiler.experimental.start/stop)", stacklevel=2)
+
+    on_predict_begin = on_test_begin
 
     def _stop(self):
-        t0, cpu_at_stop = time.perf_counter(), threadcpu.snapshot(loaders=True)
+        t0 = time.perf_counter()
+        stepfile.own_second(self.logdir)  # else a second fit's capture in the same second is written over the first
+        cpu_at_stop = threadcpu.snapshot(loaders=True)
         tf.profiler.experimental.stop()
         self._profiling = False
         threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)

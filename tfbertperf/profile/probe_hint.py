@@ -21,14 +21,18 @@ def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = 
     if auto_target is not None:
         from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, longer_by
 
+        def times(half_width: float) -> str:  # "about 1× as long" said nothing: 1.2× is a fit 20 % longer
+            x = longer_by(ci, half_width)
+            return f"about {x:.1f}×" if x < 1.95 else f"about {x:.0f}×"
+
         icf = what_if["input_cost_fraction"]
         hint = (f"tfbertperf ProfileCallback: the measured input cost {100 * icf:.1f} % is ± {100 * ci:.1f} pp (95 %, "
                 f"from the spread of its {what_if.get('probe_blocks')} probe blocks: this machine's speed moves from "
-                f"block to block); the fit had room for no more blocks — a fit about "
-                f"{longer_by(ci, auto_target):.0f}× as long would let the probe reach ±{100 * auto_target:.1f} pp")
+                f"block to block); the fit had room for no more blocks — a fit {times(auto_target)} as long would let "
+                f"the probe reach ±{100 * auto_target:.1f} pp")
         if abs(icf - INPUT_BOUND_THRESHOLD) < ci:  # the verdict is undecided: say what would decide it (analyze's)
-            hint += (f", and one about {longer_by(ci, abs(icf - INPUT_BOUND_THRESHOLD)):.0f}× as long would decide "
-                     f"whether the input costs more than {INPUT_BOUND_THRESHOLD:.0%}")
+            hint += (f", and one {times(abs(icf - INPUT_BOUND_THRESHOLD))} as long would decide whether the input "
+                     f"costs more than {INPUT_BOUND_THRESHOLD:.0%}")
         return hint
     return (f"tfbertperf ProfileCallback: the measured input cost {100 * what_if['input_cost_fraction']:.1f} % is "
             f"± {100 * ci:.1f} pp (95 %, from the spread of its probe blocks: this machine's speed moves from block to "

@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +213,19 @@ def session_dir(logdir, before: set[str]) -> Path | None:
     """The session folder a capture added to `logdir` since `before` (sessions()), newest first; None if none."""
     new = sorted(sessions(logdir) - before)
     return Path(logdir) / "plugins" / "profile" / new[-1] if new else None
+
+
+def own_second(logdir) -> None:
+    """Wait, right before a capture stops, until no session folder in `logdir` bears the current second's name.
+    TensorFlow's and JAX's profilers name the folder by the second the capture stops in (2026_11_26_15_39_19, local
+    time), so a second capture that stopped in the same second as one before it (two short fits with one
+    ProfileCallback) was written over the first, whose step file then described the wrong capture."""
+    have = sessions(logdir)
+    for _ in range(3):
+        now = time.time()
+        if not have & {time.strftime("%Y_%m_%d_%H_%M_%S", f(now)) for f in (time.localtime, time.gmtime)}:
+            return
+        time.sleep(1.0 - now % 1.0 + 0.01)
 
 
 def beside(directory) -> Path | None:
