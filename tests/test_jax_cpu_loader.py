@@ -32,7 +32,7 @@ from tfbertperf.keras import ProfileCallback
 from tfbertperf import keras_jax
 assert ProfileCallback is keras_jax.ProfileCallback
 try:
-    ProfileCallback(sys.argv[1], probe=True)
+    ProfileCallback(sys.argv[1], probe=True, probe_steps="many")
     refused = None
 except ValueError as e:
     refused = str(e)
@@ -62,6 +62,35 @@ print(__import__("json").dumps({"refused": refused, "refused_option": refused_op
 """
 
 
+KERAS_JAX_PROBE = r"""
+import json, os, sys, time
+os.environ["KERAS_BACKEND"] = "jax"
+import numpy as np, keras
+from tfbertperf.keras import ProfileCallback
+def fit(cb):
+    keras.utils.set_random_seed(3)
+    x = np.random.default_rng(0).random((64 * 32, 16), dtype=np.float32); y = (x.sum(1) > 8).astype("int32")
+    class Slow(keras.utils.PyDataset):
+        def __len__(self):
+            return 64
+        def __getitem__(self, i):
+            time.sleep(0.004)  # a read from slow storage: most of the step
+            return x[i * 32:(i + 1) * 32], y[i * 32:(i + 1) * 32]
+    m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dropout(0.3),
+                          keras.layers.Dense(2)])
+    m.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              metrics=["accuracy"])
+    losses = []
+    rec = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"])))
+    history = m.fit(Slow(), epochs=3, callbacks=[*cb, rec], verbose=0)
+    return losses, history.history, [w.tolist() for w in m.get_weights()]
+cb = ProfileCallback(sys.argv[1], profile_steps="30:40", probe=True)
+with_probe, without = fit([cb]), fit([])
+print(json.dumps({"same": with_probe == without, "steps": len(with_probe[0]), "what_if": cb.what_if,
+                  "step_file": str(cb.step_file)}))
+"""
+
+
 def _run(args: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -83,7 +112,7 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
 
 def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(tmp_path):
     r = _run(["-c", KERAS_JAX_FIT, str(tmp_path / "logs")])
-    assert r["refused"] and "needs Keras' TensorFlow backend" in r["refused"]  # probe=True: one clear line
+    assert r["refused"] == "ProfileCallback(probe_steps='many'): expected \"auto\" or an int ≥ 0"  # one clear line
     assert "ProfileCallback(host_tracer_level=…)" in r["refused_option"] and "\n" not in r["refused_option"]
     assert r["steps"] == 64 and Path(r["step_file"]).parent.parent.name == "profile"  # beside a JAX capture
     assert list(Path(r["step_file"]).parent.glob("*.xplane.pb"))
@@ -92,6 +121,18 @@ def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(
     d = analyze(str(tmp_path / "logs"))
     assert d["attribution"]["steps_profiled"] == 10 and d["verdict"]["bottleneck"] == "input"
     assert d["attribution"]["input_python_loader_ms_per_step"] >= 4.0  # PyDataset.__getitem__'s 5 ms
+
+
+def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp_path):
+    # the probe used to be refused on JAX ("needs Keras' TensorFlow backend"): a Keras-JAX user got no what-if
+    r = _run(["-c", KERAS_JAX_PROBE, str(tmp_path / "logs")])
+    assert r["same"] and r["steps"] == 192  # losses, history and weights with the probe == without, bit for bit
+    w = r["what_if"]
+    assert w and w["probe_blocks"] >= 4 and w["compute_only_step_ms"] < w["step_ms"] / 3, w  # a 4 ms wait a step
+    assert w["input_cost_fraction"] > 0.6, w  # ~0.96 quiet: the wait is most of the step
+    d = analyze(str(tmp_path / "logs"))
+    assert abs(d["attribution"]["input_cost_fraction"] - w["input_cost_fraction"]) < 1e-3
+    assert d["verdict"]["bottleneck"] == "input"
 
 
 def test_a_jitted_jax_step_fed_from_memory_reads_compute_bound_on_the_cpu(tmp_path):

@@ -108,15 +108,23 @@ class StepTimer:
         self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
 
-    def close(self) -> Path:
-        """Stop a capture still running and write the step file (profile/stepfile.py); returns its path."""
+    def document(self, what_if: dict | None = None, excluded_steps=(), warmup_steps: int | None = None,
+                 written_by: str = "tfbertperf.jax_steps.StepTimer") -> dict:
+        """The step file's object for the steps so far (profile/stepfile.py): `warmup_steps` None = this timer's,
+        at most a quarter of the steps; a what-if probe's record and the steps it excludes, where one ran
+        (tfbertperf/keras_jax.py)."""
+        steps = self.step_times_ms
+        warmup = short_run_budget(len(steps), self.warmup_steps, 0)[0] if warmup_steps is None else warmup_steps
+        excluded = [*excluded_steps, *stepfile.after_stop(steps, self._profiled, warmup, self._stop_ms)]
+        return stepfile.document(steps, profiled_steps=self._profiled, warmup_steps=warmup, excluded_steps=excluded,
+                                 what_if=what_if, written_by=written_by)
+
+    def close(self, **document) -> Path:
+        """Stop a capture still running and write the step file (profile/stepfile.py; `document`: as
+        document()'s); returns its path."""
         if self._profiling:
             self._end_capture()
-        warmup = short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
-        doc = stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
-                                excluded_steps=stepfile.after_stop(self.step_times_ms, self._profiled, warmup,
-                                                                   self._stop_ms),
-                                written_by="tfbertperf.jax_steps.StepTimer")
+        doc = self.document(**document)
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         return self.step_file
 

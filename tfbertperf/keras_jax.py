@@ -6,48 +6,58 @@ XLA" (the step already is XLA).  This callback captures with `jax.profiler` inst
 `tfbertperf.jax_steps.StepTimer` — the markers, the window and the step file StepTimer gives a JAX loop you write
 yourself, here around each `train_function` call of `fit` — so `tfbertperf analyze LOGDIR` reads it as any JAX
 capture (device planes on a GPU, the host's XLA and Python tracer events on the CPU).  `tfbertperf.keras` hands out
-this class when Keras runs on JAX, the TensorFlow one otherwise.
+this class when Keras runs on JAX, the TensorFlow one otherwise.  With `steps_per_execution=k` a step is one call
+of k batches and `profile_steps` still counts batches, as in the TensorFlow callback.
 
-Not here: the what-if probe (it swaps the fit's tf.data iterator for a cached batch inside TensorFlow's
-train_function): `probe=True` is refused.  With `steps_per_execution=k` a step is one call of k batches and
-`profile_steps` still counts batches, as in the TensorFlow callback.
+The what-if probe (`probe=True`), as the TensorFlow callback's (same plan, settle, blocks, step file and figures;
+train/probe.py): at the last warm-up step the call's first batch is taken from Keras' iterator (the step still
+trains on it, chained back in front) and put on the device once (`jax.device_put`); before a planned step the
+callback syncs the fit's state into the model's variables (`model.jax_state_sync()`, Keras' own way for a callback
+to read them), copies it, and runs `model.train_function` on the copy fed the cached batch, timing each step.  JAX's
+state is values, not variables: the fit goes on from its own state, which the probe never touched (the copy is
+donated to the probe's steps and dropped), so nothing needs restoring and the loss trajectory is unchanged.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import keras
 
 from tfbertperf.jax_steps import StepTimer
-from tfbertperf.train.probe import traced_steps
+from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
+from tfbertperf.train.probe import (AUTO_CI95, PROBE_SETTLE_STEPS, PROBE_WARMUP_STEPS, SETTLE_MAX_STEPS, plan_for,
+                                    probe_args, settle_ms, time_block, traced_steps)
 
 
 class ProfileCallback(keras.callbacks.Callback):
-    """Step markers (`jax.profiler.StepTraceAnnotation`), a `jax.profiler` capture of `profile_steps` and every
-    step's wall time in a step file beside it (module docstring).
+    """Step markers (`jax.profiler.StepTraceAnnotation`), a `jax.profiler` capture of `profile_steps`, every step's
+    wall time in a step file beside it, and with `probe=True` the measured what-if (module docstring).
 
     Args:
-      logdir, profile_steps, marker, warmup_steps: as the TensorFlow ProfileCallback's (profile/keras_callback.py).
+      logdir, profile_steps, marker, warmup_steps, probe, probe_steps, probe_blocks, probe_ci95, total_steps: as
+        the TensorFlow ProfileCallback's (profile/keras_callback.py).
       sync: wait for the step's loss (jax.block_until_ready) before its time is taken, so the step holds its
         device work.
       profiler_options: a jax.profiler.ProfileOptions (None: JAX's defaults, the Python tracer on).
-      probe: must be False on this backend (module docstring).
-    Attributes: step_times_ms, step_file, what_if (always None here), timer (the StepTimer).
+    Attributes: step_times_ms, step_file, what_if (after fit with probe=True), timer (the fit's StepTimer).
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", warmup_steps: int = 5,
-                 sync: bool = True, probe: bool = False, profiler_options=None, **tensorflow_only):
+                 sync: bool = True, probe: bool = False, probe_steps: int | str = "auto", probe_blocks: int = 4,
+                 probe_ci95: float = AUTO_CI95, total_steps: int | None = None, profiler_options=None,
+                 **tensorflow_only):
         super().__init__()
-        if probe:
-            raise ValueError("ProfileCallback(probe=True): the what-if probe needs Keras' TensorFlow backend (it "
-                             "runs TensorFlow's train_function on a cached batch); this Keras runs on JAX — drop "
-                             "probe=True, or measure the what-if with KERAS_BACKEND=tensorflow")
         if tensorflow_only:
             raise ValueError(f"ProfileCallback({', '.join(sorted(tensorflow_only))}=…): TensorFlow profiler "
                              f"options; this Keras runs on JAX — pass profiler_options=jax.profiler.ProfileOptions()")
+        self.auto, self.probe_steps, self.probe_ci95 = probe_args(probe_steps, probe_ci95)
+        self.probe, self.probe_blocks, self.total_steps = bool(probe), int(probe_blocks), total_steps
         self._timer_args = dict(logdir=logdir, profile_steps=profile_steps, warmup_steps=warmup_steps, marker=marker,
                                 profiler_options=profiler_options)
         self.timer = StepTimer(**self._timer_args)
         self.sync, self.what_if, self._open = bool(sync), None, None
+        self._plan, self._train_function = None, None
 
     @property
     def step_times_ms(self) -> list[float]:
@@ -60,11 +70,77 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = StepTimer(**self._timer_args)
-        k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call, one marker: k batches
+        self.what_if, self._plan, self._ran, self._probe_ms, self._stopped = None, None, [], [], None
+        self._batch, self._grabbed_at, self._warmup = None, None, 0
+        self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
 
+    # ---- the what-if probe (module docstring)
+    def on_epoch_begin(self, epoch, logs=None):
+        if not self.probe or self._plan is not None:  # planned at the first epoch this fit runs (initial_epoch)
+            return
+        steps = self.total_steps or max(0, (self.params.get("epochs") or 0) - epoch) * -(
+            -(self.params.get("steps") or 0) // self._batches)
+        if not steps:
+            raise ValueError("ProfileCallback(probe=True) needs the number of training steps: pass steps_per_epoch "
+                             "to fit (or data of known length), or total_steps=N")
+        if keras.distribution.distribution() is not None:  # the cached batch would sit on one device, not sharded
+            raise ValueError("ProfileCallback(probe=True) supports one device; this fit runs under "
+                             f"keras.distribution {type(keras.distribution.distribution()).__name__}")
+        self._warmup, self._plan = plan_for(steps, self.timer.warmup_steps, self.timer.traced, self.auto,
+                                            self.probe_steps, self.probe_blocks)
+        self._train_function, self.model.train_function = self.model.train_function, self._train_with_probe
+
+    def _train_with_probe(self, state, iterator):
+        """model.train_function, taking its first batch for the probe at the last warm-up step (module docstring)."""
+        i = len(self.timer.step_times_ms)
+        if self._batch is None and i >= max(1, self._warmup - 1):
+            import jax
+
+            first = next(iterator)  # the end of the epoch ends the call here as it would have inside it
+            self._batch, self._grabbed_at, iterator = jax.device_put(first), i, itertools.chain([first], iterator)
+        return self._train_function(state, iterator)
+
+    def _run_block(self, pos: int, n: int) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        if self.auto and self._stopped is None:
+            self._stopped = auto_stop(self._document().get("summary"), self._ran, self.probe_ci95)
+        if self._stopped is not None:
+            return
+        m = self.model
+        m.jax_state_sync()  # the fit's state into the variables (Keras' way for a callback), then a copy of it
+        state = [jax.tree.map(lambda a: jnp.array(a, copy=True), [v.value for v in vs]) for vs in
+                 (m.trainable_variables, m.non_trainable_variables, m.optimizer.variables, m.metrics_variables)]
+        held, feed = [tuple(state)], itertools.repeat(self._batch)
+
+        def step():
+            logs, held[0] = self._train_function(held[0], feed)
+            return logs
+
+        self._probe_ms += time_block(step, jax.block_until_ready, n,
+                                     PROBE_WARMUP_STEPS if not self._ran else PROBE_SETTLE_STEPS,
+                                     settle_ms(self.timer.step_times_ms, self._warmup), SETTLE_MAX_STEPS, self.sync)
+        self._ran.append((pos, n))
+
+    def _document(self) -> dict:
+        return self.timer.document(**self._record())
+
+    def _record(self) -> dict:
+        if self._plan is None:
+            return {}
+        return {"what_if": what_if_record(self._probe_ms, self._ran, self.auto, self.probe_ci95, len(self._plan),
+                                          self._stopped),
+                "excluded_steps": excluded_steps(self._ran, len(self.timer.step_times_ms), self._grabbed_at),
+                "warmup_steps": self._warmup, "written_by": "tfbertperf.keras.ProfileCallback (JAX)"}
+
+    # ---- Keras calls these around each `train_function(state, iterator)` (next(iterator) runs inside it)
     def on_train_batch_begin(self, batch, logs=None):
+        n = dict(self._plan or ()).get(len(self.timer.step_times_ms))
+        if n and self._batch is not None:  # before the step's marker opens: the block is not the step's time
+            self._run_block(len(self.timer.step_times_ms), n)
         self._open = self.timer.step()
         self._result = self._open.__enter__()
 
@@ -80,4 +156,18 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._open is not None:  # a batch that never ended (fit stopped inside it): not a timed step
             self._open.__exit__(RuntimeError, RuntimeError("fit stopped"), None)
             self._open = None
-        self.timer.close()
+        if self._train_function is not None:
+            n = dict(self._plan).get(len(self.timer.step_times_ms))
+            if n and self._batch is not None:  # a block planned after the last step (a short fit)
+                self._run_block(len(self.timer.step_times_ms), n)
+            self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
+        self.timer.close(**self._record())
+        if self._plan is not None:
+            self.what_if, said = after_fit(
+                self._document().get("summary"), taken=self._batch is not None, ran=self._ran, stopped=self._stopped,
+                steps=len(self.timer.step_times_ms), warmup=self._warmup, traced=self.timer.traced,
+                probe_steps=self.probe_steps, target=self.probe_ci95 if self.auto else None)
+            if said:
+                import warnings
+
+                warnings.warn(said, stacklevel=2)

@@ -59,9 +59,9 @@ import tensorflow as tf
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
-from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, SETTLE_MAX_STEPS, Probe,
-                                    auto_plan, probe_plan, recovery_steps, settle_ms, short_run_budget,
-                                    traced_steps)
+from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
+from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
+                                    short_run_budget, traced_steps)
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -123,13 +123,8 @@ class ProfileCallback(keras.callbacks.Callback):
         )
         self.sync = sync
         self.threadpool_events = threadpool_events
-        self.auto = probe_steps == "auto"
-        if not self.auto and (isinstance(probe_steps, bool) or not isinstance(probe_steps, int) or probe_steps < 0):
-            raise ValueError(f"ProfileCallback(probe_steps={probe_steps!r}): expected \"auto\" or an int ≥ 0")
-        if not (isinstance(probe_ci95, (int, float)) and 0 < probe_ci95 < 1):
-            raise ValueError(f"ProfileCallback(probe_ci95={probe_ci95!r}): expected a fraction between 0 and 1")
-        self.probe, self.probe_blocks, self.probe_ci95 = bool(probe), int(probe_blocks), float(probe_ci95)
-        self.probe_steps = 0 if self.auto else int(probe_steps)
+        self.auto, self.probe_steps, self.probe_ci95 = probe_args(probe_steps, probe_ci95)
+        self.probe, self.probe_blocks = bool(probe), int(probe_blocks)
         self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
         self._in_fit = False
         self._new_fit()
@@ -167,9 +162,8 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.model.distribute_strategy.num_replicas_in_sync != 1:
             raise ValueError("ProfileCallback(probe=True) supports one replica (the default strategy); got "
                              f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
-        self._warmup, n = short_run_budget(steps, self.warmup_steps, self.probe_steps)
-        self._plan = (auto_plan(steps, self._warmup, self.traced) if self.auto else
-                      probe_plan(steps, self._warmup, self.traced, n, self.probe_blocks))
+        self._warmup, self._plan = plan_for(steps, self.warmup_steps, self.traced, self.auto, self.probe_steps,
+                                            self.probe_blocks)
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
                              wait=_read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
@@ -179,11 +173,8 @@ class ProfileCallback(keras.callbacks.Callback):
         return self._train_function(source)
 
     def _run_block(self, pos: int, n: int) -> None:
-        if self.auto and self._stopped is None and len(self._ran) >= AUTO_MIN_BLOCKS:
-            ci = (self._document().get("summary") or {}).get("input_cost_ci95")
-            if ci is not None and ci <= self.probe_ci95:
-                self._stopped = (f"after {len(self._ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ "
-                                 f"±{100 * self.probe_ci95:.1f}")
+        if self.auto and self._stopped is None:
+            self._stopped = auto_stop(self._document().get("summary"), self._ran, self.probe_ci95)
         if self._stopped is not None:
             return
         self._ran.append((pos, n))
@@ -306,14 +297,9 @@ class ProfileCallback(keras.callbacks.Callback):
         interval from the blocks that ran)."""
         what_if, excluded = None, []
         if self._runner is not None:
-            in_loop = [(p, n) for p, n in self._ran if p < self._step]
-            excluded = [p for p, _ in in_loop] + recovery_steps(in_loop, self._step)
-            if self._grabbed_at is not None:
-                excluded.append(self._grabbed_at)
-            what_if = {"compute_only_step_ms": [round(x, 4) for x in self._runner.step_times_ms],
-                       "blocks": [[p, n] for p, n in self._ran],
-                       "sample": ({"auto": True, "ci95_target": self.probe_ci95, "planned_blocks": len(self._plan),
-                                   "stopped": self._stopped} if self.auto else {"auto": False})}
+            excluded = excluded_steps(self._ran, self._step, self._grabbed_at)
+            what_if = what_if_record(self._runner.step_times_ms, self._ran, self.auto, self.probe_ci95,
+                                     len(self._plan), self._stopped)
         warmup = self._warmup if self._runner else short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
         excluded += stepfile.after_stop(self.step_times_ms, self._profiled, warmup, self._stop_ms)
         return stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
@@ -323,23 +309,13 @@ class ProfileCallback(keras.callbacks.Callback):
     def _write_steps(self) -> None:
         doc = self._document()
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
-        s = doc.get("summary") or {}
-        if self._runner is not None and s.get("input_cost_fraction") is None:  # asked for, none came: say why
-            why = ("no batch was taken" if self._batch is None else "no probe block ran" if not self._ran else
-                   "no real step was left to compare with (outside warm-up, the capture and the blocks)")
-            warnings.warn(f"tfbertperf ProfileCallback(probe=True): no what-if: {why} in this fit's {self._step} "
-                          f"steps (warm-up {self._warmup}, capture {self.traced})", stacklevel=2)
-        if s.get("input_cost_fraction") is not None:
-            self.what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
-                            "input_cost_fraction": s["input_cost_fraction"],
-                            "input_cost_ci95": s.get("input_cost_ci95")}
-            self.what_if["probe_steps"] = s["compute_only_steps"] + s["compute_only_interrupted"]
-            self.what_if["probe_blocks"] = len(self._ran)
-            self.what_if["stopped"] = self._stopped
-            hint = precision_hint(self.what_if, self.probe_steps, self.probe_ci95 if self.auto else None)
-            if hint:
-                warnings.warn(hint, stacklevel=2)
-
+        if self._runner is not None:
+            self.what_if, said = after_fit(doc.get("summary"), taken=self._batch is not None, ran=self._ran,
+                                           stopped=self._stopped, steps=self._step, warmup=self._warmup,
+                                           traced=self.traced, probe_steps=self.probe_steps,
+                                           target=self.probe_ci95 if self.auto else None)
+            if said:
+                warnings.warn(said, stacklevel=2)
 
 def _read_back(logs) -> None:
     """Wait for a Keras step: its logs' tensors read to the host."""

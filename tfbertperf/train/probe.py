@@ -143,6 +143,24 @@ def auto_plan(steps: int, warmup: int, window: tuple[int, int] | None) -> list[t
     return probe_plan(steps, warmup, window, blocks * AUTO_BLOCK_STEPS, blocks)
 
 
+def plan_for(steps: int, warmup_steps: int, traced: tuple[int, int] | None, auto: bool, probe_steps: int,
+             blocks: int) -> tuple[int, list[tuple[int, int]]]:
+    """(warm-up, plan) of a user's fit's probe (tfbertperf.keras's ProfileCallback, either backend): auto_plan, or
+    `probe_steps` timed steps in `blocks` blocks (probe_plan), for a fit of `steps` steps captured over `traced`."""
+    warmup, n = short_run_budget(steps, warmup_steps, probe_steps)
+    return warmup, (auto_plan(steps, warmup, traced) if auto else probe_plan(steps, warmup, traced, n, blocks))
+
+
+def probe_args(probe_steps, probe_ci95) -> tuple[bool, int, float]:
+    """(auto, probe_steps, probe_ci95) of ProfileCallback's arguments, or a one-line ValueError naming the bad one."""
+    auto = probe_steps == "auto"
+    if not auto and (isinstance(probe_steps, bool) or not isinstance(probe_steps, int) or probe_steps < 0):
+        raise ValueError(f"ProfileCallback(probe_steps={probe_steps!r}): expected \"auto\" or an int ≥ 0")
+    if not (isinstance(probe_ci95, (int, float)) and 0 < probe_ci95 < 1):
+        raise ValueError(f"ProfileCallback(probe_ci95={probe_ci95!r}): expected a fraction between 0 and 1")
+    return auto, 0 if auto else int(probe_steps), float(probe_ci95)
+
+
 def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
     """The real steps right after each in-loop probe block that a run-ahead pipeline may have fed from buffers
     filled while the block ran: as many as the block timed (its duration in steps), up to the next block."""
@@ -206,23 +224,34 @@ class Probe:
         untimed steps that `settle_ms` adds (a waiting pipeline's long real steps against a short cached one)."""
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
-        untimed = PROBE_WARMUP_STEPS if self.blocks == 0 else PROBE_SETTLE_STEPS
         saved = Snapshot(self.state)
-        start, j, timed = time.perf_counter(), 0, 0
-        while timed < n_timed:
-            if self.hook is not None:
-                self.hook("probe")
-            t0 = time.perf_counter()
-            settling = j < untimed or ((t0 - start) * 1e3 < settle_ms and j < settle_max_steps)
-            out = self.step_fn(self._iter if self.feed_iterator else next(self._iter))
-            if settling or timed == n_timed - 1 or self.wait_each:  # untimed steps and the block's end wait
-                self.wait(out)
-            if not settling:
-                self.step_times_ms.append((time.perf_counter() - t0) * 1e3)
-                timed += 1
-            j += 1
+        self.step_times_ms += time_block(lambda: self.step_fn(self._iter if self.feed_iterator else next(self._iter)),
+                                         self.wait, n_timed, PROBE_WARMUP_STEPS if self.blocks == 0 else
+                                         PROBE_SETTLE_STEPS, settle_ms, settle_max_steps, self.wait_each, self.hook)
         saved.restore()
         self.blocks += 1
+
+
+def time_block(step: Callable[[], object], wait: Callable, n_timed: int, untimed: int, settle_ms: float = 0.0,
+               settle_max_steps: int = 10**9, wait_each: bool = False, hook: Callable[[str], None] | None = None
+               ) -> list[float]:
+    """One probe block's timed steps, ms (Probe.run_block's docstring; the Keras-JAX callback's block too): `step()`
+    runs one compute-only step and returns its output, `wait(out)` blocks until it is done; `untimed` steps first,
+    and more for `settle_ms` of wall time (at most `settle_max_steps`), then `n_timed` timed ones.  The untimed
+    steps and the block's last wait, and every step with `wait_each`, so that the times add up to the block's."""
+    start, j, times = time.perf_counter(), 0, []
+    while len(times) < n_timed:
+        if hook is not None:
+            hook("probe")
+        t0 = time.perf_counter()
+        settling = j < untimed or ((t0 - start) * 1e3 < settle_ms and j < settle_max_steps)
+        out = step()
+        if settling or len(times) == n_timed - 1 or wait_each:  # untimed steps and the block's end wait
+            wait(out)
+        if not settling:
+            times.append((time.perf_counter() - t0) * 1e3)
+        j += 1
+    return times
 
 
 HOST_COPY_BYTES = 256 * 2**20

@@ -1,0 +1,49 @@
+"""What a user's fit's what-if probe records, for either backend's ProfileCallback (profile/keras_callback.py on
+TensorFlow, tfbertperf/keras_jax.py on JAX): the step file's `what_if` and excluded steps, the auto probe's rule to
+stop, and the `what_if` attribute and warnings the callback leaves after fit (profile/stepfile.py's definitions)."""
+
+from __future__ import annotations
+
+from tfbertperf.profile.probe_hint import precision_hint
+from tfbertperf.train.probe import AUTO_MIN_BLOCKS, recovery_steps
+
+
+def excluded_steps(ran: list[tuple[int, int]], step: int, grabbed_at: int | None) -> list[int]:
+    """The real steps left out of T for the probe: each in-loop block's step and its recovery steps (fed from the
+    buffers a run-ahead pipeline filled meanwhile), and the step whose batch the probe took."""
+    in_loop = [(p, n) for p, n in ran if p < step]
+    return [p for p, _ in in_loop] + recovery_steps(in_loop, step) + ([grabbed_at] if grabbed_at is not None else [])
+
+
+def what_if_record(probe_ms: list[float], ran: list[tuple[int, int]], auto: bool, ci95_target: float,
+                   planned: int, stopped: str | None) -> dict:
+    """The step file's `what_if` object: the probe's timed steps, its blocks and how its sample was chosen."""
+    return {"compute_only_step_ms": [round(x, 4) for x in probe_ms], "blocks": [[p, n] for p, n in ran],
+            "sample": ({"auto": True, "ci95_target": ci95_target, "planned_blocks": planned, "stopped": stopped}
+                       if auto else {"auto": False})}
+
+
+def auto_stop(summary: dict | None, ran: list, target: float) -> str | None:
+    """Why the auto probe stops before its next block (its interval is `target` or narrower after at least
+    AUTO_MIN_BLOCKS blocks), else None; `summary` is the step file's for the steps so far."""
+    ci = (summary or {}).get("input_cost_ci95")
+    if len(ran) >= AUTO_MIN_BLOCKS and ci is not None and ci <= target:
+        return f"after {len(ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * target:.1f}"
+    return None
+
+
+def after_fit(summary: dict | None, *, taken: bool, ran: list, stopped: str | None, steps: int, warmup: int,
+              traced, probe_steps: int, target: float | None) -> tuple[dict | None, str | None]:
+    """(the callback's `what_if` attribute or None, the warning to give or None) once fit has ended: the measured
+    figure with its interval and sample, a hint where it is too wide to act on, or why no figure came."""
+    s = summary or {}
+    if s.get("input_cost_fraction") is None:
+        why = ("no batch was taken" if not taken else "no probe block ran" if not ran else
+               "no real step was left to compare with (outside warm-up, the capture and the blocks)")
+        return None, (f"tfbertperf ProfileCallback(probe=True): no what-if: {why} in this fit's {steps} steps "
+                      f"(warm-up {warmup}, capture {traced})")
+    what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
+               "input_cost_fraction": s["input_cost_fraction"], "input_cost_ci95": s.get("input_cost_ci95"),
+               "probe_steps": s["compute_only_steps"] + s["compute_only_interrupted"], "probe_blocks": len(ran),
+               "stopped": stopped}
+    return what_if, precision_hint(what_if, probe_steps, target)
