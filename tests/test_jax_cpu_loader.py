@@ -86,7 +86,13 @@ def fit(cb):
     return losses, history.history, [w.tolist() for w in m.get_weights()]
 cb = ProfileCallback(sys.argv[1], profile_steps="30:40", probe=True)
 with_probe, without = fit([cb]), fit([])
-print(json.dumps({"same": with_probe == without, "steps": len(with_probe[0]), "what_if": cb.what_if,
+import warnings
+with warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("always")
+    m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    m.compile(loss="mse")
+    m.evaluate(np.zeros((4, 2)), np.zeros((4, 1)), callbacks=[cb], verbose=0)
+print(json.dumps({"evaluate_said": " ".join(str(w.message) for w in said), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": cb.what_if,
                   "step_file": str(cb.step_file)}))
 """
 
@@ -127,6 +133,7 @@ def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp
     # the probe used to be refused on JAX ("needs Keras' TensorFlow backend"): a Keras-JAX user got no what-if
     r = _run(["-c", KERAS_JAX_PROBE, str(tmp_path / "logs")])
     assert r["same"] and r["steps"] == 192  # losses, history and weights with the probe == without, bit for bit
+    assert "evaluate() and predict() with it capture nothing" in r["evaluate_said"]  # it was silent
     w = r["what_if"]
     assert w and w["probe_blocks"] >= 4 and w["compute_only_step_ms"] < w["step_ms"] / 3, w  # a 4 ms wait a step
     assert w["input_cost_fraction"] > 0.6, w  # ~0.96 quiet: the wait is most of the step

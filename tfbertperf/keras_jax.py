@@ -57,7 +57,7 @@ class ProfileCallback(keras.callbacks.Callback):
                                 profiler_options=profiler_options)
         self.timer = StepTimer(**self._timer_args)
         self.sync, self.what_if, self._open = bool(sync), None, None
-        self._plan, self._train_function = None, None
+        self._plan, self._train_function, self._in_fit = None, None, False
 
     @property
     def step_times_ms(self) -> list[float]:
@@ -71,10 +71,19 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = StepTimer(**self._timer_args)
         self.what_if, self._plan, self._ran, self._probe_ms, self._stopped = None, None, [], [], None
-        self._batch, self._grabbed_at, self._warmup = None, None, 0
+        self._batch, self._grabbed_at, self._warmup, self._in_fit = None, None, 0, True
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
+
+    def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
+        if not self._in_fit:
+            import warnings
+
+            warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
+                          "capture nothing (profile those with jax.profiler.trace)", stacklevel=2)
+
+    on_predict_begin = on_test_begin
 
     # ---- the what-if probe (module docstring)
     def on_epoch_begin(self, epoch, logs=None):
@@ -162,6 +171,7 @@ class ProfileCallback(keras.callbacks.Callback):
                 self._run_block(len(self.timer.step_times_ms), n)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
         self.timer.close(**self._record())
+        self._in_fit = False
         if self._plan is not None:
             self.what_if, said = after_fit(
                 self._document().get("summary"), taken=self._batch is not None, ran=self._ran, stopped=self._stopped,
