@@ -116,6 +116,20 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
     assert "own Python loader" in d["verdict"]["actions"][0]["advice"]  # the loader's advice, not tf.data's
 
 
+def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp_path):
+    # StepTimer(probe=True): T_c on a copy of the loop's state fed a cached batch; a JAX user had the estimate only
+    args = [str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", "wait", "--ms", "5", "--rounds", "2",
+            "--steps", "60"]
+    probed = _run([*args, "--out", str(tmp_path / "probe"), "--probe"])
+    plain = _run([*args, "--out", str(tmp_path / "plain")])
+    assert probed["checksum"] == plain["checksum"]  # the trained parameters, with and without the probe
+    w = probed["probe"]
+    assert w and w["probe_blocks"] >= 2 and plain["probe"] is None, w
+    assert abs(w["input_cost_fraction"] - probed["truth"]) < 0.15, (w, probed["truth"])  # ~1 pp quiet
+    d = analyze(probed["logdir"])
+    assert abs(d["attribution"]["input_cost_fraction"] - w["input_cost_fraction"]) < 1e-3  # "input cost (measured)"
+
+
 def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(tmp_path):
     r = _run(["-c", KERAS_JAX_FIT, str(tmp_path / "logs")])
     assert r["refused"] == "ProfileCallback(probe_steps='many'): expected \"auto\" or an int ≥ 0"  # one clear line

@@ -13,6 +13,11 @@ Keras, for a loop you write yourself.  Importing this module imports neither JAX
     timer.close()                                      # writes logs/run1/plugins/profile/<session>/tfbertperf_steps.json
     # then: tfbertperf analyze logs/run1
 
+The measured what-if (`StepTimer(…, probe=True, total_steps=steps)`): call `timer.probe(train_step, state, batch)`
+before each step (outside its `with`) and once after the loop; where the plan puts a block it times `train_step` on
+a copy of `state` fed `batch` cached on the device (tfbertperf/jax_probe.py), and close() writes T_c beside T, so
+`analyze` reports "input cost (measured)" and `timer.what_if` holds it.
+
 Each step runs inside `jax.profiler.StepTraceAnnotation("train", step_num=i)`; `jax.profiler.start_trace(logdir)`
 opens before step START and `stop_trace()` closes before step STOP.  A step's wall time runs from entering the
 `with` to its result being ready, so the unprofiled steps' mean is the program's step time and analyze measures
@@ -29,12 +34,14 @@ Tested with real JAX on the CPU in tests/test_jax_steps.py (JAX 0.10.2).
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
 from tfbertperf.config import parse_window
+from tfbertperf.jax_probe import JaxProbe
 from tfbertperf.profile import stepfile
-from tfbertperf.train.probe import short_run_budget, traced_steps
+from tfbertperf.train.probe import AUTO_CI95, probe_args, short_run_budget, traced_steps
 
 
 class _Step:
@@ -55,13 +62,19 @@ class StepTimer:
       start_trace, stop_trace, annotation, wait: replacements for jax.profiler.start_trace(logdir, **kw),
         jax.profiler.stop_trace(), jax.profiler.StepTraceAnnotation(name, step_num=i) and
         jax.block_until_ready(x) — those four are the defaults, imported on first use.
+      probe, probe_steps, probe_blocks, probe_ci95: the measured what-if (tfbertperf/jax_probe.py; call probe()
+        before each step), as tfbertperf.keras.ProfileCallback's; total_steps: the run's steps, which the probe
+        plans its blocks over (or plan_probe(N) later).
     Attributes:
       step_times_ms: every step's wall time so far, ms.  step_file: the file close() wrote, or None.
+      what_if: with probe=True, after close(): T, T_c, the input cost and its 95 % interval (as the callback's).
     """
 
     def __init__(self, logdir, profile_steps="20:40", warmup_steps: int = 5, marker: str = "train",
                  profiler_options=None, start_trace: Callable | None = None, stop_trace: Callable | None = None,
-                 annotation: Callable | None = None, wait: Callable | None = None) -> None:
+                 annotation: Callable | None = None, wait: Callable | None = None, *, probe: bool = False,
+                 probe_steps: int | str = "auto", probe_blocks: int = 4, probe_ci95: float = AUTO_CI95,
+                 total_steps: int | None = None) -> None:
         self.logdir = str(logdir)
         self.window = parse_window(profile_steps, None, label="StepTimer(profile_steps={!r})")
         self.traced = traced_steps(self.window)  # captured: one step more on each side (docstring)
@@ -74,6 +87,38 @@ class StepTimer:
         self._stop_ms = 0.0
         self._before: set[str] = set()
         self._session: Path | None = None
+        self.what_if: dict | None = None
+        auto, n, ci95 = probe_args(probe_steps, probe_ci95)
+        self._probe = JaxProbe(auto, n, int(probe_blocks), ci95, wait_each=True) if probe else None
+        if probe and total_steps is not None:
+            self.plan_probe(int(total_steps))
+
+    # ---- the what-if probe (tfbertperf/jax_probe.py)
+    def plan_probe(self, total_steps: int) -> None:
+        """Plan the probe's blocks for a run of `total_steps` steps (StepTimer(total_steps=N) does it at once)."""
+        self._probe.make_plan(total_steps, self.warmup_steps, self.traced)
+
+    def wants_batch(self) -> bool:
+        """Whether the probe would keep a batch handed over now (keep_batch)."""
+        return self._probe is not None and self._probe.wants(len(self.step_times_ms))
+
+    def keep_batch(self, batch) -> bool:
+        """Hand the probe a batch (kept on the device once, from the last warm-up step on; module docstring)."""
+        return self._probe is not None and self._probe.keep(batch, len(self.step_times_ms))
+
+    def probe(self, step_fn: Callable, state, batch=None) -> None:
+        """Call before each step, outside `with timer.step()`, and once after the last: `step_fn(state, batch)` is
+        your jitted step and returns the new state first; `state` your state now (or a callable returning it);
+        `batch` a batch to cache (the one you are about to train on will do).  Where the plan puts a block it runs
+        on a copy of `state` (your state is never touched) and its time is no step's (tfbertperf/jax_probe.py)."""
+        if self._probe is None or self._probe.plan is None:
+            return
+        if batch is not None:
+            self.keep_batch(batch)
+        self._jax()
+        i = len(self.step_times_ms)
+        self._probe.block(step_fn, state, i, self.step_times_ms,
+                          lambda: self.document(**self._probe.record(i)).get("summary"), self._wait)
 
     def _jax(self) -> None:
         if None in (self._start, self._stop, self._annotation, self._wait):
@@ -124,8 +169,13 @@ class StepTimer:
         document()'s); returns its path."""
         if self._profiling:
             self._end_capture()
-        doc = self.document(**document)
+        planned = self._probe is not None and self._probe.plan is not None
+        doc = self.document(**{**(self._probe.record(len(self.step_times_ms)) if planned else {}), **document})
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
+        if planned:
+            self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced)
+            if said:
+                warnings.warn(said, stacklevel=2)
         return self.step_file
 
 

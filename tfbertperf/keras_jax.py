@@ -10,7 +10,7 @@ this class when Keras runs on JAX, the TensorFlow one otherwise.  With `steps_pe
 of k batches and `profile_steps` still counts batches, as in the TensorFlow callback.
 
 The what-if probe (`probe=True`), as the TensorFlow callback's (same plan, settle, blocks, step file and figures;
-train/probe.py): at the last warm-up step the call's first batch is taken from Keras' iterator (the step still
+tfbertperf/jax_probe.py): at the last warm-up step the call's first batch is taken from Keras' iterator (the step still
 trains on it, chained back in front) and put on the device once (`jax.device_put`); before a planned step the
 callback syncs the fit's state into the model's variables (`model.jax_state_sync()`, Keras' own way for a callback
 to read them), copies it, and runs `model.train_function` on the copy fed the cached batch, timing each step.  JAX's
@@ -21,13 +21,12 @@ donated to the probe's steps and dropped), so nothing needs restoring and the lo
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import keras
 
 from tfbertperf.jax_steps import StepTimer
-from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
-from tfbertperf.train.probe import (AUTO_CI95, PROBE_SETTLE_STEPS, PROBE_WARMUP_STEPS, SETTLE_MAX_STEPS, plan_for,
-                                    probe_args, settle_ms, time_block, traced_steps)
+from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -51,13 +50,13 @@ class ProfileCallback(keras.callbacks.Callback):
         if tensorflow_only:
             raise ValueError(f"ProfileCallback({', '.join(sorted(tensorflow_only))}=…): TensorFlow profiler "
                              f"options; this Keras runs on JAX — pass profiler_options=jax.profiler.ProfileOptions()")
-        self.auto, self.probe_steps, self.probe_ci95 = probe_args(probe_steps, probe_ci95)
-        self.probe, self.probe_blocks, self.total_steps = bool(probe), int(probe_blocks), total_steps
+        probe_args(probe_steps, probe_ci95)  # a bad one is refused here, not at fit
+        self.probe, self.total_steps = bool(probe), total_steps
         self._timer_args = dict(logdir=logdir, profile_steps=profile_steps, warmup_steps=warmup_steps, marker=marker,
-                                profiler_options=profiler_options)
+                                profiler_options=profiler_options, probe=bool(probe), probe_steps=probe_steps,
+                                probe_blocks=probe_blocks, probe_ci95=probe_ci95)
         self.timer = StepTimer(**self._timer_args)
-        self.sync, self.what_if, self._open = bool(sync), None, None
-        self._plan, self._train_function, self._in_fit = None, None, False
+        self.sync, self._open, self._train_function, self._in_fit = bool(sync), None, None, False
 
     @property
     def step_times_ms(self) -> list[float]:
@@ -67,19 +66,20 @@ class ProfileCallback(keras.callbacks.Callback):
     def step_file(self):
         return self.timer.step_file
 
+    @property
+    def what_if(self) -> dict | None:
+        return self.timer.what_if
+
     def on_train_begin(self, logs=None):
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = StepTimer(**self._timer_args)
-        self.what_if, self._plan, self._ran, self._probe_ms, self._stopped = None, None, [], [], None
-        self._batch, self._grabbed_at, self._warmup, self._in_fit = None, None, 0, True
+        self._in_fit, self._planned = True, False
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
 
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
         if not self._in_fit:
-            import warnings
-
             warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
                           "capture nothing (profile those with jax.profiler.trace)", stacklevel=2)
 
@@ -87,69 +87,42 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # ---- the what-if probe (module docstring)
     def on_epoch_begin(self, epoch, logs=None):
-        if not self.probe or self._plan is not None:  # planned at the first epoch this fit runs (initial_epoch)
+        if not self.probe or self._planned:  # planned at the first epoch this fit runs (initial_epoch)
             return
+        if keras.distribution.distribution() is not None:  # the cached batch would sit on one device, not sharded
+            raise ValueError("ProfileCallback(probe=True) supports one device; this fit runs under "
+                             f"keras.distribution {type(keras.distribution.distribution()).__name__}")
         steps = self.total_steps or max(0, (self.params.get("epochs") or 0) - epoch) * -(
             -(self.params.get("steps") or 0) // self._batches)
         if not steps:
             raise ValueError("ProfileCallback(probe=True) needs the number of training steps: pass steps_per_epoch "
                              "to fit (or data of known length), or total_steps=N")
-        if keras.distribution.distribution() is not None:  # the cached batch would sit on one device, not sharded
-            raise ValueError("ProfileCallback(probe=True) supports one device; this fit runs under "
-                             f"keras.distribution {type(keras.distribution.distribution()).__name__}")
-        self._warmup, self._plan = plan_for(steps, self.timer.warmup_steps, self.timer.traced, self.auto,
-                                            self.probe_steps, self.probe_blocks)
+        self.timer.plan_probe(steps)
+        self._planned = True
         self._train_function, self.model.train_function = self.model.train_function, self._train_with_probe
 
     def _train_with_probe(self, state, iterator):
-        """model.train_function, taking its first batch for the probe at the last warm-up step (module docstring)."""
-        i = len(self.timer.step_times_ms)
-        if self._batch is None and i >= max(1, self._warmup - 1):
-            import jax
-
+        """model.train_function, handing the probe its first batch at the last warm-up step (module docstring)."""
+        if self.timer.wants_batch():
             first = next(iterator)  # the end of the epoch ends the call here as it would have inside it
-            self._batch, self._grabbed_at, iterator = jax.device_put(first), i, itertools.chain([first], iterator)
+            iterator = itertools.chain([first], iterator)
+            self.timer.keep_batch(first)
         return self._train_function(state, iterator)
 
-    def _run_block(self, pos: int, n: int) -> None:
-        import jax
-        import jax.numpy as jnp
+    def _probe_step(self, state, batch):  # train_function's (logs, state) as the probe's (state, logs)
+        logs, state = self._train_function(state, itertools.repeat(batch))
+        return state, logs
 
-        if self.auto and self._stopped is None:
-            self._stopped = auto_stop(self._document().get("summary"), self._ran, self.probe_ci95)
-        if self._stopped is not None:
-            return
+    def _state(self):
         m = self.model
-        m.jax_state_sync()  # the fit's state into the variables (Keras' way for a callback), then a copy of it
-        state = [jax.tree.map(lambda a: jnp.array(a, copy=True), [v.value for v in vs]) for vs in
-                 (m.trainable_variables, m.non_trainable_variables, m.optimizer.variables, m.metrics_variables)]
-        held, feed = [tuple(state)], itertools.repeat(self._batch)
-
-        def step():
-            logs, held[0] = self._train_function(held[0], feed)
-            return logs
-
-        self._probe_ms += time_block(step, jax.block_until_ready, n,
-                                     PROBE_WARMUP_STEPS if not self._ran else PROBE_SETTLE_STEPS,
-                                     settle_ms(self.timer.step_times_ms, self._warmup), SETTLE_MAX_STEPS, self.sync)
-        self._ran.append((pos, n))
-
-    def _document(self) -> dict:
-        return self.timer.document(**self._record())
-
-    def _record(self) -> dict:
-        if self._plan is None:
-            return {}
-        return {"what_if": what_if_record(self._probe_ms, self._ran, self.auto, self.probe_ci95, len(self._plan),
-                                          self._stopped),
-                "excluded_steps": excluded_steps(self._ran, len(self.timer.step_times_ms), self._grabbed_at),
-                "warmup_steps": self._warmup, "written_by": "tfbertperf.keras.ProfileCallback (JAX)"}
+        m.jax_state_sync()  # the fit's state into the variables (Keras' way for a callback), then read
+        return tuple([v.value for v in vs] for vs in (m.trainable_variables, m.non_trainable_variables,
+                                                      m.optimizer.variables, m.metrics_variables))
 
     # ---- Keras calls these around each `train_function(state, iterator)` (next(iterator) runs inside it)
     def on_train_batch_begin(self, batch, logs=None):
-        n = dict(self._plan or ()).get(len(self.timer.step_times_ms))
-        if n and self._batch is not None:  # before the step's marker opens: the block is not the step's time
-            self._run_block(len(self.timer.step_times_ms), n)
+        if self._train_function is not None:  # a block planned before this step runs first: not the step's time
+            self.timer.probe(self._probe_step, self._state)
         self._open = self.timer.step()
         self._result = self._open.__enter__()
 
@@ -166,18 +139,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._open.__exit__(RuntimeError, RuntimeError("fit stopped"), None)
             self._open = None
         if self._train_function is not None:
-            n = dict(self._plan).get(len(self.timer.step_times_ms))
-            if n and self._batch is not None:  # a block planned after the last step (a short fit)
-                self._run_block(len(self.timer.step_times_ms), n)
+            self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
-        self.timer.close(**self._record())
+        self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)")
         self._in_fit = False
-        if self._plan is not None:
-            self.what_if, said = after_fit(
-                self._document().get("summary"), taken=self._batch is not None, ran=self._ran, stopped=self._stopped,
-                steps=len(self.timer.step_times_ms), warmup=self._warmup, traced=self.timer.traced,
-                probe_steps=self.probe_steps, target=self.probe_ci95 if self.auto else None)
-            if said:
-                import warnings
-
-                warnings.warn(said, stacklevel=2)

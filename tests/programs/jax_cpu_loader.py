@@ -8,7 +8,8 @@ Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
 
 Truth: (T − T_c) / T, T the step with the loader, T_c the same jitted step fed one cached batch, in alternating
 unprofiled blocks (half before, half after the profiled run).  Prints one JSON line:
-{"loader", "truth", "T_ms", "T_c_ms", "halves", "logdir", "step_file"}.
+{"loader", "truth", "T_ms", "T_c_ms", "halves", "logdir", "step_file", "probe" (StepTimer.what_if with
+--probe), "checksum" (of the trained parameters: the same with and without the probe)}.
 
     python tests/programs/jax_cpu_loader.py --loader wait --ms 5 --out /tmp/j
 """
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=8, help="truth: blocks of each kind (half before, half after)")
     ap.add_argument("--block", type=int, default=10)
+    ap.add_argument("--probe", action="store_true", help="StepTimer(probe=True): the measured what-if")
     a = ap.parse_args()
     step, p = make_step()
     real, base = loader(a.loader, a.ms), next(loader("none", 0))
@@ -104,16 +106,21 @@ def main() -> None:
 
     blocks(a.rounds - a.rounds // 2)
     logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}")
-    timer = StepTimer(logdir, profile_steps="20:30")
+    timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps)
+    last = None
     for _ in range(a.steps):
+        timer.probe(step, p, last)  # with --probe: a block on a copy of p where the plan puts one (else nothing)
         with timer.step() as s:
-            p, loss = step(p, next(real))
+            last = next(real)
+            p, loss = step(p, last)
             s.result = loss
+    timer.probe(step, p)  # a block planned after the last step
     timer.close()
     blocks(a.rounds // 2)
     t, tc = statistics.fmean(T), statistics.fmean(Tc)
     print(json.dumps({"loader": a.loader, "ms": a.ms, "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
                       "halves": halves, "logdir": logdir, "step_file": str(timer.step_file),
+                      "probe": timer.what_if, "checksum": float(sum(jnp.sum(v) for v in p.values())),
                       "load": os.getloadavg()[0]}), flush=True)
 
 

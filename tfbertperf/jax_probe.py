@@ -1,0 +1,93 @@
+"""The measured what-if for JAX training — a loop you write (`tfbertperf.jax_steps.StepTimer(probe=True)`) or Keras
+on its JAX backend (tfbertperf/keras_jax.py): T_c is the same jitted step fed one cached batch on the device, in
+blocks through the steady steps, as `tfbertperf.keras.ProfileCallback(probe=True)` measures it for a TensorFlow fit
+(the plan, settle, blocks, step file and figures are that callback's: train/probe.py, profile/probe_record.py).
+
+JAX state is values, not variables: a block runs on a copy of the state (`jnp.array(copy=True)` of every leaf, so
+that a step that donates its state consumes the copy, never the loop's own), and the copy is dropped after the
+block.  The loop goes on from the state it holds, which the probe never touched: nothing is restored, and the
+training is unchanged.  The cached batch is a batch the loop hands over at the last warm-up step, put on the device
+once (`jax.device_put`), so T_c holds no host→device copy.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
+from tfbertperf.train.probe import (PROBE_SETTLE_STEPS, PROBE_WARMUP_STEPS, SETTLE_MAX_STEPS, plan_for, settle_ms,
+                                    time_block)
+
+
+class JaxProbe:
+    """The probe's plan and what it measured; `StepTimer` calls it around the loop's steps."""
+
+    def __init__(self, auto: bool, probe_steps: int, probe_blocks: int, probe_ci95: float, wait_each: bool) -> None:
+        self.auto, self.probe_steps, self.probe_blocks, self.ci95 = auto, probe_steps, probe_blocks, probe_ci95
+        self.wait_each = wait_each
+        self.plan: list[tuple[int, int]] | None = None
+        self.warmup, self.batch, self.grabbed_at, self.stopped = 0, None, None, None
+        self.ran: list[tuple[int, int]] = []
+        self.step_times_ms: list[float] = []
+
+    def make_plan(self, steps: int, warmup_steps: int, traced) -> None:
+        """Plan the blocks for a run of `steps` steps captured over `traced` (train/probe.py plan_for)."""
+        if steps <= 0:
+            raise ValueError("probe=True needs the number of training steps (total_steps=N)")
+        self.warmup, self.plan = plan_for(steps, warmup_steps, traced, self.auto, self.probe_steps, self.probe_blocks)
+
+    def wants(self, step: int) -> bool:
+        """Whether keep() would keep a batch handed over at `step`."""
+        return self.plan is not None and self.batch is None and step >= max(1, self.warmup - 1)
+
+    def keep(self, batch, step: int) -> bool:
+        """Cache `batch` on the device as the probe's input, once, from the last warm-up step on (not step 0: the
+        step after it would hold the loop's own first compile).  Returns whether this call kept it."""
+        if not self.wants(step):
+            return False
+        import jax
+
+        self.batch, self.grabbed_at = jax.device_put(batch), step
+        return True
+
+    def block(self, step_fn: Callable, state, step: int, real_ms: list[float], summary: Callable[[], dict | None],
+              wait: Callable) -> None:
+        """Run the block planned before `step`, if any: `step_fn(state, batch)` returns the new state first (a tuple
+        or list whose first item is it); `state` the loop's state now (or a callable that returns it, called only
+        when a block runs); `summary()` the step file's summary so far (the auto probe's rule to stop)."""
+        n = dict(self.plan or ()).get(step)
+        if not n or self.batch is None:
+            return
+        if self.auto and self.stopped is None:
+            self.stopped = auto_stop(summary(), self.ran, self.ci95)
+        if self.stopped is not None:
+            return
+        import jax
+        import jax.numpy as jnp
+
+        held = [jax.tree.map(lambda a: jnp.array(a, copy=True), state() if callable(state) else state)]
+        feed = self.batch
+
+        def one():  # waited for by its other outputs (the loss, the logs), as the loop's own step is
+            out = step_fn(held[0], feed)
+            held[0] = out[0]
+            return out[1:] or out[0]
+
+        self.step_times_ms += time_block(one, wait, n, PROBE_WARMUP_STEPS if not self.ran else PROBE_SETTLE_STEPS,
+                                         settle_ms(real_ms, self.warmup), SETTLE_MAX_STEPS, self.wait_each)
+        self.ran.append((step, n))
+
+    def record(self, steps: int) -> dict:
+        """The step file's probe part (StepTimer.document's keywords) after `steps` steps; {} when not planned."""
+        if self.plan is None:
+            return {}
+        return {"what_if": what_if_record(self.step_times_ms, self.ran, self.auto, self.ci95, len(self.plan),
+                                          self.stopped),
+                "excluded_steps": excluded_steps(self.ran, steps, self.grabbed_at), "warmup_steps": self.warmup}
+
+    def result(self, summary: dict | None, steps: int, traced) -> tuple[dict | None, str | None]:
+        """(what_if, warning) at the end (profile/probe_record.py after_fit)."""
+        return after_fit(summary, taken=self.batch is not None, ran=self.ran, stopped=self.stopped, steps=steps,
+                         warmup=self.warmup, traced=traced, probe_steps=self.probe_steps,
+                         target=self.ci95 if self.auto else None)
+
