@@ -64,14 +64,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baseline", default="", help="another checkout (the code before) to analyze the same captures")
+    p.add_argument("--probe", action="store_true", help="the loops run StepTimer(probe=True): its what-if beside")
     a = p.parse_args(argv)
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
-    rows, errs = [], {}
+    rows, errs, probe_errs = [], {}, {}
     for rep in range(1, a.reps + 1):
         for kind, ms in CASES:
             print(f"[bench] {kind} {ms:g} ms: repetition {rep}/{a.reps} …", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"),
-                                   "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}")],
+                                   "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}"),
+                                   *(["--probe"] if a.probe else [])],
                                   capture_output=True, text=True, timeout=900,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
             if proc.returncode:
@@ -85,20 +87,29 @@ def main(argv=None) -> int:
             key = f"{kind} {ms:g} ms"
             if now["alone"] is not None:
                 errs.setdefault(key, []).append(abs(now["alone"] - truth))
+            w = r.get("probe") or {}
+            if w.get("input_cost_fraction") is not None:
+                probe_errs.setdefault(key, []).append(abs(w["input_cost_fraction"] - truth))
+            measured = (f"{pct(w.get('input_cost_fraction'))} ± {100 * (w.get('input_cost_ci95') or 0):.1f} "
+                        f"({err(w.get('input_cost_fraction'), truth)}) | ") if a.probe else ""
             halves = " / ".join(pct(h) for h in r["halves"])
             rows.append(f"| {key} | {rep} | {pct(truth)} ({r['T_ms']:.1f} / {r['T_c_ms']:.1f}) | {halves} | "
-                        f"{pct(now['alone'])} ({err(now['alone'], truth)}) | {pct(now['times'])} "
+                        + measured + f"{pct(now['alone'])} ({err(now['alone'], truth)}) | {pct(now['times'])} "
                         f"({err(now['times'], truth)}) | {now['bottleneck']} {'✓' if right else '✗'} | "
                         + (f"{pct(before['alone'])} ({err(before['alone'], truth)}), {before['bottleneck']} | "
                            if before else "") + f"{r['load']:.1f} |")
-    print("| loader | rep | truth (T / T_c ms) | truth before / after the capture | capture alone | capture + step "
-          "file | verdict | " + ("code before: capture alone, verdict | " if a.baseline else "") + "load |")
-    print("|---|---|---|---|---|---|---|" + ("---|" if a.baseline else "") + "---|")
+    print("| loader | rep | truth (T / T_c ms) | truth before / after the capture | " + ("measured what-if | " if a.probe
+          else "") + "capture alone | capture + step file | verdict | " + ("code before: capture alone, verdict | " if
+                                                                            a.baseline else "") + "load |")
+    print("|---|---|---|---|---|---|---|" + ("---|" if a.probe else "") + ("---|" if a.baseline else "") + "---|")
     print("\n".join(rows))
     print()
     for key, e in errs.items():
         print(f"{key}: capture alone, mean |error| {100 * statistics.fmean(e):.1f} pp, max {100 * max(e):.1f} pp "
               f"over {len(e)}")
+    for key, e in probe_errs.items():
+        print(f"{key}: measured what-if (StepTimer probe), mean |error| {100 * statistics.fmean(e):.1f} pp, max "
+              f"{100 * max(e):.1f} pp over {len(e)}")
     print(f"\n{len(rows)} captures in {time.time() - t0:.0f} s")
     return 0
 
