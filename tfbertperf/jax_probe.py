@@ -90,4 +90,3 @@ class JaxProbe:
         return after_fit(summary, taken=self.batch is not None, ran=self.ran, stopped=self.stopped, steps=steps,
                          warmup=self.warmup, traced=traced, probe_steps=self.probe_steps,
                          target=self.ci95 if self.auto else None)
-

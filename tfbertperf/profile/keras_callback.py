@@ -317,6 +317,7 @@ class ProfileCallback(keras.callbacks.Callback):
             if said:
                 warnings.warn(said, stacklevel=2)
 
+
 def _read_back(logs) -> None:
     """Wait for a Keras step: its logs' tensors read to the host."""
     tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)
