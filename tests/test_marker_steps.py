@@ -61,6 +61,7 @@ def test_a_fit_with_steps_per_execution_is_read_from_its_markers(tmp_path):
     cb = _fit(logdir, k=4, batches=64, window="16:40", wait_ms=8.0, probe=True)
     doc = json.loads(cb.step_file.read_text())
     assert len(doc["step_time_ms"]) == 16 and doc["profiled_steps"] == [3, 11]  # calls, not batches
+    assert doc["batches_per_step"] == 4  # said in the step file, and on analyze's step-file line
     assert all(pos <= 16 for pos, _ in doc["what_if"]["blocks"]) and doc["what_if"]["blocks"]
     xplanes = glob.glob(str(logdir / "plugins" / "profile" / "*" / "*.xplane.pb"))
     assert not step_rows(xprof_tools.convert(xplanes, "input_pipeline_analyzer"))  # xprof's table: empty

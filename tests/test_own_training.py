@@ -97,6 +97,7 @@ def test_a_gz_that_is_not_gzip_is_refused_in_one_line(tmp_path):
     ('{"schema": "other"}', "not a step file"),
     ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, -2]}', "'step_time_ms' must be a list"),
     ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "profiled_steps": [3, 1]}', "'profiled_steps'"),
+    ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "batches_per_step": 0}', "'batches_per_step' must"),
 ])
 def test_a_bad_step_file_is_refused_in_one_line_naming_it(tmp_path, content, match):
     f = tmp_path / "steps.json"
@@ -104,6 +105,17 @@ def test_a_bad_step_file_is_refused_in_one_line_naming_it(tmp_path, content, mat
     with pytest.raises(UsageError, match=match) as e:
         stepfile.read(f)
     assert "\n" not in str(e.value)
+
+
+def test_a_step_of_k_batches_says_so_in_the_step_file_and_on_the_console():
+    # steps_per_execution=k: the callbacks time one call of k batches; "0.67 ms/step" read as per batch was k× off
+    from tfbertperf.report.console import measured_lines
+
+    doc = stepfile.document([4.0] * 12, warmup_steps=2, batches_per_step=4)
+    assert doc["batches_per_step"] == 4 and doc["summary"]["batches_per_step"] == 4
+    assert "batches_per_step" not in stepfile.document([4.0] * 12)  # the schema as before where k = 1
+    line = measured_lines({"step_file": doc["summary"] | {"file": "f.json"}})[0]
+    assert line.endswith("4.00 ms/step (a step: one call of 4 batches)"), line
 
 
 def test_step_file_summary_leaves_out_warmup_window_and_probe_steps_and_measures_the_what_if():

@@ -154,7 +154,7 @@ class StepTimer:
         self._session = stepfile.session_dir(self.logdir, self._before)
 
     def document(self, what_if: dict | None = None, excluded_steps=(), warmup_steps: int | None = None,
-                 written_by: str = "tfbertperf.jax_steps.StepTimer") -> dict:
+                 written_by: str = "tfbertperf.jax_steps.StepTimer", batches_per_step: int = 1) -> dict:
         """The step file's object for the steps so far (profile/stepfile.py): `warmup_steps` None = this timer's,
         at most a quarter of the steps; a what-if probe's record and the steps it excludes, where one ran
         (tfbertperf/keras_jax.py)."""
@@ -162,7 +162,7 @@ class StepTimer:
         warmup = short_run_budget(len(steps), self.warmup_steps, 0)[0] if warmup_steps is None else warmup_steps
         excluded = [*excluded_steps, *stepfile.after_stop(steps, self._profiled, warmup, self._stop_ms)]
         return stepfile.document(steps, profiled_steps=self._profiled, warmup_steps=warmup, excluded_steps=excluded,
-                                 what_if=what_if, written_by=written_by)
+                                 what_if=what_if, written_by=written_by, batches_per_step=batches_per_step)
 
     def close(self, **document) -> Path:
         """Stop a capture still running and write the step file (profile/stepfile.py; `document`: as

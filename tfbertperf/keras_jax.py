@@ -141,5 +141,5 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._train_function is not None:
             self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
-        self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)")
+        self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches)
         self._in_fit = False

@@ -303,7 +303,7 @@ class ProfileCallback(keras.callbacks.Callback):
         warmup = self._warmup if self._runner else short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
         excluded += stepfile.after_stop(self.step_times_ms, self._profiled, warmup, self._stop_ms)
         return stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,
-                                 excluded_steps=excluded, what_if=what_if,
+                                 excluded_steps=excluded, what_if=what_if, batches_per_step=self._batches,
                                  written_by="tfbertperf.keras.ProfileCallback")
 
     def _write_steps(self) -> None:

@@ -16,6 +16,8 @@ Schema "tfbertperf.steps/1" (JSON object; times in milliseconds; step i = the i-
                                after the capture stopped (filled while the profiler wrote it: `after_stop`).
   what_if          null | {"compute_only_step_ms": [float, …] (the probe's timed steps on one cached batch),
                            "blocks": [[before_step, timed_steps], …]}
+  batches_per_step int ≥ 1     optional (1): the batches one step covers — a Keras fit with steps_per_execution=k
+                               calls back, and is timed, once per call of k batches.
   written_by       str         which helper wrote it (informational).
   summary          {…}         the figures below as the writer computed them (informational: the reader
                                recomputes them from the lists).
@@ -78,6 +80,7 @@ class StepSummary:
     T_c_blocks_ms: list[float] = field(default_factory=list)
     written_by: str = ""
     drift: float | None = None  # |mean after the window − mean before it| ÷ T (≥ 3 unprofiled steps each side)
+    batches_per_step: int = 1  # a step (marker) is one call of this many batches (Keras steps_per_execution)
 
     def as_dict(self) -> dict:
         r = lambda x: None if x is None else round(x, 4)  # noqa: E731
@@ -88,7 +91,8 @@ class StepSummary:
                 "compute_only_interrupted": self.compute_only_interrupted,
                 "input_cost_fraction": r(self.input_cost_fraction), "input_cost_ci95": r(self.input_cost_ci95),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
-                "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms], "drift": r(self.drift)}
+                "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms], "drift": r(self.drift),
+                "batches_per_step": self.batches_per_step}
 
 
 def _times(where: str, key: str, value) -> list[float]:
@@ -128,11 +132,12 @@ def after_stop(step_time_ms, window, warmup_steps: int, stop_ms: float) -> list[
 
 
 def document(step_time_ms, *, profiled_steps=None, warmup_steps: int = 0, excluded_steps=(), what_if=None,
-             written_by: str = "") -> dict:
+             written_by: str = "", batches_per_step: int = 1) -> dict:
     """The step file's JSON object (module docstring), with its `summary` filled in."""
     doc = {"schema": SCHEMA, "written_by": written_by, "step_time_ms": [round(float(x), 4) for x in step_time_ms],
            "profiled_steps": list(profiled_steps) if profiled_steps else None, "warmup_steps": int(warmup_steps),
-           "excluded_steps": sorted({int(i) for i in excluded_steps}), "what_if": what_if}
+           "excluded_steps": sorted({int(i) for i in excluded_steps}), "what_if": what_if,
+           **({"batches_per_step": int(batches_per_step)} if batches_per_step > 1 else {})}
     doc["summary"] = summarize(doc, "(being written)").as_dict() if doc["step_time_ms"] else None
     return doc
 
@@ -154,6 +159,9 @@ def summarize(doc: dict, where: str) -> StepSummary:
     excluded = doc.get("excluded_steps") or []
     if not isinstance(warmup, int) or warmup < 0 or not all(isinstance(i, int) for i in excluded):
         raise UsageError(f"{where}: 'warmup_steps' must be an int ≥ 0 and 'excluded_steps' a list of step numbers")
+    k = doc.get("batches_per_step", 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise UsageError(f"{where}: 'batches_per_step' must be an int ≥ 1 (the batches one step marker covers)")
     out_of_window = (lambda i: True) if window is None else (lambda i: not window[0] <= i < window[1])
     skip = set(excluded)
     unprofiled = [i for i in range(warmup, len(steps)) if out_of_window(i) and i not in skip]
@@ -161,7 +169,7 @@ def summarize(doc: dict, where: str) -> StepSummary:
         raise UsageError(f"{where}: 'step_time_ms' is empty: no step was timed")
     T = statistics.fmean(steps[i] for i in unprofiled) if unprofiled else None  # every step profiled: no T
     s = StepSummary(path=where, unprofiled_step_ms=T, unprofiled_steps=len(unprofiled),
-                    written_by=str(doc.get("written_by") or ""))
+                    written_by=str(doc.get("written_by") or ""), batches_per_step=k)
     if window is not None and window[0] < len(steps):
         s.profiled_steps = list(window)
         s.profiled_step_ms = statistics.fmean(steps[window[0]:window[1]])

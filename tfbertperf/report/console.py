@@ -26,10 +26,8 @@ def attribution_table(report: dict) -> str:
     att = report.get("attribution") or {}
     bd = att.get("breakdown_ms") or {}
     fr = att.get("fractions") or {}
-    lines = []
     head = f"{'category':<40} {'ms/step':>9} {'share':>8}"
-    lines.append(head)
-    lines.append("-" * len(head))
+    lines = [head, "-" * len(head)]
     for cat in CATEGORY_ORDER:
         ms = float(bd.get(cat, 0.0))
         if ms <= 0.0 and cat not in ("input", "device_compute", "host_compute", "other"):
@@ -274,7 +272,8 @@ def measured_lines(doc: dict) -> list[str]:
                 "tfbertperf.jax_steps write one)"] if estimated else []
     out = [f"step file {sf['file']}: {sf['unprofiled_steps']} unprofiled steps"]
     if sf["unprofiled_step_ms"] is not None:
-        out[0] += f", {sf['unprofiled_step_ms']:.2f} ms/step"
+        k = sf.get("batches_per_step") or 1  # steps_per_execution=k: a step is one call of k batches
+        out[0] += f", {sf['unprofiled_step_ms']:.2f} ms/step" + (f" (a step: one call of {k} batches)" if k > 1 else "")
         if pc.get("not_measured"):
             out.append(f"{estimated or 'profiler cost'} — {pc['not_measured']}")
         elif pc.get("added_ms_per_step") is not None:
