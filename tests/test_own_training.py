@@ -4,6 +4,7 @@ what-if's input cost), gzipped captures read as they are, and the JAX helper tha
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import statistics
@@ -317,6 +318,23 @@ def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_
     assert json.loads(path.read_text())["excluded_steps"] == after and all(i >= 6 for i in after)
     assert s.profiled_steps == [2, 6] and s.unprofiled_steps == 3 - len(after)
     assert analyze(str(tmp_path / "logs"))["step_file"]["file"] == str(path)
+
+
+def test_step_timer_probe_says_why_no_what_if_came_and_refuses_a_bad_option(tmp_path):
+    from tfbertperf.jax_steps import StepTimer
+
+    # probe=True without total_steps had no plan: the step file came without a what-if and nothing said why
+    timer = StepTimer(tmp_path / "logs", profile_steps=None, probe=True, wait=lambda x: None,
+                      annotation=lambda name, step_num: contextlib.nullcontext())
+    for i in range(6):
+        timer.probe(lambda s, b: (s, 0.0), {"w": 0.0}, i)  # never planned: a no-op
+        with timer.step():
+            pass
+    with pytest.warns(UserWarning, match="no what-if: the probe had no plan — pass total_steps=N"):
+        timer.close()
+    assert timer.what_if is None
+    with pytest.raises(ValueError, match=r"^StepTimer\(probe_steps=-1\): expected"):
+        StepTimer(tmp_path / "logs", probe=True, probe_steps=-1)
 
 
 def test_importing_the_jax_helper_imports_neither_jax_nor_tensorflow():

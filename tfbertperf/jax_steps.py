@@ -88,7 +88,7 @@ class StepTimer:
         self._before: set[str] = set()
         self._session: Path | None = None
         self.what_if: dict | None = None
-        auto, n, ci95 = probe_args(probe_steps, probe_ci95)
+        auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
         self._probe = JaxProbe(auto, n, int(probe_blocks), ci95, wait_each=True) if probe else None
         if probe and total_steps is not None:
             self.plan_probe(int(total_steps))
@@ -176,6 +176,9 @@ class StepTimer:
             self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced)
             if said:
                 warnings.warn(said, stacklevel=2)
+        elif self._probe is not None:  # asked for, never planned: say why no what-if came
+            warnings.warn("tfbertperf StepTimer(probe=True): no what-if: the probe had no plan — pass total_steps=N "
+                          "(or call plan_probe(N) before the loop)", stacklevel=2)
         return self.step_file
 
 

@@ -151,13 +151,13 @@ def plan_for(steps: int, warmup_steps: int, traced: tuple[int, int] | None, auto
     return warmup, (auto_plan(steps, warmup, traced) if auto else probe_plan(steps, warmup, traced, n, blocks))
 
 
-def probe_args(probe_steps, probe_ci95) -> tuple[bool, int, float]:
-    """(auto, probe_steps, probe_ci95) of ProfileCallback's arguments, or a one-line ValueError naming the bad one."""
+def probe_args(probe_steps, probe_ci95, who: str = "ProfileCallback") -> tuple[bool, int, float]:
+    """(auto, probe_steps, probe_ci95) of `who`'s arguments, or a one-line ValueError naming the bad one."""
     auto = probe_steps == "auto"
     if not auto and (isinstance(probe_steps, bool) or not isinstance(probe_steps, int) or probe_steps < 0):
-        raise ValueError(f"ProfileCallback(probe_steps={probe_steps!r}): expected \"auto\" or an int ≥ 0")
+        raise ValueError(f"{who}(probe_steps={probe_steps!r}): expected \"auto\" or an int ≥ 0")
     if not (isinstance(probe_ci95, (int, float)) and 0 < probe_ci95 < 1):
-        raise ValueError(f"ProfileCallback(probe_ci95={probe_ci95!r}): expected a fraction between 0 and 1")
+        raise ValueError(f"{who}(probe_ci95={probe_ci95!r}): expected a fraction between 0 and 1")
     return auto, 0 if auto else int(probe_steps), float(probe_ci95)
 
 
