@@ -161,10 +161,9 @@ def test_a_jitted_jax_step_fed_from_memory_reads_compute_bound_on_the_cpu(tmp_pa
     r = _run([str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", "none", "--out", str(tmp_path),
               "--rounds", "2", "--steps", "40"])
     d = analyze(r["logdir"])
-    # quiet: compute-bound, ~90 % host compute (BENCHMARKS.md); beside two busy processes the XLA threads wait for
-    # cores, which no event shows, and the verdict may read "other" — but never input, and never 5 % compute again
-    assert d["verdict"]["bottleneck"] != "input", d["verdict"]
-    assert d["attribution"]["fractions"]["host_compute"] > 0.3, d["attribution"]["fractions"]  # before: 0.05
-    if os.getloadavg()[0] < 1.5:
-        assert d["verdict"]["bottleneck"] == "compute", d["verdict"]
+    # compute-bound, busy or not: beside two busy processes the XLA threads wait for cores, which no XLA event
+    # shows, and 12.5 % read "other" (the verdict could follow) until the training thread's wait for the result
+    # (block_until_ready) counted as compute (profile/host_loader.py RESULT_WAIT); 99.7–99.8 % under that load
+    assert d["verdict"]["bottleneck"] == "compute", d["verdict"]
+    assert d["attribution"]["fractions"]["host_compute"] > 0.9, d["attribution"]["fractions"]  # before: 0.05, 0.875
     assert d["attribution"]["input_python_loader_ms_per_step"] < 0.5  # a batch from memory: no loader to speak of
