@@ -228,6 +228,9 @@ class Capture:
             return
         import tensorflow as tf
 
+        from tfbertperf.profile.stepfile import own_second
+
+        own_second(self.logdir)  # a capture stopping in the second an earlier one in this logdir is named by: wait
         self.active = False
         self.stopped_at = time.perf_counter()
         tf.profiler.experimental.stop()
