@@ -7,7 +7,8 @@ JAX state is values, not variables: a block runs on a copy of the state (`jnp.ar
 that a step that donates its state consumes the copy, never the loop's own), and the copy is dropped after the
 block.  The loop goes on from the state it holds, which the probe never touched: nothing is restored, and the
 training is unchanged.  The cached batch is a batch the loop hands over at the last warm-up step, put on the device
-once (`jax.device_put`), so T_c holds no host→device copy.
+once (`jax.device_put`: a NumPy batch to the default device; a `jax.Array` already placed or sharded stays as it
+is), so T_c holds no host→device copy.
 """
 
 from __future__ import annotations
