@@ -97,6 +97,40 @@ print(json.dumps({"evaluate_said": " ".join(str(w.message) for w in said), "same
 """
 
 
+JAX_SHARDED_PROBE = r"""
+import json, os, sys, time
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # two devices on the CPU: data parallel
+import numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tfbertperf.jax_steps import StepTimer
+mesh = Mesh(np.array(jax.devices()), ("data",))
+rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+
+@jax.jit
+def step(w, x):  # donates nothing; w replicated, x split by rows over the two devices
+    loss, g = jax.value_and_grad(lambda w: jnp.mean(jnp.tanh(x @ w) ** 2))(w)
+    return w - 0.1 * g, loss
+
+def run(probe):
+    w = jax.device_put(jnp.eye(256) * 0.5, replicated)
+    rng = np.random.default_rng(0)
+    timer = StepTimer(sys.argv[1] + ("/probe" if probe else "/plain"), profile_steps=None, probe=probe, total_steps=80)
+    last = None
+    for i in range(80):
+        timer.probe(step, w, last)
+        with timer.step() as s:
+            time.sleep(0.003)  # a slow read
+            last = jax.device_put(rng.standard_normal((64, 256)).astype("float32"), rows)
+            w, loss = step(w, last)
+            s.result = loss
+    timer.probe(step, w)
+    timer.close()
+    return float(jnp.sum(w)), timer.what_if, str(last.sharding)
+a, b = run(True), run(False)
+print(json.dumps({"same": a[0] == b[0], "what_if": a[1], "sharding": a[2], "devices": len(jax.devices())}))
+"""
+
+
 def _run(args: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -128,6 +162,15 @@ def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp
     assert abs(w["input_cost_fraction"] - probed["truth"]) < 0.15, (w, probed["truth"])  # ~1 pp quiet
     d = analyze(probed["logdir"])
     assert abs(d["attribution"]["input_cost_fraction"] - w["input_cost_fraction"]) < 1e-3  # "input cost (measured)"
+
+
+def test_a_data_parallel_jax_loop_measures_its_what_if_on_its_sharded_batch(tmp_path):
+    # two devices, the batch split by rows: the probe keeps the sharded batch as it is (no copy a step) and runs on
+    # a copy of the replicated state; the loop trains the same
+    r = _run(["-c", JAX_SHARDED_PROBE, str(tmp_path)])
+    assert r["devices"] == 2 and "data" in r["sharding"] and r["same"], r
+    w = r["what_if"]
+    assert w and w["probe_blocks"] >= 2 and w["input_cost_fraction"] > 0.3, w  # a 3 ms read against a tiny step
 
 
 def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(tmp_path):

@@ -204,6 +204,8 @@ def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
     near = precision_hint({**auto, "input_cost_fraction": 0.134, "input_cost_ci95": 0.071}, 0, 0.025)
     assert "one about 1.2× as long would decide" in near, near  # it said "about 1×", as if the fit sufficed
     assert precision_hint({**auto, "input_cost_ci95": 0.06}, 0, 0.1) is None  # the target it was given was met
+    loop = precision_hint(auto, 0, 0.025, "StepTimer", "run")  # a JAX loop's probe: no "fit", no "ProfileCallback"
+    assert loop.startswith("tfbertperf StepTimer:") and "the run had room" in loop and " fit" not in loop, loop
 
 
 def test_every_step_profiled_leaves_the_profiler_cost_estimated(tmp_path):

@@ -86,8 +86,9 @@ class JaxProbe:
                                           self.stopped),
                 "excluded_steps": excluded_steps(self.ran, steps, self.grabbed_at), "warmup_steps": self.warmup}
 
-    def result(self, summary: dict | None, steps: int, traced) -> tuple[dict | None, str | None]:
-        """(what_if, warning) at the end (profile/probe_record.py after_fit)."""
+    def result(self, summary: dict | None, steps: int, traced, who: str = "StepTimer",
+               run: str = "run") -> tuple[dict | None, str | None]:
+        """(what_if, warning) at the end (profile/probe_record.py after_fit), worded for `who` measuring a `run`."""
         return after_fit(summary, taken=self.batch is not None, ran=self.ran, stopped=self.stopped, steps=steps,
                          warmup=self.warmup, traced=traced, probe_steps=self.probe_steps,
-                         target=self.ci95 if self.auto else None)
+                         target=self.ci95 if self.auto else None, who=who, run=run)

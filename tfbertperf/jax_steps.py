@@ -88,6 +88,7 @@ class StepTimer:
         self._before: set[str] = set()
         self._session: Path | None = None
         self.what_if: dict | None = None
+        self.wording = ("StepTimer", "run")  # who speaks in the probe's warnings, and of what (Keras: a fit)
         auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
         self._probe = JaxProbe(auto, n, int(probe_blocks), ci95, wait_each=True) if probe else None
         if probe and total_steps is not None:
@@ -173,7 +174,8 @@ class StepTimer:
         doc = self.document(**{**(self._probe.record(len(self.step_times_ms)) if planned else {}), **document})
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         if planned:
-            self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced)
+            self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced,
+                                                    *self.wording)
             if said:
                 warnings.warn(said, stacklevel=2)
         elif self._probe is not None:  # asked for, never planned: say why no what-if came

@@ -55,8 +55,13 @@ class ProfileCallback(keras.callbacks.Callback):
         self._timer_args = dict(logdir=logdir, profile_steps=profile_steps, warmup_steps=warmup_steps, marker=marker,
                                 profiler_options=profiler_options, probe=bool(probe), probe_steps=probe_steps,
                                 probe_blocks=probe_blocks, probe_ci95=probe_ci95)
-        self.timer = StepTimer(**self._timer_args)
+        self.timer = self._new_timer()
         self.sync, self._open, self._train_function, self._in_fit = bool(sync), None, None, False
+
+    def _new_timer(self) -> StepTimer:
+        timer = StepTimer(**self._timer_args)
+        timer.wording = ("ProfileCallback", "fit")
+        return timer
 
     @property
     def step_times_ms(self) -> list[float]:
@@ -72,7 +77,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
-            self.timer = StepTimer(**self._timer_args)
+            self.timer = self._new_timer()
         self._in_fit, self._planned = True, False
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:

@@ -33,17 +33,18 @@ def auto_stop(summary: dict | None, ran: list, target: float) -> str | None:
 
 
 def after_fit(summary: dict | None, *, taken: bool, ran: list, stopped: str | None, steps: int, warmup: int,
-              traced, probe_steps: int, target: float | None) -> tuple[dict | None, str | None]:
+              traced, probe_steps: int, target: float | None, who: str = "ProfileCallback",
+              run: str = "fit") -> tuple[dict | None, str | None]:
     """(the callback's `what_if` attribute or None, the warning to give or None) once fit has ended: the measured
     figure with its interval and sample, a hint where it is too wide to act on, or why no figure came."""
     s = summary or {}
     if s.get("input_cost_fraction") is None:
         why = ("no batch was taken" if not taken else "no probe block ran" if not ran else
                "no real step was left to compare with (outside warm-up, the capture and the blocks)")
-        return None, (f"tfbertperf ProfileCallback(probe=True): no what-if: {why} in this fit's {steps} steps "
+        return None, (f"tfbertperf {who}(probe=True): no what-if: {why} in this {run}'s {steps} steps "
                       f"(warm-up {warmup}, capture {traced})")
     what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                "input_cost_fraction": s["input_cost_fraction"], "input_cost_ci95": s.get("input_cost_ci95"),
                "probe_steps": s["compute_only_steps"] + s["compute_only_interrupted"], "probe_blocks": len(ran),
                "stopped": stopped}
-    return what_if, precision_hint(what_if, probe_steps, target)
+    return what_if, precision_hint(what_if, probe_steps, target, who, run)
