@@ -150,6 +150,7 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
     assert "own Python loader" in d["verdict"]["actions"][0]["advice"]  # the loader's advice, not tf.data's
 
 
+@pytest.mark.slow  # two 60-step JAX runs with their truths (~10 s)
 def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp_path):
     # StepTimer(probe=True): T_c on a copy of the loop's state fed a cached batch; a JAX user had the estimate only
     args = [str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", "wait", "--ms", "5", "--rounds", "2",
@@ -164,6 +165,7 @@ def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp
     assert abs(d["attribution"]["input_cost_fraction"] - w["input_cost_fraction"]) < 1e-3  # "input cost (measured)"
 
 
+@pytest.mark.slow  # two 80-step JAX runs on two devices (~3 s)
 def test_a_data_parallel_jax_loop_measures_its_what_if_on_its_sharded_batch(tmp_path):
     # two devices, the batch split by rows: the probe keeps the sharded batch as it is (no copy a step) and runs on
     # a copy of the replicated state; the loop trains the same
@@ -186,6 +188,7 @@ def test_keras_on_jax_gets_the_jax_callback_and_its_fit_is_read_with_its_loader(
     assert d["attribution"]["input_python_loader_ms_per_step"] >= 4.0  # PyDataset.__getitem__'s 5 ms
 
 
+@pytest.mark.slow  # two 192-step Keras-JAX fits (~10 s, 18 s busy)
 def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp_path):
     # the probe used to be refused on JAX ("needs Keras' TensorFlow backend"): a Keras-JAX user got no what-if
     r = _run(["-c", KERAS_JAX_PROBE, str(tmp_path / "logs")])
