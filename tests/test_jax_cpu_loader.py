@@ -86,14 +86,30 @@ def fit(cb):
     return losses, history.history, [w.tolist() for w in m.get_weights()]
 cb = ProfileCallback(sys.argv[1], profile_steps="30:40", probe=True)
 with_probe, without = fit([cb]), fit([])
+what_if, step_file = cb.what_if, str(cb.step_file)  # this fit's: the callback's next fit brings its own
 import warnings
 with warnings.catch_warnings(record=True) as said:
     warnings.simplefilter("always")
     m = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     m.compile(loss="mse")
     m.evaluate(np.zeros((4, 2)), np.zeros((4, 1)), callbacks=[cb], verbose=0)
-print(json.dumps({"evaluate_said": " ".join(str(w.message) for w in said), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": cb.what_if,
-                  "step_file": str(cb.step_file)}))
+class Stop(keras.callbacks.Callback):  # Ctrl-C in a notebook, inside a fit with the probe
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 20:
+            raise KeyboardInterrupt
+m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+m.compile("adam", "mse")
+x3, y3 = np.zeros((1280, 16), "float32"), np.zeros((1280, 4), "float32")
+try:
+    m.fit(x3, y3, batch_size=32, callbacks=[cb, Stop()], verbose=0)
+except KeyboardInterrupt:
+    pass
+stale = getattr(m.train_function, "__name__", "")
+m.fit(x3, y3, batch_size=32, epochs=1, verbose=0)  # without the callback: the wrapper takes itself off
+unpatched = getattr(m.train_function, "__name__", "") != "_train_with_probe"
+print(json.dumps({"stale": stale, "unpatched": unpatched,
+                  "evaluate_said": " ".join(str(w.message) for w in said), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": what_if,
+                  "step_file": step_file}))
 """
 
 
@@ -194,6 +210,7 @@ def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp
     r = _run(["-c", KERAS_JAX_PROBE, str(tmp_path / "logs")])
     assert r["same"] and r["steps"] == 192  # losses, history and weights with the probe == without, bit for bit
     assert "evaluate() and predict() with it capture nothing" in r["evaluate_said"]  # it was silent
+    assert r["stale"] == "_train_with_probe" and r["unpatched"]  # a fit stopped by Ctrl-C: no probe left behind
     w = r["what_if"]
     assert w and w["probe_blocks"] >= 4 and w["compute_only_step_ms"] < w["step_ms"] / 3, w  # a 4 ms wait a step
     assert w["input_cost_fraction"] > 0.6, w  # ~0.96 quiet: the wait is most of the step

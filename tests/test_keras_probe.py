@@ -280,3 +280,26 @@ def test_each_fit_gets_its_own_capture_step_file_and_probe_and_evaluate_says_it_
     assert first_what_if and cb.what_if and docs[1]["what_if"]["blocks"]  # the probe ran in both fits
     with pytest.warns(UserWarning, match="evaluate\\(\\) and predict\\(\\) with it capture nothing"):
         model.evaluate(ds.take(4), callbacks=[cb], verbose=0)
+
+
+def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path):
+    # Ctrl-C in a notebook: fit never reached on_train_end, the probe's wrapper stayed on model.train_function, and
+    # the next fit ran it — with this callback again, the probe wrapped its own stale wrapper
+    model, ds = _tiny()
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, probe_steps=8, probe_blocks=4)
+
+    def stop(batch, logs):
+        if batch == 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0,
+                  callbacks=[cb, keras.callbacks.LambdaCallback(on_train_batch_end=stop)])
+    assert getattr(model.train_function, "__name__", "") == "_train_with_probe"  # left behind
+    ran = len(cb._runner.step_times_ms)
+    model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0)  # without the callback: its own step, no block
+    assert len(cb._runner.step_times_ms) == ran and getattr(model.train_function, "__name__", "") != "_train_with_probe"
+    model.train_function = cb._train_with_probe  # stale again, then a fit with the callback: one probe, no loop
+    cb._armed = False
+    model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])
+    assert cb.what_if is not None and cb._ran == cb._plan

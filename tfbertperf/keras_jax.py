@@ -26,6 +26,7 @@ import warnings
 import keras
 
 from tfbertperf.jax_steps import StepTimer
+from tfbertperf.profile.probe_record import unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
 
@@ -56,7 +57,7 @@ class ProfileCallback(keras.callbacks.Callback):
                                 profiler_options=profiler_options, probe=bool(probe), probe_steps=probe_steps,
                                 probe_blocks=probe_blocks, probe_ci95=probe_ci95)
         self.timer = self._new_timer()
-        self.sync, self._open, self._train_function, self._in_fit = bool(sync), None, None, False
+        self.sync, self._open, self._train_function, self._in_fit, self._armed = bool(sync), None, None, False, False
 
     def _new_timer(self) -> StepTimer:
         timer = StepTimer(**self._timer_args)
@@ -76,6 +77,7 @@ class ProfileCallback(keras.callbacks.Callback):
         return self.timer.what_if
 
     def on_train_begin(self, logs=None):
+        unpatch(self.model)
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = self._new_timer()
         self._in_fit, self._planned = True, False
@@ -108,6 +110,10 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _train_with_probe(self, state, iterator):
         """model.train_function, handing the probe its first batch at the last warm-up step (module docstring)."""
+        if not self._armed:  # a fit this callback is not in (one before stopped by an exception): unpatch, step
+            self.model.train_function = self._train_function
+            return self._train_function(state, iterator)
+        self._armed = False
         if self.timer.wants_batch():
             first = next(iterator)  # the end of the epoch ends the call here as it would have inside it
             iterator = itertools.chain([first], iterator)
@@ -126,6 +132,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # ---- Keras calls these around each `train_function(state, iterator)` (next(iterator) runs inside it)
     def on_train_batch_begin(self, batch, logs=None):
+        self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
         if self._train_function is not None:  # a block planned before this step runs first: not the step's time
             self.timer.probe(self._probe_step, self._state)
         self._open = self.timer.step()

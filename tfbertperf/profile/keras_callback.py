@@ -59,7 +59,7 @@ import tensorflow as tf
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
-from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
+from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, unpatch, what_if_record
 from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
                                     short_run_budget, traced_steps)
 
@@ -145,7 +145,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._plan: list[tuple[int, int]] = []
         self._ran: list[tuple[int, int]] = []  # the blocks that ran: (before_step, timed_steps)
         self._stopped: str | None = None  # probe_steps="auto": why it stopped before its plan's end
-        self._warmup, self._batch = 0, None
+        self._warmup, self._batch, self._armed = 0, None, False
         self._runner: Probe | None = None
         self._grabbed_at: int | None = None  # the step whose batch the probe caches
         self._block_ms = 0.0
@@ -186,6 +186,10 @@ class ProfileCallback(keras.callbacks.Callback):
     def _train_with_probe(self, iterator):
         """model.train_function with the probe's work at its steps: the batch grabbed at the last warm-up step,
         and a block before the step where the plan puts one (timed apart: `_block_ms`)."""
+        if not self._armed:  # a fit this callback is not in (one before stopped by an exception): unpatch, step
+            self.model.train_function = self._train_function
+            return self._train_function(iterator)
+        self._armed = False
         i, blocks = self._step, dict(self._plan)
         # not at step 0: the step that follows the grab would trace train_function for the real iterator, and its
         # time (145 ms against 1 ms steps: a 6-step fit read "input 97 %") would count as a real step
@@ -220,6 +224,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # ---- Keras calls these around each `train_function(iterator)` (next(iterator) runs inside it)
     def on_train_begin(self, logs=None):
+        unpatch(self.model)
         self._new_fit()
         self._in_fit = True
         # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
@@ -233,6 +238,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._plan_probe((self.params.get("epochs") or 0) - epoch)
 
     def on_train_batch_begin(self, batch, logs=None):
+        self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
             try:

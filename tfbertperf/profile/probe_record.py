@@ -1,6 +1,7 @@
 """What a user's fit's what-if probe records, for either backend's ProfileCallback (profile/keras_callback.py on
 TensorFlow, tfbertperf/keras_jax.py on JAX): the step file's `what_if` and excluded steps, the auto probe's rule to
-stop, and the `what_if` attribute and warnings the callback leaves after fit (profile/stepfile.py's definitions)."""
+stop, and the `what_if` attribute and warnings the callback leaves after fit (profile/stepfile.py's definitions);
+and `unpatch`, which takes a stale probe wrapper off a model's train_function."""
 
 from __future__ import annotations
 
@@ -48,3 +49,13 @@ def after_fit(summary: dict | None, *, taken: bool, ran: list, stopped: str | No
                "probe_steps": s["compute_only_steps"] + s["compute_only_interrupted"], "probe_blocks": len(ran),
                "stopped": stopped}
     return what_if, precision_hint(what_if, probe_steps, target, who, run)
+
+
+def unpatch(model) -> None:
+    """Put the model's own train_function back where a fit stopped by an exception (Ctrl-C in a notebook) never
+    reached on_train_end and left a probe's wrapper on it: the next fit's probe would have wrapped the wrapper."""
+    fn = getattr(model, "train_function", None)
+    while getattr(getattr(fn, "__self__", None), "_train_function", None) is not None and \
+            getattr(fn, "__name__", "") == "_train_with_probe":
+        fn = fn.__self__._train_function
+    model.train_function = fn

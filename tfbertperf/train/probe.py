@@ -225,10 +225,13 @@ class Probe:
         if self._iter is None:
             self._iter = iter(probe_source(self.strategy, first_batch))
         saved = Snapshot(self.state)
-        self.step_times_ms += time_block(lambda: self.step_fn(self._iter if self.feed_iterator else next(self._iter)),
-                                         self.wait, n_timed, PROBE_WARMUP_STEPS if self.blocks == 0 else
-                                         PROBE_SETTLE_STEPS, settle_ms, settle_max_steps, self.wait_each, self.hook)
-        saved.restore()
+        try:  # an interrupt inside the block (Ctrl-C in a notebook) must not leave the probe's updates in the model
+            self.step_times_ms += time_block(lambda: self.step_fn(self._iter if self.feed_iterator else
+                                                                  next(self._iter)),
+                                             self.wait, n_timed, PROBE_WARMUP_STEPS if self.blocks == 0 else
+                                             PROBE_SETTLE_STEPS, settle_ms, settle_max_steps, self.wait_each, self.hook)
+        finally:
+            saved.restore()
         self.blocks += 1
 
 
