@@ -100,14 +100,18 @@ class Stop(keras.callbacks.Callback):  # Ctrl-C in a notebook, inside a fit with
 m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
 m.compile("adam", "mse")
 x3, y3 = np.zeros((1280, 16), "float32"), np.zeros((1280, 4), "float32")
+cb2 = ProfileCallback(sys.argv[1] + "_stopped", profile_steps="10:30", probe=True)
 try:
-    m.fit(x3, y3, batch_size=32, callbacks=[cb, Stop()], verbose=0)
+    m.fit(x3, y3, batch_size=32, callbacks=[cb2, Stop()], verbose=0)  # stopped inside its capture
 except KeyboardInterrupt:
     pass
 stale = getattr(m.train_function, "__name__", "")
 m.fit(x3, y3, batch_size=32, epochs=1, verbose=0)  # without the callback: the wrapper takes itself off
 unpatched = getattr(m.train_function, "__name__", "") != "_train_with_probe"
-print(json.dumps({"stale": stale, "unpatched": unpatched,
+m.fit(x3, y3, batch_size=32, epochs=1, verbose=0, callbacks=[cb2])  # the stopped capture written, then its own
+import glob
+captures = len(glob.glob(sys.argv[1] + "_stopped/plugins/profile/*/*.xplane.pb"))
+print(json.dumps({"stale": stale, "unpatched": unpatched, "captures": captures,
                   "evaluate_said": " ".join(str(w.message) for w in said), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": what_if,
                   "step_file": step_file}))
 """
@@ -211,6 +215,7 @@ def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp
     assert r["same"] and r["steps"] == 192  # losses, history and weights with the probe == without, bit for bit
     assert "evaluate() and predict() with it capture nothing" in r["evaluate_said"]  # it was silent
     assert r["stale"] == "_train_with_probe" and r["unpatched"]  # a fit stopped by Ctrl-C: no probe left behind
+    assert r["captures"] == 2  # its capture written at the next fit, which captured its own (it raised: running)
     w = r["what_if"]
     assert w and w["probe_blocks"] >= 4 and w["compute_only_step_ms"] < w["step_ms"] / 3, w  # a 4 ms wait a step
     assert w["input_cost_fraction"] > 0.6, w  # ~0.96 quiet: the wait is most of the step

@@ -303,3 +303,12 @@ def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path
     cb._armed = False
     model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])
     assert cb.what_if is not None and cb._ran == cb._plan
+    # stopped inside the capture: the profiler ran on; the next fit wrote it out and captured its own
+    cb = ProfileCallback(str(tmp_path / "cap"), profile_steps="10:30")
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0,
+                  callbacks=[cb, keras.callbacks.LambdaCallback(on_train_batch_end=stop)])
+    assert cb._profiling
+    model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])  # before: "another profiler is running"
+    assert len(list((tmp_path / "cap").rglob("*.xplane.pb"))) == 2 and not cb._profiling
+    assert json.loads(cb.step_file.read_text())["profiled_steps"] == [9, 31]

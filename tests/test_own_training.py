@@ -339,6 +339,23 @@ def test_step_timer_probe_says_why_no_what_if_came_and_refuses_a_bad_option(tmp_
         StepTimer(tmp_path / "logs", probe=True, probe_steps=-1)
 
 
+def test_step_timer_goes_on_without_a_capture_when_another_profile_runs(tmp_path):
+    # JAX runs one profile a process (a loop stopped inside its capture left one running): start_trace raised out
+    # of the user's training loop
+    from tfbertperf.jax_steps import StepTimer
+
+    def start_trace(logdir, **kw):
+        raise RuntimeError("Profile has already been started. Only one profile may be run at a time.")
+
+    timer = StepTimer(tmp_path / "logs", profile_steps="2:4", start_trace=start_trace, stop_trace=lambda: None,
+                      annotation=lambda name, step_num: contextlib.nullcontext(), wait=lambda x: None)
+    with pytest.warns(UserWarning, match="another profiler is running at step 1"):
+        for _ in range(6):
+            with timer.step():
+                pass
+    assert timer.close() == tmp_path / "logs" / stepfile.STEP_FILE and len(timer.step_times_ms) == 6
+
+
 def test_importing_the_jax_helper_imports_neither_jax_nor_tensorflow():
     code = "import sys, tfbertperf.jax_steps; print(sorted(m for m in ('jax', 'tensorflow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

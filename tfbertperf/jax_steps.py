@@ -140,8 +140,16 @@ class StepTimer:
         if self.traced and i == self.traced[0] and not self._profiling:
             self._before = stepfile.sessions(self.logdir)
             kw = {"profiler_options": self.options} if self.options is not None else {}
-            self._start(self.logdir, **kw)
-            self._profiling = True
+            try:
+                self._start(self.logdir, **kw)
+                self._profiling = True
+            except RuntimeError as e:  # JAX runs one profile a process: never stop the user's training for it
+                if "already" not in str(e):
+                    raise
+                warnings.warn(f"tfbertperf StepTimer: another profiler is running at step {i} ({e}): no capture in "
+                              f"this run; the step times and the probe go on — stop the other one "
+                              f"(jax.profiler.stop_trace) or move profile_steps", stacklevel=3)
+                self.traced = None
         if self.traced and i == self.traced[1] and self._profiling:
             self._end_capture()
 

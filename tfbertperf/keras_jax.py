@@ -78,6 +78,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         unpatch(self.model)
+        if self.timer._profiling:  # a fit stopped by an exception inside the capture: stop and write it
+            self.timer.close()
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = self._new_timer()
         self._in_fit, self._planned = True, False

@@ -225,6 +225,9 @@ class ProfileCallback(keras.callbacks.Callback):
     # ---- Keras calls these around each `train_function(iterator)` (next(iterator) runs inside it)
     def on_train_begin(self, logs=None):
         unpatch(self.model)
+        if self._profiling:  # a fit stopped by an exception inside the capture: the profiler still ran; write it out
+            self._stop()
+            self._write_steps()
         self._new_fit()
         self._in_fit = True
         # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
