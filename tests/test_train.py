@@ -249,3 +249,22 @@ def test_a_probe_block_times_its_steps_after_the_settle_time_and_caps_the_untime
     # 10 × the mean of the last 5 real steps after warm-up
     assert settle_ms([50.0, 50.0, 4.0, 6.0, 4.0, 6.0, 5.0, 5.0], warmup=2) == pytest.approx(SETTLE_REAL_STEPS * 5.2)
     assert settle_ms([50.0, 50.0], warmup=2) == 0.0
+
+
+def test_a_probe_block_interrupted_midway_puts_the_state_back():
+    # Ctrl-C inside a block (a user's notebook fit): the probe's updates stayed in the model's variables
+    import tensorflow as tf
+
+    from tfbertperf.train.probe import Probe
+
+    v = tf.Variable(1.0)
+
+    def step(batch):
+        v.assign_add(1.0)  # the probe trains on its cached batch
+        if v.numpy() >= 4.0:
+            raise KeyboardInterrupt
+        return tf.constant(1.0)
+
+    with pytest.raises(KeyboardInterrupt):
+        Probe(step, tf.distribute.get_strategy(), [v]).run_block(tf.zeros(2), 5)
+    assert v.numpy() == 1.0  # before: 4.0
