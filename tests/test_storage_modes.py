@@ -213,3 +213,46 @@ def test_stage_cache_stays_bounded_and_evicts(uploaded, tmp_path, monkeypatch):
     s = b.metrics.summary()
     assert s["cache_evictions"] > 0
     assert peak <= 0.4 * 1024 * 1024 + max(sizes.values())  # bound, plus at most the one shard being read
+
+
+def test_a_stream_reader_closed_under_a_waiting_shard_ends_it_quietly():
+    # A damaged shard ends the run; close() cancels the other shards' queued reads, and a generator waiting on one
+    # raised concurrent.futures.CancelledError into TF, which logged its traceback beside the one-line error (the
+    # stream damaged-shard test failed on it once in CI)
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from tfbertperf.storage.base import ObjectInfo, StorageMetrics
+    from tfbertperf.storage.remote_modes import StreamReader
+
+    release = threading.Event()
+
+    class Slow:
+        metrics = StorageMetrics()
+
+        def read_range(self, uri, start, n):
+            release.wait(5)
+            return b"\0" * n
+
+    size = 64 * 1024 * 4
+    reader = StreamReader(Slow(), [ObjectInfo("gs://b/a", size), ObjectInfo("gs://b/b", size)],
+                          SimpleNamespace(chunk_mb=0.0625, concurrency=1))
+    out: dict = {}
+
+    def consume(uri):
+        try:
+            list(reader.generator(uri))
+        except BaseException as e:  # noqa: BLE001 — what escaped is the finding
+            out[uri] = e
+
+    threads = [threading.Thread(target=consume, args=(u,)) for u in (b"gs://b/a", b"gs://b/b")]
+    threads[0].start()
+    time.sleep(0.3)  # shard a's first read holds the one worker
+    threads[1].start()
+    time.sleep(0.3)  # shard b waits on a read queued behind it
+    reader.close()  # the run ends: queued reads cancelled
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert not out, out

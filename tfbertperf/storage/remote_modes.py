@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Iterator
 
 from tfbertperf.errors import UsageError
@@ -86,8 +86,8 @@ class StreamReader:
             # short message; storage/integrity.py re-raises the kept error as the one line.
             metrics.note_failure(e)
             yield b"", np.asarray([-1], dtype=np.int64), np.asarray([0], dtype=np.int64)
-        except RuntimeError:  # the pool was shut down under us: the run is ending (after an error elsewhere)
-            if not self.closed:
+        except (RuntimeError, CancelledError):  # the pool was shut down under us, its pending reads cancelled
+            if not self.closed:  # (close(): the run is ending after an error elsewhere) — else a real failure
                 raise
 
     def source(self) -> ShardSource:
