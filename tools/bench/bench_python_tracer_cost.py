@@ -10,7 +10,13 @@ time and in the workload thread's CPU time: the recording runs on that thread, a
 waits for a core on a shared machine.  Workloads:
   - python: many small Python calls (a call tree, builtins);
   - numpy:  small NumPy calls from Python (C functions traced as Python events);
-  - tf:     small TensorFlow eager ops (their Python API frames and TraceMe events at host_tracer_level 2).
+  - tf:     small TensorFlow eager ops (their Python API frames and TraceMe events at host_tracer_level 2);
+  - tfdata_serial, tfdata_parallel: batches of a tf.data pipeline that parses serialized tf.train.Examples one by
+            one (`parse_single_example` in a map, serial / num_parallel_calls=2, batch 64, prefetch 2), iterated
+            by the workload thread.  Their events are recorded on tf.data's own threads, so the CPU column is the
+            whole process's CPU time (`time.process_time`), not the workload thread's: the cost a per-example map
+            pays on its input threads (profile/contention.py subtracts it from their measured CPU:
+            program_facts.INPUT_EVENT_COST_US).
 Prints, per workload, events per round (of them Python tracer frames), untraced/traced round wall time and the
 per-event cost: median [quartiles] (min–max) over the rounds; then all rounds pooled.  TF 2.21 ignores the
 options (it logs "python_tracer_level expects an i value") and records no Python frames: the script says so.
@@ -70,7 +76,33 @@ def tf_work(n: int) -> float:
     return acc
 
 
-WORKLOADS = {"python": py_work, "numpy": np_work, "tf": tf_work}
+_PIPELINES: dict = {}
+
+
+def _tfdata_work(parallel: int | None):
+    """A workload iterating a per-example parse pipeline: n // 400 batches of 64 (about as many host events per
+    round as the tf workload)."""
+    def work(n: int) -> int:
+        import numpy as np
+        import tensorflow as tf
+
+        if parallel not in _PIPELINES:
+            rng = np.random.default_rng(0)
+            recs = [tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=rng.standard_normal(256))),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10]))})).SerializeToString()
+                for i in range(1024)]
+            spec = {"x": tf.io.FixedLenFeature([256], tf.float32), "y": tf.io.FixedLenFeature([1], tf.int64)}
+            ds = tf.data.Dataset.from_tensor_slices(recs).repeat().map(
+                lambda r: tf.io.parse_single_example(r, spec), num_parallel_calls=parallel)
+            _PIPELINES[parallel] = iter(ds.batch(64, drop_remainder=True).prefetch(2))
+        it = _PIPELINES[parallel]
+        return sum(int(next(it)["y"].shape[0]) for _ in range(max(1, n // 400)))
+    return work
+
+
+WORKLOADS = {"python": py_work, "numpy": np_work, "tf": tf_work, "tfdata_serial": _tfdata_work(None),
+             "tfdata_parallel": _tfdata_work(2)}
 
 
 def count_events(logdir: str) -> tuple[int, int]:
@@ -99,14 +131,15 @@ def count_events(logdir: str) -> tuple[int, int]:
 
 
 def one_round(tf, fn, n: int, traced: bool, logdir: str | None) -> tuple[float, float]:
-    """(wall seconds, this thread's CPU seconds) of one round."""
+    """(wall seconds, CPU seconds) of one round: this thread's CPU, the process's for a tf.data workload."""
+    clock = time.process_time if fn.__name__ == "work" else time.thread_time
     if traced:
         opts = tf.profiler.experimental.ProfilerOptions(python_tracer_level=1, host_tracer_level=2)
         tf.profiler.experimental.start(logdir, options=opts)
     with tf.profiler.experimental.Trace(MARKER):
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), clock()
         fn(n)
-        secs = time.perf_counter() - t0, time.thread_time() - c0
+        secs = time.perf_counter() - t0, clock() - c0
     if traced:
         tf.profiler.experimental.stop()
     return secs
@@ -116,16 +149,21 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7, help="traced rounds per workload (untraced: one more)")
     p.add_argument("--calls", type=int, default=20000, help="loop iterations of the python workload")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of: " + ", ".join(WORKLOADS))
     a = p.parse_args(argv)
 
     import tensorflow as tf
 
     print(f"| workload | events / round (Python frames) | untraced round (ms) | traced round (ms) | µs per event, wall: median "
-          f"[quartiles] (min–max) over {a.rounds} rounds | µs per event, the thread's CPU time |")
+          f"[quartiles] (min–max) over {a.rounds} rounds | µs per event, CPU time (the thread's; tfdata: the process's) |")
     print("|---|---|---|---|---|---|")
     pooled, pooled_cpu = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, fn in WORKLOADS.items():
+        for name in a.workloads.split(","):
+            if name not in WORKLOADS:
+                print(f"--workloads: unknown workload {name!r} (one of {', '.join(WORKLOADS)})", file=sys.stderr)
+                return 2
+            fn = WORKLOADS[name]
             one_round(tf, fn, a.calls // 4, False, None)  # warm-up: imports, first-call caches
             base = [one_round(tf, fn, a.calls, False, None)]
             traced, costs, cpu_costs, counts, pys = [], [], [], [], []
