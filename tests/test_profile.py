@@ -423,18 +423,13 @@ def test_profile_callback_writes_the_threads_cpu_beside_the_capture_and_analyze_
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     xs = np.random.default_rng(0).standard_normal((512, 64)).astype("float32")
     ds = tf.data.Dataset.from_tensor_slices((xs, (xs[:, 0] > 0).astype("int64"))).repeat()
-    ds = ds.map(lambda x, y: (tf.tanh(x) * 2.0, y)).batch(16).prefetch(2)  # per example: many events a step
-    model.fit(ds, steps_per_epoch=32, epochs=1, verbose=0, callbacks=[ProfileCallback(str(tmp_path), "20:28")])
+    ds = ds.map(lambda x, y: (tf.tanh(x) * 2.0, y)).batch(16).prefetch(2)
+    model.fit(ds, steps_per_epoch=30, epochs=1, verbose=0, callbacks=[ProfileCallback(str(tmp_path), "10:25")])
     record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
     assert record["schema"] == threadcpu.SIDECAR_SCHEMA and record["seconds"] > 0
     assert any(r["line_id"] is not None for r in record["threads"])
-    # the span before the window (profile/eventcost.py): traced 19:29, K = max(10, 10) steps before it, from step 9
-    assert record["before"]["steps"] == 10 and record["before"]["window_steps"] == 10
-    assert {r["tid"] for r in record["before"]["threads"]} & {r["tid"] for r in record["threads"] if r["cpu_ms"] > 0}
     att = analyze(str(tmp_path))["attribution"]
     assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] is not None
-    cost = att["input_profiler_event_cost"]  # the profiler's CPU an input event, measured from that span
-    assert cost["basis"] == "measured" and 0.0 <= cost["us"] <= 5.0
 
 
 @pytest.mark.parametrize("pool_ms, stolen", [(30.0, 3.0), (0.0, 0.0), (10.0, 2.0)])

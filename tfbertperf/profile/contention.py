@@ -55,7 +55,7 @@ comes from that CPU and not from wall time:
   each input thread's measured CPU is spread over the capture in proportion to its activity (the union of its
   events; evenly over the capture where it shows none), the part falling in a step's compute phase is the
   input CPU X that competed with the compute (less the profiler's own cost on the thread: its recorded events ×
-  the cost of one, measured per capture where it can be: profile/eventcost.py), and with k̄ the mean number of input threads active in the
+  program_facts.HOST_EVENT_COST_US, which a per-example map pays hundreds of times a step), and with k̄ the mean number of input threads active in the
   phase (≥ 1), the fair-share loss per core-millisecond the input threads used is f = (W + k̄ − C) / (k̄ × C), at
   least 0: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores and the
   compute loses 1 − C/(W+k) of its progress.  How much of that loss reaches the step depends on how the compute
@@ -84,13 +84,15 @@ compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer
 in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
 input 18 pp low.  A from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
-Without measured CPU (a capture with no threadcpu.json, or threads the record cannot name) busy periods stand in as
-below, except that the wall time of Python function ops on input threads (`EagerPyFunc`, `PyFunc`: `tf.py_function`
-/ `numpy_function`, which may as well wait as compute) is not counted as CPU (said in `input_cpu_basis`).
+Replayed on own Keras fits (BENCHMARKS.md "issue 29"): a waiting map adds no stolen time, a per-example parse beside
+the model counts by its measured CPU.  Without measured CPU (a capture with no threadcpu.json, or threads the
+record cannot name) busy periods stand in as below, except that the wall time of Python function ops on input
+threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may as well wait as compute) is not
+counted as CPU — the estimate then says so (`input_cpu_basis`).
 
-Without thread-pool task events (profile.threadpool_events off, our default) input threads are busy in their function
-executions (`ExecutorState::Process`, `FunctionRun`) and W = C (dropping the events moved the stolen time by
-0.01–0.12 ms a step).
+Without thread-pool task events (profile.threadpool_events off, our default: 3/4 of a trace) input threads are busy
+in their function executions (`ExecutorState::Process`, `FunctionRun`) and W = C; dropping the events moved the
+stolen time by 0.01–0.12 ms a step (tiny BERT tuned and naive at 5 ms reads, the stall program at --rounds 12).
 C (cores): the most distinct threads of TF's inter-op (`tf_Compute`) or intra-op (Eigen) pool in the trace (TF sizes
 both to the machine's cores), else os.cpu_count() of the analyzing machine.
 """
@@ -102,8 +104,9 @@ import re
 from collections import defaultdict
 
 from tfbertperf.profile import intervals as iv
-from tfbertperf.profile import eventcost, loaders, threadcpu
+from tfbertperf.profile import loaders, threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
+from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
 # Thread-name prefixes (xprof's trace names threads "<pool name>/<id>").
 INPUT_THREAD_PREFIXES = ("tf_data",)
@@ -231,8 +234,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
       {"cores": C, "input_cpu_basis": "measured" | "estimated" (the busy-period model; py_function wall not
        counted), "measured_threads": input threads whose CPU was measured, "python_loader": a from_generator
        source's own loader CPU counted (profile/loaders.py), "loader_wanted_ms": the CPU that loader wanted a step
-       (loaders.wanted_us; None without a from_generator source or a record), "profiler_event_cost": {"us",
-       "basis"} taken off the measured input threads (profile/eventcost.py; None: none), "steps": {step_num: {"step_ms",
+       (loaders.wanted_us; None without a from_generator source or a record), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
        (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
@@ -256,16 +258,15 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
     cpu_us = threadcpu.measured_cpu_us(thread_cpu)
     measured = {}  # thread key → (activity intervals, CPU µs)
-    inputs = {k: lid for k in by_thread if is_input_thread(threads.get(k, ""))
-              and (lid := threadcpu.line_id(threads.get(k, ""))) in cpu_us}
-    tids = {r.get("line_id"): r.get("tid") for r in (thread_cpu or {}).get("threads") or ()}
-    cost, cost_basis = eventcost.per_event_us(thread_cpu, {tids.get(lid): (cpu_us[lid], len(by_thread[k]))
-                                                           for k, lid in inputs.items()})  # the profiler's, an event
-    for key, lid in inputs.items():
-        evs = by_thread[key]
-        python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
-        measured[key] = (_union([_span(e) for e in evs]), max(0.0, cpu_us[lid] - len(evs) * cost), python)
-    measured_ids = list(inputs.values())
+    measured_ids = []
+    for key, evs in by_thread.items():
+        name = threads.get(key, "")
+        if is_input_thread(name) and threadcpu.line_id(name) in cpu_us:
+            # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
+            own = max(0.0, cpu_us[threadcpu.line_id(name)] - len(evs) * HOST_EVENT_COST_US)
+            python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
+            measured[key] = (_union([_span(e) for e in evs]), own, python)
+            measured_ids.append(threadcpu.line_id(name))
     # a from_generator source's own loader (profile/loaders.py): its unrecorded threads and processes are input too
     generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
@@ -345,5 +346,4 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     own = loaders.wanted_us(thread_cpu, {threadcpu.line_id(threads.get(k, "")) for k, v in measured.items() if v[2]})
     return {"cores": C, "input_cpu_basis": "measured" if measured or loader else "estimated",
             "measured_threads": len(measured), "python_loader": loader, "steps": out,
-            "profiler_event_cost": {"us": round(cost, 3), "basis": cost_basis} if measured else None,
             "loader_wanted_ms": own / 1e3 / len(out) if generator and thread_cpu and out else None}

@@ -57,7 +57,7 @@ import keras
 import tensorflow as tf
 
 from tfbertperf.config import parse_window
-from tfbertperf.profile import capture, eventcost, stepfile, threadcpu
+from tfbertperf.profile import capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, unpatch, what_if_record
 from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
@@ -138,7 +138,6 @@ class ProfileCallback(keras.callbacks.Callback):
         self.step_file: Path | None = None
         self.what_if: dict | None = None
         self._step, self._trace, self._t0, self._profiling, self._cpu_at_start = 0, None, 0.0, False, None
-        self._cpu_before = self._cpu_at_before_end = None  # the span before the window (profile/eventcost.py)
         self._profiled: tuple[int, int] | None = None
         self._stop_ms = 0.0  # how long the profiler took to stop and write the capture
         self._sessions_before: set[str] = set()
@@ -235,7 +234,6 @@ class ProfileCallback(keras.callbacks.Callback):
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         if self.window and k > 1:
             self.traced = traced_steps((self.window[0] // k, -(-self.window[1] // k)))
-        self._before_at = eventcost.before_at(self.traced, self.warmup_steps)
 
     def on_epoch_begin(self, epoch, logs=None):
         # planned here, before the first batch: a resumed fit (fit(…, initial_epoch=2, epochs=4)) runs epochs − epoch
@@ -244,11 +242,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
-        if self.traced and self._step == self._before_at and not self._profiling:
-            self._cpu_before = threadcpu.snapshot()  # the input threads' CPU without the profiler: its cost an event
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
-            self._cpu_at_before_end = threadcpu.snapshot() if self._cpu_before else None
             try:
                 capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
             except tf.errors.AlreadyExistsError:  # one profiler a process: never stop the user's training for it
@@ -301,12 +296,7 @@ class ProfileCallback(keras.callbacks.Callback):
         cpu_at_stop = threadcpu.snapshot(loaders=True)
         tf.profiler.experimental.stop()
         self._profiling = False
-        before = None  # the span before the window, unless a probe block ran in it
-        if self._cpu_at_before_end and not any(self._before_at <= p < self.traced[0] for p, _ in self._ran):
-            before = eventcost.before_record(self._cpu_before, self._cpu_at_before_end, self.traced[0] - self._before_at,
-                                             self._step - self.traced[0])
-        threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop,
-                                              {"before": before} if before else None)
+        threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)
         self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # the pipeline runs ahead meanwhile: stepfile.after_stop

@@ -44,7 +44,8 @@ Measured on this project's CPU host (AMD EPYC) for TraceMe events: TF 2.21 ignor
 cost of a Python tracer frame could not be measured here and is taken to be the same (its callback also builds
 the frame's name: likely no cheaper; on the H200 captures, with the Python tracer on, it read 2–3× high).  The cost
 is the machine's: on the project's later Intel Xeon host the same bench read 0.40 µs an eager event and 0.56–0.59
-a tf.data one (2026-11-26), so the input threads' cost is measured per capture where it can be (eventcost.py)."""
+a tf.data one (`--workloads tf,tfdata_serial,tfdata_parallel`, 2026-11-26).  Measuring it per capture from the input
+threads' CPU in the steps before the window was tried and dropped: 0–4 µs on captures of one program (BENCHMARKS.md)."""
 
 _MATMUL_OPS = ("dot", "convolution")
 _KERNEL_PRECISION = (("bf16", re.compile(r"bf16|bfloat16", re.I)),

@@ -152,8 +152,8 @@ def window_record(a: dict, b: dict) -> dict:
             **({"exited": exited} if "process_cpu" in a and "process_cpu" in b else {})}
 
 
-def write_beside_newest_capture(logdir: str, a: dict, b: dict, extra: dict | None = None):
-    """Write window_record(a, b) (with `extra`'s keys) as SIDECAR into the newest profile session under `logdir`
+def write_beside_newest_capture(logdir: str, a: dict, b: dict):
+    """Write window_record(a, b) as SIDECAR into the newest profile session under `logdir`
     (logdir/plugins/profile/<session>/, where the capture that just stopped landed), atomically; returns its
     path, or None when there is no session directory (the capture wrote nothing)."""
     import json
@@ -165,7 +165,7 @@ def write_beside_newest_capture(logdir: str, a: dict, b: dict, extra: dict | Non
     path = os.path.join(session, SIDECAR)
     from tfbertperf.storage.atomic import write_atomic
 
-    write_atomic(path, json.dumps({**window_record(a, b), **(extra or {})}).encode(), durable=False)
+    write_atomic(path, json.dumps(window_record(a, b)).encode(), durable=False)
     return path
 
 

@@ -84,7 +84,6 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         # the estimate's spread over the captured steps: its 95 % interval (profile/undecided.py reads it)
         "ci95": mean_ci95([(s["wait_ms"] + s["stolen_ms"]) / s["step_ms"] for s in steps if s["step_ms"] > 0]),
         "loader_wanted_ms": res["loader_wanted_ms"],  # the CPU a Python loader wanted a step (advice.py)
-        "event_cost": res.get("profiler_event_cost"),  # the profiler's µs an input event, taken off (eventcost.py)
     }
 
 
@@ -251,17 +250,18 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     if compute_only_step_ms is not None and T and T > 0:
         cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
     estimate = stolen_fraction = est_ci = None
-    cores = cpu_basis = input_cpu_ms = loader_wanted_ms = event_cost = None
+    cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
         c = _contention_for(tv or xprof_tools.convert(xplanes, "trace_viewer"), numbers,
                             threadcpu.read_beside(xplanes[0]) if xplanes else None, res)
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
-            cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms, event_cost = (c["cores"], INPUT_CPU_BASIS[
-                c["basis"]], c["input_cpu_ms"], c["ci95"], c["loader_wanted_ms"], c["event_cost"])
+            cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms = (
+                c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"], c["ci95"], c["loader_wanted_ms"])
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
-            estimate = min(1.0, input_bound + stolen_fraction)  # xprof's blocked input + stolen, of the profiled step
+            # xprof's own blocked-input share + the stolen share (both of the profiled step)
+            estimate = min(1.0, input_bound + stolen_fraction)
     unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms)
     busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
@@ -279,7 +279,6 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_cpu_basis": cpu_basis,
         "input_cpu_ms_per_step": None if input_cpu_ms is None else round(input_cpu_ms, 4),
         "input_loader_wanted_ms_per_step": None if loader_wanted_ms is None else round(loader_wanted_ms, 4),
-        "input_profiler_event_cost": event_cost,
         "cores_seen": cores,
         **_input_ops(ipa, xplanes, prof_step_ms, len(rows)),
         **meta,

@@ -15,8 +15,8 @@ waits for a core on a shared machine.  Workloads:
             one (`parse_single_example` in a map, serial / num_parallel_calls=2, batch 64, prefetch 2), iterated
             by the workload thread.  Their events are recorded on tf.data's own threads, so the CPU column is the
             whole process's CPU time (`time.process_time`), not the workload thread's: the cost a per-example map
-            pays on its input threads (profile/contention.py subtracts it from their measured CPU:
-            program_facts.INPUT_EVENT_COST_US).
+            pays on its input threads (profile/contention.py subtracts events × HOST_EVENT_COST_US from their
+            measured CPU).
 Prints, per workload, events per round (of them Python tracer frames), untraced/traced round wall time and the
 per-event cost: median [quartiles] (min–max) over the rounds; then all rounds pooled.  TF 2.21 ignores the
 options (it logs "python_tracer_level expects an i value") and records no Python frames: the script says so.
