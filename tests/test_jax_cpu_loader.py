@@ -105,6 +105,9 @@ try:
     m.fit(x3, y3, batch_size=32, callbacks=[cb2, Stop()], verbose=0)  # stopped inside its capture
 except KeyboardInterrupt:
     pass
+with warnings.catch_warnings(record=True) as said2:  # no fit runs after Ctrl-C: evaluate says it captures nothing
+    warnings.simplefilter("always")
+    m.evaluate(x3[:64], y3[:64], callbacks=[cb2], verbose=0)
 stale = getattr(m.train_function, "__name__", "")
 m.fit(x3, y3, batch_size=32, epochs=1, verbose=0)  # without the callback: the wrapper takes itself off
 unpatched = getattr(m.train_function, "__name__", "") != "_train_with_probe"
@@ -112,7 +115,8 @@ m.fit(x3, y3, batch_size=32, epochs=1, verbose=0, callbacks=[cb2])  # the stoppe
 import glob
 captures = len(glob.glob(sys.argv[1] + "_stopped/plugins/profile/*/*.xplane.pb"))
 print(json.dumps({"stale": stale, "unpatched": unpatched, "captures": captures,
-                  "evaluate_said": " ".join(str(w.message) for w in said), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": what_if,
+                  "evaluate_said": " ".join(str(w.message) for w in said),
+                  "stopped_evaluate_said": " ".join(str(w.message) for w in said2), "same": with_probe == without, "steps": len(with_probe[0]), "what_if": what_if,
                   "step_file": step_file}))
 """
 
@@ -215,6 +219,7 @@ def test_keras_on_jax_measures_its_what_if_and_leaves_the_training_unchanged(tmp
     assert r["same"] and r["steps"] == 192  # losses, history and weights with the probe == without, bit for bit
     assert "evaluate() and predict() with it capture nothing" in r["evaluate_said"]  # it was silent
     assert r["stale"] == "_train_with_probe" and r["unpatched"]  # a fit stopped by Ctrl-C: no probe left behind
+    assert "capture nothing" in r["stopped_evaluate_said"]  # and evaluate after it says so (a flag kept it silent)
     assert r["captures"] == 2  # its capture written at the next fit, which captured its own (it raised: running)
     w = r["what_if"]
     assert w and w["probe_blocks"] >= 4 and w["compute_only_step_ms"] < w["step_ms"] / 3, w  # a 4 ms wait a step

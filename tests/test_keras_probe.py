@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -270,7 +271,10 @@ def test_each_fit_gets_its_own_capture_step_file_and_probe_and_evaluate_says_it_
     # run no probe, and rewrite the first capture's step file with both fits' steps (40 where it captured 24)
     model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="8:12", probe=True, probe_steps=8, probe_blocks=2)
-    model.fit(ds, steps_per_epoch=12, epochs=2, validation_data=ds.take(3), callbacks=[cb], verbose=0)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model.fit(ds, steps_per_epoch=12, epochs=2, validation_data=ds.take(3), callbacks=[cb], verbose=0)
+    assert not [w for w in said if "capture nothing" in str(w.message)]  # fit's own validation: silent
     first, first_what_if = cb.step_file, cb.what_if
     model.fit(ds, steps_per_epoch=16, epochs=1, callbacks=[cb], verbose=0)
     assert cb.step_file != first and cb.step_file.parent != first.parent  # a capture of its own
@@ -296,6 +300,8 @@ def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path
         model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0,
                   callbacks=[cb, keras.callbacks.LambdaCallback(on_train_batch_end=stop)])
     assert getattr(model.train_function, "__name__", "") == "_train_with_probe"  # left behind
+    with pytest.warns(UserWarning, match="evaluate\\(\\) and predict\\(\\) with it capture nothing"):
+        model.evaluate(ds.take(2), callbacks=[cb], verbose=0)  # no fit runs now: said (a flag kept it silent)
     ran = len(cb._runner.step_times_ms)
     model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0)  # without the callback: its own step, no block
     assert len(cb._runner.step_times_ms) == ran and getattr(model.train_function, "__name__", "") != "_train_with_probe"

@@ -26,7 +26,7 @@ import warnings
 import keras
 
 from tfbertperf.jax_steps import StepTimer
-from tfbertperf.profile.probe_record import unpatch
+from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
 
@@ -57,7 +57,7 @@ class ProfileCallback(keras.callbacks.Callback):
                                 profiler_options=profiler_options, probe=bool(probe), probe_steps=probe_steps,
                                 probe_blocks=probe_blocks, probe_ci95=probe_ci95)
         self.timer = self._new_timer()
-        self.sync, self._open, self._train_function, self._in_fit, self._armed = bool(sync), None, None, False, False
+        self.sync, self._open, self._train_function, self._armed = bool(sync), None, None, False
 
     def _new_timer(self) -> StepTimer:
         timer = StepTimer(**self._timer_args)
@@ -82,13 +82,13 @@ class ProfileCallback(keras.callbacks.Callback):
             self.timer.close()
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = self._new_timer()
-        self._in_fit, self._planned = True, False
+        self._planned = False
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
 
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
-        if not self._in_fit:
+        if not fit_running(self.model):
             warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
                           "capture nothing (profile those with jax.profiler.trace)", stacklevel=2)
 
@@ -156,4 +156,3 @@ class ProfileCallback(keras.callbacks.Callback):
             self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
         self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches)
-        self._in_fit = False

@@ -59,7 +59,7 @@ import tensorflow as tf
 from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
-from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, unpatch, what_if_record
+from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, fit_running, unpatch, what_if_record
 from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
                                     short_run_budget, traced_steps)
 
@@ -126,7 +126,6 @@ class ProfileCallback(keras.callbacks.Callback):
         self.auto, self.probe_steps, self.probe_ci95 = probe_args(probe_steps, probe_ci95)
         self.probe, self.probe_blocks = bool(probe), int(probe_blocks)
         self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
-        self._in_fit = False
         self._new_fit()
 
     def _new_fit(self) -> None:
@@ -229,7 +228,6 @@ class ProfileCallback(keras.callbacks.Callback):
             self._stop()
             self._write_steps()
         self._new_fit()
-        self._in_fit = True
         # steps_per_execution=k: one train_function call (one marker) runs k batches; profile_steps counts batches
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         if self.window and k > 1:
@@ -281,10 +279,9 @@ class ProfileCallback(keras.callbacks.Callback):
             self.model.train_function = self._train_function  # fit again later: no probe inside it
             self._after_loop_block()
         self._write_steps()
-        self._in_fit = False
 
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
-        if not self._in_fit:
+        if not fit_running(self.model):
             warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
                           "capture nothing (profile those with tf.profiler.experimental.start/stop)", stacklevel=2)
 

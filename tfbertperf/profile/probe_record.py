@@ -1,9 +1,12 @@
 """What a user's fit's what-if probe records, for either backend's ProfileCallback (profile/keras_callback.py on
 TensorFlow, tfbertperf/keras_jax.py on JAX): the step file's `what_if` and excluded steps, the auto probe's rule to
 stop, and the `what_if` attribute and warnings the callback leaves after fit (profile/stepfile.py's definitions);
-and `unpatch`, which takes a stale probe wrapper off a model's train_function."""
+`unpatch`, which takes a stale probe wrapper off a model's train_function; and `fit_running`, which tells fit's
+validation from a user's evaluate()."""
 
 from __future__ import annotations
+
+import sys
 
 from tfbertperf.profile.probe_hint import precision_hint
 from tfbertperf.train.probe import AUTO_MIN_BLOCKS, recovery_steps
@@ -59,3 +62,15 @@ def unpatch(model) -> None:
             getattr(fn, "__name__", "") == "_train_with_probe":
         fn = fn.__self__._train_function
     model.train_function = fn
+
+
+def fit_running(model) -> bool:
+    """True when `model.fit` is on this thread's call stack: fit's validation runs evaluate() with fit's callbacks (no
+    warning there), a user's evaluate() or predict() does not — also after a fit that an exception (Ctrl-C) stopped
+    before its on_train_end, which a flag set in on_train_begin would still call running."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return True
+        frame = frame.f_back
+    return False
