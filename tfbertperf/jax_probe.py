@@ -27,6 +27,7 @@ class JaxProbe:
         self.auto, self.probe_steps, self.probe_blocks, self.ci95 = auto, probe_steps, probe_blocks, probe_ci95
         self.wait_each = wait_each
         self.plan: list[tuple[int, int]] | None = None
+        self.blocks_at: dict[int, int] = {}  # the plan as step → timed steps (looked up every step)
         self.warmup, self.batch, self.grabbed_at, self.stopped = 0, None, None, None
         self.ran: list[tuple[int, int]] = []
         self.step_times_ms: list[float] = []
@@ -36,6 +37,7 @@ class JaxProbe:
         if steps <= 0:
             raise ValueError("probe=True needs the number of training steps (total_steps=N)")
         self.warmup, self.plan = plan_for(steps, warmup_steps, traced, self.auto, self.probe_steps, self.probe_blocks)
+        self.blocks_at = dict(self.plan)
 
     def wants(self, step: int) -> bool:
         """Whether keep() would keep a batch handed over at `step`."""
@@ -56,7 +58,7 @@ class JaxProbe:
         """Run the block planned before `step`, if any: `step_fn(state, batch)` returns the new state first (a tuple
         or list whose first item is it); `state` the loop's state now (or a callable that returns it, called only
         when a block runs); `summary()` the step file's summary so far (the auto probe's rule to stop)."""
-        n = dict(self.plan or ()).get(step)
+        n = self.blocks_at.get(step)
         if not n or self.batch is None:
             return
         if self.auto and self.stopped is None:

@@ -142,6 +142,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._sessions_before: set[str] = set()
         self._session: Path | None = None
         self._plan: list[tuple[int, int]] = []
+        self._blocks_at: dict[int, int] = {}  # the plan as step → timed steps (looked up every step)
         self._ran: list[tuple[int, int]] = []  # the blocks that ran: (before_step, timed_steps)
         self._stopped: str | None = None  # probe_steps="auto": why it stopped before its plan's end
         self._warmup, self._batch, self._armed = 0, None, False
@@ -163,6 +164,7 @@ class ProfileCallback(keras.callbacks.Callback):
                              f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
         self._warmup, self._plan = plan_for(steps, self.warmup_steps, self.traced, self.auto, self.probe_steps,
                                             self.probe_blocks)
+        self._blocks_at = dict(self._plan)
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
                              wait=_read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
@@ -189,7 +191,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self.model.train_function = self._train_function
             return self._train_function(iterator)
         self._armed = False
-        i, blocks = self._step, dict(self._plan)
+        i, blocks = self._step, self._blocks_at
         # not at step 0: the step that follows the grab would trace train_function for the real iterator, and its
         # time (145 ms against 1 ms steps: a 6-step fit read "input 97 %") would count as a real step
         if self._batch is None and i >= max(1, self._warmup - 1) and hasattr(iterator, "get_next_as_optional"):
@@ -217,7 +219,7 @@ class ProfileCallback(keras.callbacks.Callback):
         return self._train_function(iterator)
 
     def _after_loop_block(self) -> None:
-        n = dict(self._plan).get(self._step)
+        n = self._blocks_at.get(self._step)
         if n and self._batch is not None:
             self._run_block(self._step, n)
 
