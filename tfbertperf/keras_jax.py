@@ -13,7 +13,12 @@ The what-if probe (`probe=True`), as the TensorFlow callback's (same plan, settl
 tfbertperf/jax_probe.py): at the last warm-up step the call's first batch is taken from Keras' iterator (the step still
 trains on it, chained back in front) and put on the device once (`jax.device_put`); before a planned step the
 callback syncs the fit's state into the model's variables (`model.jax_state_sync()`, Keras' own way for a callback
-to read them), copies it, and runs `model.train_function` on the copy fed the cached batch, timing each step.  JAX's
+to read them), copies it, and runs `model.train_function` on the copy fed the cached batch, timing each step with the
+fit's own work after `train_function` that a free input would leave in it: the new state stored through Keras'
+attribute tracking (on a scratch layer: assigned to the model outside fit's loop it slows the fit's later steps)
+and the logs read back to Python, which Keras' callback list does every step while a callback like this one is in
+the fit (on a GPU: a wait for the step and a copy of the loss to the host).  Without them a fit's sub-ms steps on an
+H200 read 12–18 pp high (BENCHMARKS.md, Keras on a GPU).  JAX's
 state is values, not variables: the fit goes on from its own state, which the probe never touched (the copy is
 donated to the probe's steps and dropped), so nothing needs restoring and the loss trajectory is unchanged.
 """
@@ -26,6 +31,14 @@ import warnings
 import keras
 
 from tfbertperf.jax_steps import StepTimer
+
+try:  # what Keras' callback list does to the logs every step while a callback like this one is in the fit
+    from keras.src.utils.python_utils import pythonify_logs
+except ImportError:  # another Keras: its effect — the logs as Python floats, which waits for the step
+    def pythonify_logs(logs):
+        return {k: float(v) for k, v in (logs or {}).items()}
+
+_STATE_KEYS = ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables")
 from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
@@ -58,6 +71,7 @@ class ProfileCallback(keras.callbacks.Callback):
                                 probe_blocks=probe_blocks, probe_ci95=probe_ci95)
         self.timer = self._new_timer()
         self.sync, self._open, self._train_function, self._armed = bool(sync), None, None, False
+        self._scratch, self._scratch_used = None, False
 
     def _new_timer(self) -> StepTimer:
         timer = StepTimer(**self._timer_args)
@@ -108,6 +122,7 @@ class ProfileCallback(keras.callbacks.Callback):
                              "to fit (or data of known length), or total_steps=N")
         self.timer.plan_probe(steps)
         self._planned = True
+        self._scratch, self._scratch_used = keras.layers.Layer(name="tfbertperf_probe_scratch"), False
         self._train_function, self.model.train_function = self.model.train_function, self._train_with_probe
 
     def _train_with_probe(self, state, iterator):
@@ -123,8 +138,11 @@ class ProfileCallback(keras.callbacks.Callback):
         return self._train_function(state, iterator)
 
     def _probe_step(self, state, batch):  # train_function's (logs, state) as the probe's (state, logs)
+        """One compute-only step with the fit's own per-step work after `train_function` (module docstring)."""
         logs, state = self._train_function(state, itertools.repeat(batch))
-        return state, logs
+        self._scratch._jax_state = dict(zip(_STATE_KEYS, state))  # Keras' tracking, as fit stores it on the model
+        self._scratch_used = True
+        return state, pythonify_logs(logs)  # read back to Python, as the callback list does every step
 
     def _state(self):
         m = self.model
@@ -137,6 +155,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
         if self._train_function is not None:  # a block planned before this step runs first: not the step's time
             self.timer.probe(self._probe_step, self._state)
+            if self._scratch_used:  # the block's last state copy: not kept past it
+                self._scratch._jax_state, self._scratch_used = None, False
         self._open = self.timer.step()
         self._result = self._open.__enter__()
 

@@ -15,6 +15,9 @@ steps' worth of time (the probe's settle); half the blocks before and half after
 JSON line: {"shape", "truth", "truth_halves", "T_ms", "T_c_ms", "probe": callback.what_if, "logdir", "step_file"}.
 
     python tests/programs/keras_jax_fit.py --shape arrays --out /tmp/x
+
+On a GPU (the lent device machine: JAX there, Keras carried as a wheel) the same shapes at GPU sizes, e.g.
+`--shape compute --batch 1024 --hidden 8192 --examples 131072`: the cached batches are placed on the GPU.
 """
 
 from __future__ import annotations
@@ -33,37 +36,39 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-BATCH, FEATURES, CACHED, SETTLE, SETTLE_REAL, SETTLE_MAX = 32, 64, 8, 3, 10, 60
+FEATURES, CACHED, SETTLE, SETTLE_REAL, SETTLE_MAX = 64, 8, 3, 10, 60
 SHAPES = ("arrays", "wait", "numpy", "compute")
 
 
 class _Loader(keras.utils.PyDataset):
-    def __init__(self, x, y, kind: str):
+    def __init__(self, x, y, kind: str, batch: int):
         super().__init__()
-        self.x, self.y, self.kind = x, y, kind
+        self.x, self.y, self.kind, self.batch = x, y, kind, batch
         self.rng = np.random.default_rng(1)
 
     def __len__(self):
-        return len(self.x) // BATCH
+        return len(self.x) // self.batch
 
     def __getitem__(self, i):
-        xb, yb = self.x[i * BATCH:(i + 1) * BATCH], self.y[i * BATCH:(i + 1) * BATCH]
+        b = self.batch
+        xb, yb = self.x[i * b:(i + 1) * b], self.y[i * b:(i + 1) * b]
         if self.kind == "wait":
             time.sleep(0.002)  # a blocking read: the thread waits, it takes no core
             return xb, yb
         out = np.empty_like(xb)
-        for k in range(BATCH):  # per-example augmentation in Python and NumPy: ~2 ms a batch here
+        for k in range(b):  # per-example augmentation in Python and NumPy: ~2 ms a batch here
             e = xb[k] + self.rng.normal(0, 0.1, FEATURES).astype("float32")
             out[k] = np.where(self.rng.random(FEATURES) < 0.15, 0.0, np.sort(e)[np.argsort(np.argsort(e))])
         return out, yb
 
 
-def build(shape: str):
-    """(model, fit's data as kwargs) for a shape (module docstring)."""
+def build(shape: str, batch: int = 32, examples: int = 4096, hidden: int | None = None, layers: int | None = None):
+    """(model, fit's data as kwargs) for a shape (module docstring); hidden/layers None: the shape's own."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((4096, FEATURES)).astype("float32")
+    x = rng.standard_normal((examples, FEATURES)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
-    hidden, layers = (1024, 4) if shape == "compute" else (256, 2)
+    own = (1024, 4) if shape == "compute" else (256, 2)
+    hidden, layers = hidden or own[0], layers or own[1]
     inputs = keras.Input((FEATURES,))
     h = inputs
     for _ in range(layers):
@@ -71,8 +76,8 @@ def build(shape: str):
     model = keras.Model(inputs, keras.layers.Dense(2)(h))
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     if shape in ("arrays", "compute"):
-        return model, {"x": x, "y": y, "batch_size": BATCH}
-    return model, {"x": _Loader(x, y, shape)}
+        return model, {"x": x, "y": y, "batch_size": batch}
+    return model, {"x": _Loader(x, y, shape, batch)}
 
 
 def _state(model):
@@ -128,11 +133,67 @@ class Truth:
         return max(0.0, (t - tc) / t), t, tc
 
 
+class _StepClock(keras.callbacks.Callback):
+    """Each step's wall time in a fit, from the batch's begin to its end as ProfileCallback times it (the logs read
+    back to Python every step by Keras' callback list, as with a progress bar); the first SETTLE steps, and more for
+    `settle_ms` of wall time (at most SETTLE_MAX), untimed; stops the fit after `n` timed steps."""
+
+    def __init__(self, n: int, settle_ms: float = 0.0) -> None:
+        super().__init__()
+        self.n, self.settle_ms, self.times, self.j, self.start, self.t0 = n, settle_ms, [], 0, None, 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.t0 = time.perf_counter()
+        self.start = self.start or self.t0
+
+    def on_train_batch_end(self, batch, logs=None):
+        t = time.perf_counter()
+        if self.j >= SETTLE and ((self.t0 - self.start) * 1e3 >= self.settle_ms or self.j >= SETTLE_MAX):
+            self.times.append((t - self.t0) * 1e3)
+        self.j += 1
+        if len(self.times) >= self.n:
+            self.model.stop_training = True
+
+
+class FitTruth:
+    """The what-if truth through `model.fit` itself: alternating short fits on the real data (T) and fits whose steps
+    are fed CACHED device batches (T_c: `model.train_function` given them in place of Keras' iterator, which is then
+    never read), each step timed by _StepClock — the user's fit as it runs, with its per-step bookkeeping (the state
+    stored on the model, the logs read back) in T and in T_c alike, which the bare loop (Truth) leaves out of both."""
+
+    def __init__(self, model, data: dict, batches: list, block: int) -> None:
+        self.model, self.data, self.block, self.T, self.Tc = model, data, block, [], []
+        self.cached = itertools.cycle(batches)
+
+    def _fit(self, cached: bool, settle_ms: float = 0.0) -> list[float]:
+        clock, model = _StepClock(self.block - SETTLE, settle_ms), self.model
+        own = model.train_function
+        if cached:
+            model.train_function = lambda state, iterator: own(state, self.cached)
+        try:
+            model.fit(**self.data, epochs=1, steps_per_epoch=SETTLE_MAX + self.block, callbacks=[clock], verbose=0)
+        finally:
+            model.train_function = own
+        return clock.times
+
+    def blocks(self, rounds: int) -> None:
+        for _ in range(rounds):
+            real = self._fit(False)
+            self.T += real
+            self.Tc += self._fit(True, settle_ms=SETTLE_REAL * statistics.fmean(real))
+
+    result = Truth.result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=SHAPES, required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--epochs", type=int, default=2, help="epochs of the profiled fit (128 steps each)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs of the profiled fit (examples ÷ batch steps each)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--examples", type=int, default=4096)
+    p.add_argument("--hidden", type=int, default=None, help="the MLP's width (default: the shape's own)")
+    p.add_argument("--layers", type=int, default=None, help="its hidden layers (default: the shape's own)")
     p.add_argument("--window", default="60:70", help="its profiled window")
     p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
     p.add_argument("--block", type=int, default=10, help="truth: steps per block (the first SETTLE not timed)")
@@ -140,21 +201,30 @@ def main() -> None:
     from tfbertperf.keras import ProfileCallback
 
     keras.utils.set_random_seed(0)
-    model, data = build(a.shape)
+    model, data = build(a.shape, a.batch, a.examples, a.hidden, a.layers)
     model.fit(**data, epochs=1, steps_per_epoch=10, verbose=0)  # compiled before the truth's first block
     truth = Truth(model, data, a.block)
     truth.blocks(a.rounds // 2)
+    fit_truth = FitTruth(model, data, [next(truth.real) for _ in range(CACHED)], a.block)
+    fit_truth.blocks(a.rounds // 2)
+    truth.state = _state(model)  # the truth's fits trained the variables on
     logdir = os.path.join(a.out, a.shape)
     cb = ProfileCallback(logdir, profile_steps=a.window, probe=True)
     model.fit(**data, epochs=a.epochs, callbacks=[cb], verbose=0)
     truth.state = _state(model)  # the fit trained the variables on: go on from there
     truth.blocks(a.rounds - a.rounds // 2)
-    half = len(truth.T) // 2
+    fit_truth.blocks(a.rounds - a.rounds // 2)
+    half, fit_half = len(truth.T) // 2, len(fit_truth.T) // 2
     share, t, tc = truth.result()
+    fit_share, fit_t, fit_tc = fit_truth.result()
     print(json.dumps({"shape": a.shape, "truth": share, "truth_halves": [truth.result(0, half)[0],
                                                                          truth.result(half)[0]],
-                      "T_ms": t, "T_c_ms": tc, "probe": cb.what_if, "logdir": logdir,
-                      "step_file": str(cb.step_file), "load": os.getloadavg()[0]}))
+                      "T_ms": t, "T_c_ms": tc, "fit_truth": fit_share, "fit_T_ms": fit_t, "fit_T_c_ms": fit_tc,
+                      "fit_truth_halves": [fit_truth.result(0, fit_half)[0], fit_truth.result(fit_half)[0]],
+                      "probe": cb.what_if, "logdir": logdir,
+                      "step_file": str(cb.step_file), "load": os.getloadavg()[0],
+                      "device": jax.devices()[0].device_kind, "jax": jax.__version__, "keras": keras.__version__,
+                      "sizes": {"batch": a.batch, "examples": a.examples, "hidden": a.hidden, "layers": a.layers}}))
 
 
 if __name__ == "__main__":

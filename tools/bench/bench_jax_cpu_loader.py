@@ -25,10 +25,12 @@ INPUT_BOUND = 0.20
 _ANALYZE = """
 import glob, json, os, sys
 from tfbertperf.analyze import analyze
-def one(d):
-    a = d['attribution']
-    return {'alone': a.get('input_cost_estimate_fraction'), 'bottleneck': d['verdict']['bottleneck'],
-            'times': a.get('input_cost_estimate_unprofiled_fraction')}
+def one(d):  # a host capture's what-if estimate; a GPU capture's input and host→device shares of the step
+    a, u = d['attribution'], d['attribution'].get('unprofiled') or {}
+    gpu = lambda fr: fr['input'] + fr['host_to_device'] if fr else None
+    alone, times = a.get('input_cost_estimate_fraction'), a.get('input_cost_estimate_unprofiled_fraction')
+    return {'alone': gpu(a.get('fractions')) if alone is None else alone, 'bottleneck': d['verdict']['bottleneck'],
+            'times': gpu(u.get('fractions')) if times is None else times}
 with_times = one(analyze(sys.argv[1]))
 files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
 for f in files:
