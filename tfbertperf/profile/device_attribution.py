@@ -18,8 +18,6 @@ Definitions (means over the steps; milliseconds):
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
-  - idle_events_per_step: per breakdown part but device_compute, the events recorded on the training threads
-    inside the idle time charged to it (idle.py): where the profiler's own cost sits (unprofiled.py).
   - unprofiled (with measured_step_ms, the step measured outside the capture): the same step as the program runs
     without the profiler (profile/unprofiled.py); None without it.
   - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
@@ -116,9 +114,6 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         bd[k] = statistics.fmean(r.charged[k] for r in rows)
     named = {k: statistics.fmean(r.charged[k] for r in rows) for k in idle.OTHER_NAMED}
     bd["other"] = sum(named.values())
-    events = {k: statistics.fmean(r.events[k] for r in rows) for k in ("input", "host_to_device", "kernel_launch",
-                                                                      "compile", "output")}
-    events["other"] = sum(statistics.fmean(r.events[k] for r in rows) for k in idle.OTHER_NAMED)
     total = sum(bd.values()) or 1.0  # per-device means: rescale the tiny rounding so the parts sum to the step
     bd = {k: v * wall / total for k, v in bd.items()}
     fr = {k: v / wall for k, v in bd.items()}
@@ -135,7 +130,6 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "breakdown_ms": {k: _ms(v) for k, v in bd.items()},
         "fractions": {k: round(v, 6) for k, v in fr.items()},
         "other_named_ms": {k: _ms(v) for k, v in named.items()},
-        "idle_events_per_step": {k: round(v, 1) for k, v in events.items()},
         "delayed_dispatch_ms": {k: _ms(statistics.fmean(r.delayed_dispatch.get(k, 0) for r in rows))
                                 for k in ("input", "host_to_device")},
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),

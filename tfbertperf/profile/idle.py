@@ -78,7 +78,6 @@ class StepIdle:
     charged: dict[str, int] = field(default_factory=dict)  # CHARGE_ORDER categories + "idle"
     transfer_bytes: int = 0
     delayed_dispatch: dict[str, int] = field(default_factory=dict)  # launch idle moved to input / host_to_device
-    events: dict[str, int] = field(default_factory=dict)  # training-thread events recorded in each charged part
 
 
 def _kind(name: str) -> str | None:
@@ -198,25 +197,9 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
     return {k: iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
 
 
-def _training_starts(trace: Trace) -> np.ndarray:
-    """The start times, sorted, of every event on the training threads (host_activity's): what the profiler
-    recorded on the thread whose work the device waits for while it idles."""
-    training = [t for t in trace.threads if len(t.marker_index())] or \
-               [t for t in trace.threads if t.mask(LAUNCH).any()]
-    return np.sort(np.concatenate([t.start for t in training])) if training else np.zeros(0, np.int64)
-
-
-def _events_in(starts: np.ndarray, rows: np.ndarray) -> int:
-    if not len(rows) or not len(starts):
-        return 0
-    return int((np.searchsorted(starts, rows[:, 1]) - np.searchsorted(starts, rows[:, 0])).sum())
-
-
 def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
-    """One StepIdle per (step, device that ran kernels), charged as the module docstring says; with each charged
-    part, the training-thread events recorded in it (profile/unprofiled.py takes the profiler's cost off by them)."""
+    """One StepIdle per (step, device that ran kernels), charged as the module docstring says."""
     acts = host_activity(trace)
-    recorded = _training_starts(trace)
     out = []
     for d in trace.active_devices():
         h2d, d2h = d.copies.intervals("h2d"), d.copies.intervals("d2h")
@@ -231,11 +214,9 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
             for kind in CHARGE_ORDER:
                 got = iv.intersect(idle, iv.clip(covers[kind], st.start, st.end))
                 res.charged[kind] = iv.length(got)
-                res.events[kind] = _events_in(recorded, got)
                 launch_idle = got if kind == "kernel_launch" else launch_idle
                 idle = iv.subtract(idle, got)
             res.charged["idle"] = iv.length(idle)
-            res.events["idle"] = _events_in(recorded, idle)
             for kind, serial in (("input", "input_serial"), ("host_to_device", "host_to_device")):
                 # delayed dispatch (module docstring): launch idle after the hidden work, up to its length
                 hidden = iv.intersect(busy, iv.clip(acts[serial], st.start, st.end))

@@ -6,17 +6,10 @@ takes its own time, but every host event the profiler records (and CUPTI's work 
 the host's path to the next launch.  So, with the captured step S, the unprofiled step T (measured) and the
 profiler's cost P = S − T:
   * device_compute keeps its milliseconds (busy time per step);
-  * where the capture counts the events recorded on the training threads inside each part's idle time
-    (`idle_events_per_step`, device_attribution.py), P comes off the parts in proportion to those events: the
-    cost is per recorded event, so a sleep or a read (one event) keeps its time and a Python loop under the
-    tracer (thousands) gives back what the tracer added (Keras on JAX on an H200: its NumPy loader, its slicing
-    and `device_put` read 20–60 pp of input too many when they kept their captured milliseconds, BENCHMARKS.md);
-    a part that would go below zero stops there and the rest of P comes off the others in proportion;
-  * without those counts: input, host_to_device, output and compile keep theirs (HOST_FIXED), scaled down
-    together only when busy plus them would not fit in T (then the profiler slowed them too: a Python loader
-    under the tracer), and kernel_launch and other (HOST_SLOWED: the host issuing work, Python, idle) get what
-    is left of T, shared in proportion to their captured milliseconds: their captured time less P when P is all
-    theirs;
+  * input, host_to_device, output and compile keep theirs (HOST_FIXED), scaled down together only when busy plus
+    them would not fit in T (then the profiler slowed them too: a Python loader under the tracer);
+  * kernel_launch and other (HOST_SLOWED: the host issuing work, Python, idle) get what is left of T, shared in
+    proportion to their captured milliseconds: their captured time less P when P is all theirs;
   * a T longer than S (no measurable cost, or noise) leaves the captured milliseconds as they are; the surplus is
     named `unexplained_ms`;
   * a T longer than S by more than SPEED_MOVED gives no view (`moved`): the profiler cannot speed a program up, so
@@ -79,10 +72,7 @@ def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
     out["device_compute"] = busy
     room = T - busy
     unexplained = 0.0
-    events = {k: float((att.get("idle_events_per_step") or {}).get(k) or 0.0) for k in HOST_FIXED + HOST_SLOWED}
-    if S > T and sum(events.values()) > 0 and busy < T:
-        _by_events(bd, events, S - T, out)
-    elif fixed > room:  # the profiler slowed the fixed parts too: they share what is left, the host's own none
+    if fixed > room:  # the profiler slowed the fixed parts too: they share what is left, the host's own none
         for k in HOST_FIXED:
             out[k] = bd[k] * room / fixed if fixed else 0.0
     else:
@@ -104,19 +94,6 @@ def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
         "unexplained_ms": round(unexplained, 4),
         "basis": BASIS,
     }
-
-
-def _by_events(bd: dict, events: dict, cost_ms: float, out: dict) -> None:
-    """The host parts of `bd` less the profiler's `cost_ms` a step, taken in proportion to each part's recorded
-    events (module docstring), into `out`."""
-    per_event = cost_ms / sum(events.values())
-    for k in events:
-        out[k] = max(0.0, bd[k] - events[k] * per_event)
-    kept = sum(out[k] for k in events)
-    excess = sum(bd[k] for k in events) - cost_ms - kept  # < 0: parts that stopped at zero
-    if excess < 0 and kept > 0:
-        for k in events:
-            out[k] *= max(0.0, 1 + excess / kept)
 
 
 def host_estimate(estimate: float | None, captured_ms: float, unprofiled_ms: float | None) -> float | None:
