@@ -168,6 +168,18 @@ def test_rule_host_to_device_device_copy_and_host_staging(tmp_path):
     assert att["transfer"]["effective_gb_per_s"] == pytest.approx(10.0, rel=0.01)  # 50 MB in 5 ms
 
 
+def test_rule_a_device_put_whose_copy_takes_microseconds_is_the_loaders_hand_off_not_a_transfer(tmp_path):
+    # Keras on JAX on an H200 (BENCHMARKS.md, Keras on a GPU): 0.7-0.9 ms a step in `jax.device_put` of 8 KB whose
+    # copy took ~2 us — the framework handing the batch over, read "transfer-bound: prefetch_to_device" before
+    att = _steps(tmp_path, lambda t: [("python3", "$api.py:2307 device_put", t, 3_000),
+                                      ("python3", "PjitFunction(step)", t + 3_000, 500)],
+                 lambda t: [("fusion", t + 3_500, 6_400)], copies=lambda t: [(t + 2_990, 5, 8_192)])
+    assert att["fractions"]["input"] == pytest.approx(0.30, abs=0.01)
+    assert att["fractions"]["host_to_device"] == pytest.approx(0.0005, abs=0.0002)  # the copies' own time
+    assert att["transfer"]["hand_off_ms_per_step"] == pytest.approx(2.995, abs=0.01)
+    assert idle_bottleneck(att) == "input"
+
+
 def test_rule_launch_bound_short_kernels_between_host_dispatch(tmp_path):
     att = _steps(tmp_path, lambda t: [("python3", "cuLaunchKernel", t + 2_000 * k, 1_800) for k in range(5)],
                  lambda t: [("k", t + 2_000 * k + 1_800, 200) for k in range(5)])

@@ -10,7 +10,7 @@ the host), `precision` (the Keras policy the hardware runs fast: mixed_float16 b
 on T4/V100, mixed_bfloat16 from 8.0, on AMD matrix cores and TPU; "float32" otherwise), `launch` (the kernel
 launch share of the step), `h2d` (the host→device share), `bigger_batch` (twice the run's batch size),
 `cpu_bf16` (the run's CPU multiplies bfloat16 in hardware: True/False, None when its flags are unknown).
-Bottleneck "any": a row that applies whatever bounds the step (a setting that slows this hardware down).
+Bottleneck "any": a row that applies whatever bounds the step (a setting that slows this hardware down);
 "--set section.key=value" in a text is what `analyze --validate` applies.
 """
 
@@ -197,9 +197,10 @@ ADVICE: tuple[Advice, ...] = (
                        "through pinned buffers; JAX: device_put from a pinned_host array; PyTorch: pin_memory=True",
            lambda c: c["tr"].get("memory") == "pageable"),
     Advice("transfer", "host→device copies take {h2d:.0%} of the step: overlap them with compute — prefetch to the "
-                       "device (tf.data.experimental.prefetch_to_device, or a distributed dataset with "
-                       "experimental_fetch_to_device), and send fewer bytes per step (int32 token ids instead of "
-                       "float32 embeddings, no padding beyond the longest sequence)", runs="foreign"),
+                       "device (tf.data.experimental.prefetch_to_device or a distributed dataset's experimental_"
+                       "fetch_to_device; JAX: device_put the next batches from a background thread), and send "
+                       "fewer bytes per step (int32 token ids instead of float32 embeddings, no padding beyond the "
+                       "longest sequence)", runs="foreign"),
     # ---- launch-bound (the host cannot issue kernels fast enough): more work per launch.  XLA only where the
     # device ran no XLA programs (program_facts.xla_compiled).
     Advice("compute", "kernel launches take {launch:.0%} of the step: more work per launch — raise the batch size "
@@ -219,7 +220,7 @@ ADVICE: tuple[Advice, ...] = (
            lambda c: _float32_busy(c) and c["train"].get("precision") == "float32", hardware=("gpu", "tpu"),
            runs="ours"),
     Advice("other", "the device computes {busy:.0%} of the step, its matrix kernels in float32, on {hw[family]}: "
-                    "mixed precision — tf.keras.mixed_precision.set_global_policy(\"{precision}\"); JAX: compute in "
+                    "mixed precision — keras.mixed_precision.set_global_policy(\"{precision}\"); JAX: compute in "
                     "{compute_dtype} (cast the parameters and activations in the step){speedup_words}",
            _float32_busy, hardware=("gpu", "tpu"), runs="foreign"),
     # ---- other (Python/eager overhead, idle)
@@ -227,8 +228,7 @@ ADVICE: tuple[Advice, ...] = (
                     "(--set train.jit=true), raise the batch size, run several steps per tf.function call",
            lambda c: not _launch_bound(c) and not c["train"].get("jit"), hardware=("gpu", "tpu", "unknown"),
            runs="ours"),
-    # On a CPU XLA measured 0.88× on the default run (issue 17): per-step overhead is amortized by more work per
-    # step instead.
+    # On a CPU XLA measured 0.88× on the default run (issue 17): more work per step amortizes the overhead instead.
     Advice("other", "time outside input and compute (Python/eager overhead): more work per step amortizes it — "
                     "raise the batch size (--set train.batch_size={bigger_batch})",
            hardware=("cpu",), runs="ours"),
@@ -249,7 +249,7 @@ ADVICE: tuple[Advice, ...] = (
            lambda c: _reduced_precision(c) and _matmul_f32(c) and c["train"].get("precision") == "float32",
            hardware=("gpu", "tpu"), runs="ours"),
     Advice("compute", "compute-bound on {hw[family]}: mixed precision — "
-                      "tf.keras.mixed_precision.set_global_policy(\"{precision}\"){speedup_words}",
+                      "keras.mixed_precision.set_global_policy(\"{precision}\") (Keras 3, any backend){speedup_words}",
            lambda c: _reduced_precision(c) and _matmul_f32(c), hardware=("gpu", "tpu"), runs="foreign"),
     Advice("compute", "compute-bound: compile the step with XLA (tf.function(jit_compile=True))",
            _not_compiled, hardware=("gpu", "tpu"), runs="foreign"),

@@ -14,7 +14,9 @@ Definitions (means over the steps; milliseconds):
     host→device time charged per step (staging + copies the device waited for), memory = "pageable" when that
     rate is below half the device's measured pinned rate (train/devices.yaml; the copy engines' own rate when
     the table has none) else "pinned"; copy_engine_gb_per_s = bytes ÷ the device copies' own time.
-    Judged only from BANDWIDTH_FROM_BYTES a step.
+    Judged only from BANDWIDTH_FROM_BYTES a step.  copy_ms_per_step: the device copies' own time; where it is
+    under HAND_OFF_COPY_SHARE of the host→device time, the rest is input (the loader handing the batch over:
+    hand_off_ms_per_step) and host→device keeps the copies' time.
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
@@ -44,6 +46,11 @@ pinned 47–55 GB/s, pageable 7–13 GB/s, so the two ranges sit far apart)."""
 BANDWIDTH_FROM_BYTES = 1_000_000
 """Memory kind judged only from 1 MB a step up (the smallest size h2d_bandwidth.json measured): smaller copies
 are bound by latency, not bandwidth."""
+
+HAND_OFF_COPY_SHARE = 0.10
+"""Host→device time whose device copies take under a tenth of it is the host handing the batch over, not the copy:
+Keras on JAX on an H200 spent 0.7–0.9 ms a step (captured) in `jax.device_put` of 8–260 KB whose copies took 2–16
+µs; it is the loader's (input), and only the copies' own time stays host→device."""
 
 UNEXPLAINED_SHARE = 0.05
 """Idle with no host event at all ≥ 5 % of the step is a finding the capture cannot explain: say what to
@@ -80,7 +87,8 @@ def _transfer(trace: Trace, rows: list[idle.StepIdle], hw: dict | None) -> dict 
     memory = None
     if effective and pinned and nbytes >= BANDWIDTH_FROM_BYTES:
         memory = "pageable" if effective < PAGEABLE_BELOW_PINNED * pinned else "pinned"
-    return {"bytes_per_step": round(nbytes), "exposed_ms_per_step": _ms(h2d_ps),
+    return {"bytes_per_step": round(nbytes), "exposed_ms_per_step": _ms(h2d_ps), "copy_ms_per_step":
+            _ms(copy_ps / len(rows)) if copy_ps else None,
             "effective_gb_per_s": None if effective is None else round(effective, 2),
             "copy_engine_gb_per_s": None if engine is None else round(engine, 2),
             "pinned_gb_per_s": pinned and round(pinned, 2),
@@ -114,6 +122,12 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         bd[k] = statistics.fmean(r.charged[k] for r in rows)
     named = {k: statistics.fmean(r.charged[k] for r in rows) for k in idle.OTHER_NAMED}
     bd["other"] = sum(named.values())
+    transfer = _transfer(trace, rows, hw)
+    copy_ps = (transfer or {}).get("copy_ms_per_step") or 0.0
+    if copy_ps and copy_ps * PS_PER_MS < HAND_OFF_COPY_SHARE * bd["host_to_device"]:  # the hand-off, not the copy
+        hand_off = bd["host_to_device"] - copy_ps * PS_PER_MS
+        bd["input"], bd["host_to_device"] = bd["input"] + hand_off, bd["host_to_device"] - hand_off
+        transfer["hand_off_ms_per_step"] = _ms(hand_off)
     total = sum(bd.values()) or 1.0  # per-device means: rescale the tiny rounding so the parts sum to the step
     bd = {k: v * wall / total for k, v in bd.items()}
     fr = {k: v / wall for k, v in bd.items()}
@@ -134,7 +148,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
                                 for k in ("input", "host_to_device")},
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),
         "device_busy_fraction": round(busy, 6),
-        "transfer": _transfer(trace, rows, hw),
+        "transfer": transfer,
         "xla_compiled": program_facts.xla_compiled(trace, programs),
         "cuda_graphs": program_facts.cuda_graphs(trace),
         "matmul_precision": precision,
