@@ -14,7 +14,7 @@ from tfbertperf.analyze import analyze
 from tfbertperf.profile.device_attribution import RECAPTURE_PYTHON, attribute_from_idle
 from tfbertperf.profile.steps import SOURCE_MARKERS
 from tfbertperf.profile.trace import load_trace
-from tfbertperf.profile.verdict import idle_bottleneck
+from tfbertperf.profile.verdict import idle_bottleneck, idle_findings
 
 from profile_fixtures import ATTENTION, GEMM, H100, synthetic_xspace
 
@@ -174,10 +174,11 @@ def test_rule_a_device_put_whose_copy_takes_microseconds_is_the_loaders_hand_off
     att = _steps(tmp_path, lambda t: [("python3", "$api.py:2307 device_put", t, 3_000),
                                       ("python3", "PjitFunction(step)", t + 3_000, 500)],
                  lambda t: [("fusion", t + 3_500, 6_400)], copies=lambda t: [(t + 2_990, 5, 8_192)])
-    assert att["fractions"]["input"] == pytest.approx(0.30, abs=0.01)
-    assert att["fractions"]["host_to_device"] == pytest.approx(0.0005, abs=0.0002)  # the copies' own time
+    assert att["fractions"]["host_to_device"] == pytest.approx(0.30, abs=0.01)
+    assert att["transfer"]["copy_ms_per_step"] == pytest.approx(0.005, abs=0.001)
     assert att["transfer"]["hand_off_ms_per_step"] == pytest.approx(2.995, abs=0.01)
     assert idle_bottleneck(att) == "input"
+    assert idle_findings(att)[0] == [("input", pytest.approx(0.30, abs=0.01))]  # one finding, not two
 
 
 def test_rule_launch_bound_short_kernels_between_host_dispatch(tmp_path):

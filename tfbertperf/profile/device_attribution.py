@@ -15,8 +15,8 @@ Definitions (means over the steps; milliseconds):
     rate is below half the device's measured pinned rate (train/devices.yaml; the copy engines' own rate when
     the table has none) else "pinned"; copy_engine_gb_per_s = bytes ÷ the device copies' own time.
     Judged only from BANDWIDTH_FROM_BYTES a step.  copy_ms_per_step: the device copies' own time; where it is
-    under HAND_OFF_COPY_SHARE of the host→device time, the rest is input (the loader handing the batch over:
-    hand_off_ms_per_step) and host→device keeps the copies' time.
+    under HAND_OFF_COPY_SHARE of the host→device time, hand_off_ms_per_step is the rest (the host handing the
+    batch over, not copying it).
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
@@ -50,7 +50,7 @@ are bound by latency, not bandwidth."""
 HAND_OFF_COPY_SHARE = 0.10
 """Host→device time whose device copies take under a tenth of it is the host handing the batch over, not the copy:
 Keras on JAX on an H200 spent 0.7–0.9 ms a step (captured) in `jax.device_put` of 8–260 KB whose copies took 2–16
-µs; it is the loader's (input), and only the copies' own time stays host→device."""
+µs.  A transfer finding of such time is the loader's (profile/verdict.py idle_findings names it input)."""
 
 UNEXPLAINED_SHARE = 0.05
 """Idle with no host event at all ≥ 5 % of the step is a finding the capture cannot explain: say what to
@@ -123,11 +123,9 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
     named = {k: statistics.fmean(r.charged[k] for r in rows) for k in idle.OTHER_NAMED}
     bd["other"] = sum(named.values())
     transfer = _transfer(trace, rows, hw)
-    copy_ps = (transfer or {}).get("copy_ms_per_step") or 0.0
-    if copy_ps and copy_ps * PS_PER_MS < HAND_OFF_COPY_SHARE * bd["host_to_device"]:  # the hand-off, not the copy
-        hand_off = bd["host_to_device"] - copy_ps * PS_PER_MS
-        bd["input"], bd["host_to_device"] = bd["input"] + hand_off, bd["host_to_device"] - hand_off
-        transfer["hand_off_ms_per_step"] = _ms(hand_off)
+    copy_ms = (transfer or {}).get("copy_ms_per_step") or 0.0
+    if copy_ms and copy_ms * PS_PER_MS < HAND_OFF_COPY_SHARE * bd["host_to_device"]:  # the hand-off, not the copy
+        transfer["hand_off_ms_per_step"] = _ms(bd["host_to_device"] - copy_ms * PS_PER_MS)
     total = sum(bd.values()) or 1.0  # per-device means: rescale the tiny rounding so the parts sum to the step
     bd = {k: v * wall / total for k, v in bd.items()}
     fr = {k: v / wall for k, v in bd.items()}

@@ -56,8 +56,11 @@ def idle_findings(att: dict) -> tuple[list[tuple[str, float]], dict | None]:
     a Python loader traced frame by frame, tests/fixtures/h200: launch 35 %, ~17 % without P, against input 31 %;
     input-bound, 30 % measured without the profiler.)  With an unprofiled view (att["unprofiled"],
     profile/unprofiled.py) the shares are its fractions, P already out of them; with a measured what-if
-    (input_cost_fraction) the input share is that less the host→device share."""
+    (input_cost_fraction) the input share is that less the host→device share.  A transfer finding whose device
+    copies take under a tenth of its time (transfer.hand_off_ms_per_step) is the loader handing the batch over:
+    named input (with the input's own finding, one finding of both shares)."""
     fr = (att.get("unprofiled") or {}).get("fractions") or att["fractions"]
+    hand_off = (att.get("transfer") or {}).get("hand_off_ms_per_step") is not None  # device_attribution.py
     icf = att.get("input_cost_fraction")  # the what-if, measured (it holds the copies too): beats the idle share
     inp = fr["input"] if icf is None else max(0.0, icf - fr["host_to_device"])
     shares = {"input": (inp, INPUT_BOUND_THRESHOLD),
@@ -78,8 +81,12 @@ def idle_findings(att: dict) -> tuple[list[tuple[str, float]], dict | None]:
             discounted = discounted or {"finding": name, "share": share, "share_without_profiler": without[name],
                                         "profiler_ms": cost[0], "basis": cost[1], "threshold": threshold}
             continue
-        found.append(("other" if name == "launch" else name, round(without[name], 6)))
-    return found, discounted
+        found.append(("other" if name == "launch" else "input" if name == "transfer" and hand_off else name,
+                      round(without[name], 6)))
+    merged: dict[str, float] = {}  # a hand-off named input beside the input's own finding: one finding, both shares
+    for name, share in found:
+        merged[name] = round(merged.get(name, 0.0) + share, 6)
+    return list(merged.items()), discounted
 
 
 def idle_decision(att: dict) -> tuple[str, dict | None]:
