@@ -294,11 +294,11 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
     # the shares of the program as it runs without the profiler where they were measured (profile/unprofiled.py)
     fr = (att.get("unprofiled") or {}).get("fractions") or att.get("fractions") or {}
     ctx = {"pipe": (config or {}).get("pipeline") or {}, "data": (config or {}).get("data") or {},
-           "train": train, "storage": storage or {},
-           "ops": att.get("input_split_us") or att.get("input_ops_us") or {},
+           "train": train, "storage": storage or {}, "ops": att.get("input_split_us") or att.get("input_ops_us") or {},
            "hw": hw, "precision": hw.get("recommended_precision") or "float32",
            "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
-           "input": float(fr.get("input") or 0.0), "xla": att.get("xla_compiled"),
+           "input": float(fr.get("input") or 0.0) + float(fr.get("host_to_device") or 0.0) * (  # + a hand-off
+               "hand_off_ms_per_step" in (att.get("transfer") or {})), "xla": att.get("xla_compiled"),
            "busy": float(fr.get("device_compute") or 0.0),
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},

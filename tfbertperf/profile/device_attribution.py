@@ -20,8 +20,9 @@ Definitions (means over the steps; milliseconds):
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
-  - unprofiled (with measured_step_ms, the step measured outside the capture): the same step as the program runs
-    without the profiler (profile/unprofiled.py); None without it.
+  - unprofiled (with measured_step_ms, the step measured outside the capture, and t_c_ms, the probe's
+    compute-only step where one ran): the same step as the program runs without the profiler
+    (profile/unprofiled.py); None without it.
   - missing: what the capture lacks for a finding, and how to re-capture (Python frames when ≥ UNEXPLAINED_SHARE
     of the step is device idle with no host event at all).
 """
@@ -108,7 +109,8 @@ def missing_data(trace: Trace) -> list[str]:
     return [] if trace.python_tracer else [RECAPTURE_PYTHON]
 
 
-def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_ms: float | None = None) -> dict | None:
+def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_ms: float | None = None,
+                        t_c_ms: float | None = None) -> dict | None:
     """The attribution block (module docstring) or None when the capture has no steps, no host plane or no
     device that ran kernels (the caller keeps xprof's reading then)."""
     steps, source = step_intervals(trace)
@@ -157,5 +159,5 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "missing": missing,
         "step_markers": source == SOURCE_MARKERS,
     }
-    att["unprofiled"] = unprofiled.view(att, measured_step_ms)  # the program without the profiler (verdict reads it)
+    att["unprofiled"] = unprofiled.view(att, measured_step_ms, t_c_ms)  # the program without the profiler
     return att

@@ -23,6 +23,7 @@ whose truth was 22–27 % read 19.9 % twice, and was called compute-bound).
 
 from __future__ import annotations
 
+from tfbertperf.profile.unprofiled import copies_share
 from tfbertperf.profile.verdict import INPUT_BOUND_THRESHOLD, verdict
 from tfbertperf.profile.xprof_attribution import input_share
 
@@ -41,8 +42,7 @@ def probe_share(att: dict) -> float | None:
     if icf is None:
         return None
     if att.get("source") == "device_idle":  # idle_decision: the what-if less the copies
-        fr = (att.get("unprofiled") or {}).get("fractions") or att["fractions"]
-        return max(0.0, icf - fr["host_to_device"])
+        return max(0.0, icf - copies_share(att))
     share, source = input_share(att)
     return share if source == "input_cost_fraction" else None
 

@@ -10,6 +10,11 @@ profiler's cost P = S − T:
     them would not fit in T (then the profiler slowed them too: a Python loader under the tracer);
   * kernel_launch and other (HOST_SLOWED: the host issuing work, Python, idle) get what is left of T, shared in
     proportion to their captured milliseconds: their captured time less P when P is all theirs;
+  * with the what-if's compute-only step T_c measured (the probe), the view agrees with it: T − T_c is the input's,
+    shared by input and host_to_device in proportion to their captured milliseconds, and T_c less the device's busy
+    time the rest's (kernel_launch, other, output, compile, likewise) — the parts the profiler slowed are then
+    whatever they are (Keras on JAX on an H200: the Python tracer tripled the fit's slicing and `device_put`, and
+    the view without T_c read the input 97 % of a step whose what-if measured 41 %);
   * a T longer than S (no measurable cost, or noise) leaves the captured milliseconds as they are; the surplus is
     named `unexplained_ms`;
   * a T longer than S by more than SPEED_MOVED gives no view (`moved`): the profiler cannot speed a program up, so
@@ -57,8 +62,9 @@ def not_measured(captured_ms: float, unprofiled_ms: float, steps: str = "unprofi
             "profiler cannot speed a program up, so their difference measures nothing")
 
 
-def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
-    """The unprofiled view of a device_idle attribution (module docstring), or None without a measured step."""
+def view(att: dict, unprofiled_step_ms: float | None, t_c_ms: float | None = None) -> dict | None:
+    """The unprofiled view of a device_idle attribution (module docstring), or None without a measured step;
+    `t_c_ms` the what-if's measured compute-only step, where a probe ran."""
     if not unprofiled_step_ms or unprofiled_step_ms <= 0 or att.get("source") != "device_idle":
         return None
     if moved(float(att["step_time_ms"]), float(unprofiled_step_ms)):
@@ -72,7 +78,9 @@ def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
     out["device_compute"] = busy
     room = T - busy
     unexplained = 0.0
-    if fixed > room:  # the profiler slowed the fixed parts too: they share what is left, the host's own none
+    if t_c_ms is not None and 0 < t_c_ms <= T:
+        _agree_with_what_if(bd, out, T - max(t_c_ms, busy), max(0.0, t_c_ms - busy))
+    elif fixed > room:  # the profiler slowed the fixed parts too: they share what is left, the host's own none
         for k in HOST_FIXED:
             out[k] = bd[k] * room / fixed if fixed else 0.0
     else:
@@ -94,6 +102,27 @@ def view(att: dict, unprofiled_step_ms: float | None) -> dict | None:
         "unexplained_ms": round(unexplained, 4),
         "basis": BASIS,
     }
+
+
+WHAT_IF_INPUT = ("input", "host_to_device")
+WHAT_IF_REST = ("kernel_launch", "other", "output", "compile")
+
+
+def _agree_with_what_if(bd: dict, out: dict, input_ms: float, rest_ms: float) -> None:
+    """The host parts of the view from the measured what-if (module docstring): `input_ms` = T − T_c shared over
+    WHAT_IF_INPUT, `rest_ms` = T_c − busy over WHAT_IF_REST, each in proportion to the captured milliseconds."""
+    for parts, ms, default in ((WHAT_IF_INPUT, input_ms, "input"), (WHAT_IF_REST, rest_ms, "other")):
+        captured = sum(bd[k] for k in parts)
+        for k in parts:
+            out[k] = ms * bd[k] / captured if captured > 0 else (ms if k == default else 0.0)
+
+
+def copies_share(att: dict) -> float:
+    """The host→device share a measured what-if's input cost holds as copies (the input's own wait is the rest):
+    none where that time is the loader handing the batch over (transfer.hand_off_ms_per_step, device_attribution.py)."""
+    if (att.get("transfer") or {}).get("hand_off_ms_per_step") is not None:
+        return 0.0
+    return ((att.get("unprofiled") or {}).get("fractions") or att["fractions"])["host_to_device"]
 
 
 def host_estimate(estimate: float | None, captured_ms: float, unprofiled_ms: float | None) -> float | None:

@@ -209,7 +209,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     devs = devices.device_planes(xplanes)  # also refuses a damaged file in one line, before xprof reads it
     accelerator = _accelerator(devs, env_devices)
     tr = load_trace(xplanes)
-    idle_att = (attribute_from_idle(tr, hw=accelerator, measured_step_ms=step_time_ms)
+    idle_att = (attribute_from_idle(tr, hw=accelerator, measured_step_ms=step_time_ms, t_c_ms=compute_only_step_ms)
                 if any(d["busy_ms"] > 0 for d in devs) else None)
     skipped = _xprof_needed(tr, devs, idle_att, xprof)
     if skipped is not None:
