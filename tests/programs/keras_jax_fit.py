@@ -62,7 +62,8 @@ class _Loader(keras.utils.PyDataset):
         return out, yb
 
 
-def build(shape: str, batch: int = 32, examples: int = 4096, hidden: int | None = None, layers: int | None = None):
+def build(shape: str, batch: int = 32, examples: int = 4096, hidden: int | None = None, layers: int | None = None,
+          steps_per_execution: int = 1):
     """(model, fit's data as kwargs) for a shape (module docstring); hidden/layers None: the shape's own."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((examples, FEATURES)).astype("float32")
@@ -74,7 +75,8 @@ def build(shape: str, batch: int = 32, examples: int = 4096, hidden: int | None 
     for _ in range(layers):
         h = keras.layers.Dense(hidden, activation="relu")(h)
     model = keras.Model(inputs, keras.layers.Dense(2)(h))
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
     if shape in ("arrays", "compute"):
         return model, {"x": x, "y": y, "batch_size": batch}
     return model, {"x": _Loader(x, y, shape, batch)}
@@ -171,7 +173,9 @@ class FitTruth:
         if cached:
             model.train_function = lambda state, iterator: own(state, self.cached)
         try:
-            model.fit(**self.data, epochs=1, steps_per_epoch=SETTLE_MAX + self.block, callbacks=[clock], verbose=0)
+            k = model.steps_per_execution  # a step (one call, one tick of the clock) is k batches
+            model.fit(**self.data, epochs=1, steps_per_epoch=k * (SETTLE_MAX + self.block), callbacks=[clock],
+                      verbose=0)
         finally:
             model.train_function = own
         return clock.times
@@ -194,6 +198,7 @@ def main() -> None:
     p.add_argument("--examples", type=int, default=4096)
     p.add_argument("--hidden", type=int, default=None, help="the MLP's width (default: the shape's own)")
     p.add_argument("--layers", type=int, default=None, help="its hidden layers (default: the shape's own)")
+    p.add_argument("--steps-per-execution", type=int, default=1, help="Keras' steps_per_execution: a step is k batches")
     p.add_argument("--window", default="60:70", help="its profiled window")
     p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
     p.add_argument("--block", type=int, default=10, help="truth: steps per block (the first SETTLE not timed)")
@@ -201,7 +206,7 @@ def main() -> None:
     from tfbertperf.keras import ProfileCallback
 
     keras.utils.set_random_seed(0)
-    model, data = build(a.shape, a.batch, a.examples, a.hidden, a.layers)
+    model, data = build(a.shape, a.batch, a.examples, a.hidden, a.layers, a.steps_per_execution)
     model.fit(**data, epochs=1, steps_per_epoch=10, verbose=0)  # compiled before the truth's first block
     truth = Truth(model, data, a.block)
     truth.blocks(a.rounds // 2)
@@ -224,7 +229,8 @@ def main() -> None:
                       "probe": cb.what_if, "logdir": logdir,
                       "step_file": str(cb.step_file), "load": os.getloadavg()[0],
                       "device": jax.devices()[0].device_kind, "jax": jax.__version__, "keras": keras.__version__,
-                      "sizes": {"batch": a.batch, "examples": a.examples, "hidden": a.hidden, "layers": a.layers}}))
+                      "sizes": {"batch": a.batch, "examples": a.examples, "hidden": a.hidden, "layers": a.layers,
+                                "steps_per_execution": a.steps_per_execution}}))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ CONFIGS=(
   "numpy|--shape numpy"
   "numpy-wide|--shape numpy --hidden 8192 --layers 4"
   "compute-gpu|--shape compute --batch 1024 --hidden 8192 --examples 131072"
+  "arrays-spe8|--shape arrays --steps-per-execution 8 --examples 32768 --window 64:160"
 )
 for c in "${CONFIGS[@]}"; do
   name=${c%%|*}; args=${c#*|}
