@@ -1,0 +1,105 @@
+"""A user's Keras fit on the JAX backend fed by a tf.data pipeline (a per-example map with random noise and
+normalisation, no parallel calls, prefetch 2; Keras converts each batch to NumPy and `device_put`s it), written by
+hand to check `ProfileCallback(probe=True)` and `analyze` against a truth measured another way: the wall time of
+whole `fit` calls (no callback of ours; the slope between a short and a long fit, so that each call's start cancels
+out), real data against the same fit whose `train_function` is handed one batch already on the device;
+alternating, several rounds.
+
+    python tests/programs/keras_jax_tfdata_by_hand.py --out /tmp/h [--callbacks none|progress]
+
+Found with it (2026-11-26, BENCHMARKS.md, not fixed): the probe read 33-38 % where this truth is 79-80 %.  The
+pipeline holds ~5 batches (a 0.3 s pause, then 5 `next()` calls of 0.1-1.3 ms, then 4.4-6 ms each) and makes one
+in ~5.3 ms; each probe block (~70 ms: its settle is 10 real steps' time) lets it fill them, and the real steps after
+it drain them at ~2-3 ms a step for 8-12 steps — longer than the 15-step gap's 5 recovery steps leave out — so the
+fit's real steps ran 2.4-3.4 ms with the probe and 6.3-8 ms without it (a 70 ms sleep at each planned block does
+the same), and T was the draining pipeline's step, not the fit's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ["KERAS_BACKEND"] = "jax"
+
+import itertools  # noqa: E402
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfbertperf.keras import ProfileCallback  # noqa: E402
+
+N, B, F = 16384, 64, 128
+
+
+def pipeline() -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, F)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+
+    def noisy(a, b):
+        for _ in range(4):
+            a = tf.math.l2_normalize(a + tf.random.normal(tf.shape(a), stddev=0.1))
+        return a, b
+
+    return tf.data.Dataset.from_tensor_slices((x, y)).map(noisy).batch(B).prefetch(2).repeat()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--steps", type=int, default=60, help="steps of each timed fit")
+    p.add_argument("--callbacks", choices=("none", "progress"), default="progress",
+                   help="the timed fits' callbacks: none (Keras reads the logs back on a thread of its own) or a "
+                        "progress-bar-like one (logs read back every step, as with verbose=1 or ProfileCallback)")
+    a = p.parse_args()
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((F,))
+    h = keras.layers.Dense(512, activation="relu")(inputs)
+    h = keras.layers.Dense(512, activation="relu")(h)
+    model = keras.Model(inputs, keras.layers.Dense(2)(h))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds = pipeline()
+    model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
+    own = model.train_function
+    extra = [] if a.callbacks == "none" else [keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: None)]
+    cached = jax.device_put(next(iter(ds.take(1).as_numpy_iterator())))
+
+    def wall(free: bool, steps: int) -> float:
+        if free:
+            model.train_function = lambda state, iterator: own(state, itertools.repeat(cached))
+        try:
+            t0 = time.perf_counter()
+            model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=extra)
+            return (time.perf_counter() - t0) * 1e3
+        finally:
+            model.train_function = own
+
+    def timed(free: bool) -> float:
+        """ms a step: the slope between a fit of `steps` and one of 3× as many (each fit call's own start — a new
+        iterator over the pipeline, its buffers empty — cancels out)."""
+        short, long = wall(free, a.steps), wall(free, 3 * a.steps)
+        return (long - short) / (2 * a.steps)
+
+    T, Tc = [], []
+    for _ in range(a.rounds // 2):
+        T.append(timed(False))
+        Tc.append(timed(True))
+    cb = ProfileCallback(a.out, profile_steps="60:72", probe=True)
+    model.fit(ds, epochs=2, steps_per_epoch=150, callbacks=[cb], verbose=0)
+    for _ in range(a.rounds - a.rounds // 2):
+        T.append(timed(False))
+        Tc.append(timed(True))
+    t, tc = statistics.median(T), statistics.median(Tc)
+    print(json.dumps({"truth": (t - tc) / t, "T_ms": t, "T_c_ms": tc, "T_all": T, "T_c_all": Tc,
+                      "probe": cb.what_if, "logdir": a.out, "load": os.getloadavg()[0]}))
+
+
+if __name__ == "__main__":
+    main()
