@@ -23,7 +23,9 @@ import os
 import statistics
 import time
 
-os.environ["KERAS_BACKEND"] = "jax"
+import sys  # noqa: E402
+
+os.environ["KERAS_BACKEND"] = "tensorflow" if "--backend=tensorflow" in sys.argv else "jax"
 
 import itertools  # noqa: E402
 
@@ -55,6 +57,8 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--steps", type=int, default=60, help="steps of each timed fit")
+    p.add_argument("--backend", choices=("jax", "tensorflow"), default="jax",
+                   help="Keras' backend (write it --backend=tensorflow: it is read before Keras is imported)")
     p.add_argument("--callbacks", choices=("none", "progress"), default="progress",
                    help="the timed fits' callbacks: none (Keras reads the logs back on a thread of its own) or a "
                         "progress-bar-like one (logs read back every step, as with verbose=1 or ProfileCallback)")
@@ -68,12 +72,16 @@ def main() -> None:
     ds = pipeline()
     model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
     own = model.train_function
+    tf_backend = a.backend == "tensorflow"
     extra = [] if a.callbacks == "none" else [keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: None)]
-    cached = jax.device_put(next(iter(ds.take(1).as_numpy_iterator())))
+    first = next(iter(ds.take(1)))
+    cached = iter(tf.data.Dataset.from_tensors(first).repeat()) if tf_backend else jax.device_put(
+        tuple(t.numpy() for t in first))
 
     def wall(free: bool, steps: int) -> float:
         if free:
-            model.train_function = lambda state, iterator: own(state, itertools.repeat(cached))
+            model.train_function = ((lambda iterator: own(cached)) if tf_backend else
+                                    (lambda state, iterator: own(state, itertools.repeat(cached))))
         try:
             t0 = time.perf_counter()
             model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=extra)
