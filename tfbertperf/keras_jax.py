@@ -31,6 +31,8 @@ import warnings
 import keras
 
 from tfbertperf.jax_steps import StepTimer
+from tfbertperf.profile.probe_record import fit_running, unpatch
+from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
 try:  # what Keras' callback list does to the logs every step while a callback like this one is in the fit
     from keras.src.utils.python_utils import pythonify_logs
@@ -39,8 +41,6 @@ except ImportError:  # another Keras: its effect — the logs as Python floats, 
         return {k: float(v) for k, v in (logs or {}).items()}
 
 _STATE_KEYS = ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables")
-from tfbertperf.profile.probe_record import fit_running, unpatch
-from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
 
 class ProfileCallback(keras.callbacks.Callback):
