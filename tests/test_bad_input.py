@@ -188,3 +188,12 @@ def test_filter_tf_import_lines_follows_the_level():
         "W0000 00:00:1795406729.9   32383 x.cc:1] a warning",
         "E0000 00:00:1795406733.445284   32383 cuda_platform.cc:52] failed call to cuInit", "a line of Python's own"]
     assert filter_tf_import_lines(text, 3) == "a line of Python's own\n"
+
+
+def test_the_keras_jax_bench_refuses_a_folder_without_results_in_one_line(tmp_path):
+    # `--from DIR` reads the fits tools/bench/keras_jax_gpu.sh left on the device machine
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_keras_jax_probe.py"), "--from",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"bench_keras_jax_probe: --from {tmp_path}: no results.jsonl there"]

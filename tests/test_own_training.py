@@ -416,6 +416,14 @@ def test_a_what_if_whose_interval_straddles_the_input_line_is_undecided(tmp_path
     assert "next: measure longer before acting on this verdict — a fit about 14× as long" in h["line"]
 
 
+def test_an_undecided_what_if_near_its_decision_says_how_much_longer_to_a_decimal(tmp_path):
+    # 26 % ± 7 pp: a fit 1.5× as long decides it; analyze said "a fit about 1× as long", as if the fit sufficed
+    doc = _what_if_capture(tmp_path, [7.0, 7.0, 7.8, 7.8, 7.0, 7.0, 7.8, 7.8])
+    assert doc["attribution"]["input_cost_fraction"] == pytest.approx(0.26, abs=1e-3)
+    assert doc["verdict"]["undecided"]["longer_by"] == pytest.approx(1.5, abs=0.05)
+    assert "a fit about 1.5× as long gives ProfileCallback's probe" in doc["verdict"]["actions"][0]["advice"]
+
+
 def test_a_narrow_what_if_decides_and_a_run_is_told_how_many_probe_steps_would_decide(tmp_path):
     from tfbertperf.profile import undecided
 

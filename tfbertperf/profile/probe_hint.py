@@ -21,11 +21,10 @@ def precision_hint(what_if: dict, probe_steps: int, auto_target: float | None = 
     if ci <= WIDE_CI95 or (auto_target is not None and ci <= auto_target):
         return None
     if auto_target is not None:
-        from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, longer_by
+        from tfbertperf.profile.undecided import INPUT_BOUND_THRESHOLD, as_long, longer_by
 
-        def times(half_width: float) -> str:  # "about 1× as long" said nothing: 1.2× is a fit 20 % longer
-            x = longer_by(ci, half_width)
-            return f"about {x:.1f}×" if x < 1.95 else f"about {x:.0f}×"
+        def times(half_width: float) -> str:
+            return as_long(longer_by(ci, half_width))
 
         icf = what_if["input_cost_fraction"]
         hint = (f"tfbertperf {who}: the measured input cost {100 * icf:.1f} % is ± {100 * ci:.1f} pp (95 %, "

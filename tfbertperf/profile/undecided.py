@@ -36,6 +36,12 @@ def longer_by(ci: float, half_width: float) -> float:
     return min(MAX_LONGER, (ci / max(half_width, 1e-6)) ** 2)
 
 
+def as_long(times: float) -> str:
+    """"about N×" for a fit or run N times as long: one decimal below 2 ("about 1×" said nothing: 1.2× is a fit
+    20 % longer)."""
+    return f"about {times:.1f}×" if times < 1.95 else f"about {times:.0f}×"
+
+
 def probe_share(att: dict) -> float | None:
     """The input share the verdict compared with the line when it was the probe's (None when it was not)."""
     icf = att.get("input_cost_fraction")
@@ -93,8 +99,8 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
                   f"(--set profile.probe_steps={more}, in a run long enough to hold them)")
         act = {"advice": advice, "set": [f"profile.probe_steps={more}"]}
     else:
-        advice = (f"measure longer before acting on this verdict — a {'run' if auto else 'fit'} about "
-                  f"{longer:.0f}× as long gives " + ("the auto probe (profile.probe_steps=auto; train.steps)" if auto
+        advice = (f"measure longer before acting on this verdict — a {'run' if auto else 'fit'} "
+                  f"{as_long(longer)} as long gives " + ("the auto probe (profile.probe_steps=auto; train.steps)" if auto
                                                      else "ProfileCallback's probe (probe_steps=\"auto\")")
                   + f" the blocks to decide {said}")
         act = {"advice": advice, "set": []}
