@@ -199,14 +199,16 @@ def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block
     sample = doc["what_if"]["sample"]
     assert sample["auto"] and sample["planned_blocks"] == len(planned) > AUTO_MIN_BLOCKS
     ran = doc["what_if"]["blocks"]
-    assert ran == [list(b) for b in planned[:len(ran)]] and cb.what_if["probe_blocks"] == len(ran)
-    assert cb.what_if["probe_steps"] == 5 * len(ran) == len(doc["what_if"]["compute_only_step_ms"])
+    # at their planned steps, or later where the steps after the block before were not back to their pace yet
+    # (train/recovery.py: a noisy machine's steps can look so)
+    assert all(r[0] >= p[0] for r, p in zip(ran, planned)) and cb.what_if["probe_blocks"] == len(ran)
+    assert cb.what_if["probe_steps"] == sum(n for _, n in ran) == len(doc["what_if"]["compute_only_step_ms"])
     ci = cb.what_if["input_cost_ci95"]
     if target == 0.5:
         assert len(ran) == AUTO_MIN_BLOCKS and ci <= target and "after 4 blocks" in cb.what_if["stopped"]
         assert sample["stopped"] == cb.what_if["stopped"]
     else:
-        assert len(ran) == len(planned) and cb.what_if["stopped"] is None and ci > target
+        assert AUTO_MIN_BLOCKS <= len(ran) <= len(planned) and cb.what_if["stopped"] is None and ci > target
     hint = precision_hint(cb.what_if, 0, target)
     assert hint is None if ci <= max(target, WIDE_CI95) else "a fit about 100× as long" in hint
     # the step file's figures are those the stop was decided on: recomputed from its lists
@@ -308,7 +310,8 @@ def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path
     model.train_function = cb._train_with_probe  # stale again, then a fit with the callback: one probe, no loop
     cb._armed = False
     model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])
-    assert cb.what_if is not None and cb._ran == cb._plan
+    assert cb.what_if is not None and [n for _, n in cb._ran] == [n for _, n in cb._plan]  # every block, once
+    assert all(r >= p for (r, _), (p, _) in zip(cb._ran, cb._plan))  # where planned or later (train/recovery.py)
     # stopped inside the capture: the profiler ran on; the next fit wrote it out and captured its own
     cb = ProfileCallback(str(tmp_path / "cap"), profile_steps="10:30")
     with pytest.raises(KeyboardInterrupt):

@@ -63,13 +63,12 @@ def test_profiled_window_steps_are_found_by_xprof_and_result_is_complete(tmp_pat
 
 
 def test_probe_plan_spreads_blocks_over_steady_steps_away_from_the_window():
-    from tfbertperf.train.probe import probe_plan, recovery_steps
+    from tfbertperf.train.probe import probe_plan
 
     plan = probe_plan(60, 5, (20, 40), 20, 4)
     assert sum(n for _, n in plan) == 20 and len(plan) == 4
     for pos, n in plan:
         assert pos > 5 and not (20 - 2 * n < pos < 40), plan  # steady, and the steps it fed are not profiled
-    assert recovery_steps(plan, 60) == [s for pos, n in plan for s in range(pos, min(pos + n, 60))]
     assert probe_plan(60, 5, (20, 40), 20, 1) == [(60, 20)]  # one block: after the loop
     assert probe_plan(8, 2, (3, 7), 6, 4) == [(8, 6)]  # no room between warm-up and window: after the loop
     assert probe_plan(60, 5, None, 0, 4) == []
@@ -83,7 +82,9 @@ def test_interleaved_probe_leaves_no_trace_in_the_loss_trajectory():
     plain = train(_cfg(**kw), synthetic_dataset_fn(_cfg(**kw), VOCAB), VOCAB, None, progress=None)
     cfg = _cfg(**kw, **{"profile.probe_steps": 6, "profile.probe_blocks": 3})
     probed = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None, input_runs_ahead=True)
-    assert len(probed.extra["probe_blocks"]) == 3 and all(p < 16 for p, _ in probed.extra["probe_blocks"])
+    # inside the run, a block whose turn comes before the last one's recovery ended later (after the loop at the
+    # latest: train/recovery.py)
+    assert len(probed.extra["probe_blocks"]) == 3 and sum(p < 16 for p, _ in probed.extra["probe_blocks"]) >= 2
     assert probed.probe_steps == 6 and probed.compute_only_step_ms > 0
     assert probed.extra["probe_recovery_steps"]
     assert [l for _, l in probed.loss_trajectory] == [l for _, l in plain.loss_trajectory]

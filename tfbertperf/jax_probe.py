@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, what_if_record
+from tfbertperf.train import recovery
 from tfbertperf.train.probe import (PROBE_SETTLE_STEPS, PROBE_WARMUP_STEPS, SETTLE_MAX_STEPS, plan_for, settle_ms,
                                     time_block)
 
@@ -29,6 +30,7 @@ class JaxProbe:
         self.plan: list[tuple[int, int]] | None = None
         self.blocks_at: dict[int, int] = {}  # the plan as step → timed steps (looked up every step)
         self.warmup, self.batch, self.grabbed_at, self.stopped = 0, None, None, None
+        self.total, self.traced = 0, None
         self.ran: list[tuple[int, int]] = []
         self.step_times_ms: list[float] = []
 
@@ -37,6 +39,7 @@ class JaxProbe:
         if steps <= 0:
             raise ValueError("probe=True needs the number of training steps (total_steps=N)")
         self.warmup, self.plan = plan_for(steps, warmup_steps, traced, self.auto, self.probe_steps, self.probe_blocks)
+        self.total, self.traced = steps, traced
         self.blocks_at = dict(self.plan)
 
     def wants(self, step: int) -> bool:
@@ -61,6 +64,9 @@ class JaxProbe:
         n = self.blocks_at.get(step)
         if not n or self.batch is None:
             return
+        if step < self.total and not recovery.ready(real_ms, self.ran, self.warmup, self.traced, self.total):
+            recovery.postpone(self.blocks_at, step, self.total, self.traced)  # the last block's recovery runs on
+            return
         if self.auto and self.stopped is None:
             self.stopped = auto_stop(summary(), self.ran, self.ci95)
         if self.stopped is not None:
@@ -77,16 +83,18 @@ class JaxProbe:
             return out[1:] or out[0]
 
         self.step_times_ms += time_block(one, wait, n, PROBE_WARMUP_STEPS if not self.ran else PROBE_SETTLE_STEPS,
-                                         settle_ms(real_ms, self.warmup), SETTLE_MAX_STEPS, self.wait_each)
+                                         settle_ms(real_ms, self.warmup), SETTLE_MAX_STEPS, self.wait_each,
+                                         floor_ms=recovery.settled_floor(self.step_times_ms, [k for _, k in self.ran]))
         self.ran.append((step, n))
 
-    def record(self, steps: int) -> dict:
-        """The step file's probe part (StepTimer.document's keywords) after `steps` steps; {} when not planned."""
+    def record(self, step_ms: list[float]) -> dict:
+        """The step file's probe part (StepTimer.document's keywords) after the steps `step_ms`; {} when not
+        planned."""
         if self.plan is None:
             return {}
         return {"what_if": what_if_record(self.step_times_ms, self.ran, self.auto, self.ci95, len(self.plan),
                                           self.stopped),
-                "excluded_steps": excluded_steps(self.ran, steps, self.grabbed_at), "warmup_steps": self.warmup}
+                "excluded_steps": excluded_steps(self.ran, step_ms, self.warmup, self.traced, self.grabbed_at), "warmup_steps": self.warmup}
 
     def result(self, summary: dict | None, steps: int, traced, who: str = "StepTimer",
                run: str = "run") -> tuple[dict | None, str | None]:

@@ -119,7 +119,7 @@ class StepTimer:
         self._jax()
         i = len(self.step_times_ms)
         self._probe.block(step_fn, state, i, self.step_times_ms,
-                          lambda: self.document(**self._probe.record(i)).get("summary"), self._wait)
+                          lambda: self.document(**self._probe.record(self.step_times_ms)).get("summary"), self._wait)
 
     def _jax(self) -> None:
         if None in (self._start, self._stop, self._annotation, self._wait):
@@ -179,7 +179,7 @@ class StepTimer:
         if self._profiling:
             self._end_capture()
         planned = self._probe is not None and self._probe.plan is not None
-        doc = self.document(**{**(self._probe.record(len(self.step_times_ms)) if planned else {}), **document})
+        doc = self.document(**{**(self._probe.record(self.step_times_ms) if planned else {}), **document})
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
         if planned:
             self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced,

@@ -60,6 +60,7 @@ from tfbertperf.config import parse_window
 from tfbertperf.profile import capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, fit_running, unpatch, what_if_record
+from tfbertperf.train import recovery
 from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
                                     short_run_budget, traced_steps)
 
@@ -164,7 +165,7 @@ class ProfileCallback(keras.callbacks.Callback):
                              f"{self.model.distribute_strategy.num_replicas_in_sync} replicas")
         self._warmup, self._plan = plan_for(steps, self.warmup_steps, self.traced, self.auto, self.probe_steps,
                                             self.probe_blocks)
-        self._blocks_at = dict(self._plan)
+        self._blocks_at, self._total = dict(self._plan), steps
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
                              wait=_read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
@@ -212,6 +213,9 @@ class ProfileCallback(keras.callbacks.Callback):
                 ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
             if ds is not None:
                 iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: ds)) if distributed else iter(ds)
+        if i in blocks and self._batch is not None and not recovery.ready(self.step_times_ms, self._ran, self._warmup,
+                                                                          self.traced, self._total):
+            recovery.postpone(blocks, i, self._total, self.traced)  # the last block's recovery runs on
         if i in blocks and self._batch is not None:
             t0 = time.perf_counter()
             self._run_block(i, blocks[i])
@@ -305,7 +309,7 @@ class ProfileCallback(keras.callbacks.Callback):
         interval from the blocks that ran)."""
         what_if, excluded = None, []
         if self._runner is not None:
-            excluded = excluded_steps(self._ran, self._step, self._grabbed_at)
+            excluded = excluded_steps(self._ran, self.step_times_ms, self._warmup, self.traced, self._grabbed_at)
             what_if = what_if_record(self._runner.step_times_ms, self._ran, self.auto, self.probe_ci95,
                                      len(self._plan), self._stopped)
         warmup = self._warmup if self._runner else short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]

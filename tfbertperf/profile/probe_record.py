@@ -9,14 +9,18 @@ from __future__ import annotations
 import sys
 
 from tfbertperf.profile.probe_hint import precision_hint
-from tfbertperf.train.probe import AUTO_MIN_BLOCKS, recovery_steps
+from tfbertperf.train import recovery
+from tfbertperf.train.probe import AUTO_MIN_BLOCKS
 
 
-def excluded_steps(ran: list[tuple[int, int]], step: int, grabbed_at: int | None) -> list[int]:
+def excluded_steps(ran: list[tuple[int, int]], step_ms: list[float], warmup: int, traced,
+                   grabbed_at: int | None) -> list[int]:
     """The real steps left out of T for the probe: each in-loop block's step and its recovery steps (fed from the
-    buffers a run-ahead pipeline filled meanwhile), and the step whose batch the probe took."""
-    in_loop = [(p, n) for p, n in ran if p < step]
-    return [p for p, _ in in_loop] + recovery_steps(in_loop, step) + ([grabbed_at] if grabbed_at is not None else [])
+    buffers a run-ahead pipeline filled meanwhile, until the steps are back to their own pace: train/recovery.py),
+    and the step whose batch the probe took."""
+    in_loop = [(p, n) for p, n in ran if p < len(step_ms)]
+    out = recovery.observed(step_ms, in_loop, warmup, traced, len(step_ms))[0]
+    return sorted({*out, *(p for p, _ in in_loop), *([grabbed_at] if grabbed_at is not None else [])})
 
 
 def what_if_record(probe_ms: list[float], ran: list[tuple[int, int]], auto: bool, ci95_target: float,

@@ -7,11 +7,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from tfbertperf.train.probe import (AUTO_CI95, AUTO_MIN_BLOCKS, recovery_steps,  # noqa: F401 (AUTO_*: callers)
-                                    uninterrupted)
-
-BRACKET_MIN = 5  # real steps at least on each side of a what-if block that it is compared with
-
+from tfbertperf.train import recovery
+from tfbertperf.train.recovery import BRACKET_MIN  # real steps at least on each side of a block it is compared with
+from tfbertperf.train.probe import AUTO_CI95, AUTO_MIN_BLOCKS, uninterrupted  # noqa: F401 (AUTO_*: callers)
 
 # t(0.975, k) for k = 1..30 degrees of freedom; 1.96 beyond
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -71,7 +69,7 @@ def running_interval(step_ms: list[float], warmup: int, traced: tuple[int, int] 
     """The interval of a run's blocks so far (`ran`, [(before_step, timed_steps)]), each against the steady steps
     timed so far around it: after warm-up, outside the capture (`traced`), and, when the pipeline runs ahead, not
     a block's recovery steps (report/build.py steady_steps, as the report pairs them at the end)."""
-    out = set(recovery_steps(ran, len(step_ms))) if runs_ahead else set()
+    out = set(recovery.observed(step_ms, ran, warmup, traced, len(step_ms))[0]) if runs_ahead else set()
     lo, hi = traced or (len(step_ms), len(step_ms))
     real = [i for i in range(warmup, len(step_ms)) if not lo <= i < hi and i not in out]
     return interval(step_ms, real, probe_ms, [list(b) for b in ran])

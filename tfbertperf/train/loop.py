@@ -40,8 +40,9 @@ from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
 from tfbertperf.train.blocks import AUTO_CI95, AUTO_MIN_BLOCKS, running_interval
-from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, auto_plan, probe_plan, recovery_steps, settle_ms,
-                                   short_run_budget, traced_steps, uninterrupted)
+from tfbertperf.train import recovery
+from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, auto_plan, probe_plan, settle_ms, short_run_budget,
+                                   traced_steps, uninterrupted)
 from tfbertperf.train.result import TrainResult
 from tfbertperf.train.step import distribute, make_train_step
 
@@ -194,6 +195,9 @@ def train(
                     t_stop = time.perf_counter()
                     capture.stop()  # the pipeline runs ahead while the capture is written: report/build.py
                     stop_ms = (time.perf_counter() - t_stop) * 1e3
+                if input_runs_ahead and i in blocks_at and not recovery.ready(step_ms, ran, warmup, traced, steps):
+                    syncs.add(recovery.postpone(blocks_at, i, steps, traced) - 1)  # the last block's recovery runs
+                    # on; the device is idle when the moved block starts (sync_points)
                 if auto and i in blocks_at and stopped is None and len(ran) >= AUTO_MIN_BLOCKS:
                     ci = running_interval(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead)
                     if ci is not None and ci <= AUTO_CI95:
@@ -267,7 +271,8 @@ def train(
             say(f"compute-only probe: {statistics.fmean(kept):.1f} ms/step mean over {len(kept)} steps "
                 f"in {probe.blocks} block(s)" + (f" ({len(probe_ms) - len(kept)} interrupted left out)"
                                                  if len(kept) < len(probe_ms) else ""))
-        recovery = recovery_steps([(p, n) for p, n in ran if p < steps], steps) if input_runs_ahead else []
+        recovered = (recovery.observed(step_ms, [(p, n) for p, n in ran if p < steps], warmup, traced, steps)[0]
+                     if input_runs_ahead else [])
 
         if tensorboard_dir:
             _write_scalars(tensorboard_dir, scalars)
@@ -301,7 +306,7 @@ def train(
                 "probe_blocks": [[p, n] for p, n in ran],
                 "probe_sample": {"auto": auto, "ci95_target": AUTO_CI95 if auto else None,
                                  "planned_blocks": len(plan), "stopped": stopped},
-                "probe_recovery_steps": recovery,
+                "probe_recovery_steps": recovered,
                 "profile_stop_ms": stop_ms,
                 "threadpool_events": getattr(capture, "threadpool_events_status", None),
                 "interrupted_at_step": interrupted,

@@ -11,8 +11,8 @@ loss trajectory.  The first step of each block is not timed (the first block's f
 static shapes may retrace the step), nor are the steps run until 10 recent real steps' worth of time has passed
 (SETTLE_REAL_STEPS, at most SETTLE_MAX_STEPS: the pipeline refills its buffers meanwhile, on the probe's cores).
 A pipeline with background stages (prefetch, parallel map/interleave, read-ahead) keeps filling its buffers while a block runs, so the real steps right after a block can be fed for
-free; `recovery_steps` lists them, and the run leaves them out of its steady steps if the pipeline was behind
-(report/build.py `steady_steps`).
+free until they are drained; train/recovery.py finds them in the step times, and the run leaves them out of its
+steady steps if the pipeline was behind (report/build.py `steady_steps`).
 
 What T_c excludes: the host→device copy.  The direct figures count copies as transfer (profile/steptable.py), so
 the probe feeds a batch that already sits on the device: under a tf.distribute strategy the distributed
@@ -32,6 +32,7 @@ import time
 from typing import Callable
 
 from tfbertperf.config.schema import warmup_for
+from tfbertperf.train.recovery import settled_floor, still_refilling
 
 PROBE_WARMUP_STEPS = 2  # first probe block: steps not timed (the first retraces for the cached batch's shapes)
 PROBE_SETTLE_STEPS = 1  # later blocks: steps not timed (the pipeline's threads finish the element in hand)
@@ -45,6 +46,9 @@ untimed steps): the time an input-bound pipeline takes to refill its buffers on 
 tokenizer fit, cached steps 2–6 ran +0.64 ms slower than steps 17–40 (8 rounds of 8, +0.09…+1.21 ms; 6.9 pp of
 the real step), a per-example parse's +0.09 ms (tools/bench/bench_probe_settle.py): with the former 3 steps'
 worth of time the probe's timed steps sat in that stretch and read the input cost low (issue 29)."""
+
+SETTLE_LONGEST = 6  # … and while the pipeline is seen refilling (train/recovery.py), up to 6× that time and
+REFILL_MAX_STEPS = 240  # … this many untimed steps: a tf.data fit on Keras-JAX still refilled 55 ms into its blocks
 
 SETTLE_MAX_STEPS = 60
 """At most this many untimed steps a block: a pipeline that waits (a sleep, a socket) takes long real steps, and
@@ -161,16 +165,6 @@ def probe_args(probe_steps, probe_ci95, who: str = "ProfileCallback") -> tuple[b
     return auto, 0 if auto else int(probe_steps), float(probe_ci95)
 
 
-def recovery_steps(plan: list[tuple[int, int]], steps: int) -> list[int]:
-    """The real steps right after each in-loop probe block that a run-ahead pipeline may have fed from buffers
-    filled while the block ran: as many as the block timed (its duration in steps), up to the next block."""
-    out: list[int] = []
-    starts = [p for p, _ in plan] + [steps]
-    for k, (pos, n) in enumerate(plan):
-        out.extend(range(pos, min(pos + n, starts[k + 1], steps)))
-    return out
-
-
 def probe_source(strategy, first_batch):
     """Compute-only input: the first real batch, cached on the compute device and repeated (same shapes; module
     docstring: where it is placed).  Returns an iterable of batches."""
@@ -211,7 +205,7 @@ class Probe:
         self.step_fn, self.strategy, self.state, self.hook = step_fn, strategy, state, hook
         self.feed_iterator, self.wait, self.wait_each = feed_iterator, wait, wait_each
         self.step_times_ms: list[float] = []
-        self.blocks = 0
+        self.blocks, self.sizes = 0, []  # blocks run, and each one's timed steps
         self._iter = None
 
     def run_block(self, first_batch, n_timed: int, settle_ms: float = 0.0, settle_max_steps: int = 10**9) -> None:
@@ -229,30 +223,35 @@ class Probe:
             self.step_times_ms += time_block(lambda: self.step_fn(self._iter if self.feed_iterator else
                                                                   next(self._iter)),
                                              self.wait, n_timed, PROBE_WARMUP_STEPS if self.blocks == 0 else
-                                             PROBE_SETTLE_STEPS, settle_ms, settle_max_steps, self.wait_each, self.hook)
+                                             PROBE_SETTLE_STEPS, settle_ms, settle_max_steps, self.wait_each, self.hook,
+                                             settled_floor(self.step_times_ms, self.sizes))
+            self.sizes.append(n_timed)
         finally:
             saved.restore()
         self.blocks += 1
 
 
 def time_block(step: Callable[[], object], wait: Callable, n_timed: int, untimed: int, settle_ms: float = 0.0,
-               settle_max_steps: int = 10**9, wait_each: bool = False, hook: Callable[[str], None] | None = None
-               ) -> list[float]:
+               settle_max_steps: int = 10**9, wait_each: bool = False, hook: Callable[[str], None] | None = None,
+               floor_ms: float | None = None) -> list[float]:
     """One probe block's timed steps, ms (Probe.run_block's docstring; the Keras-JAX callback's block too): `step()`
     runs one compute-only step and returns its output, `wait(out)` blocks until it is done; `untimed` steps first,
     and more for `settle_ms` of wall time (at most `settle_max_steps`), then `n_timed` timed ones.  The untimed
-    steps and the block's last wait, and every step with `wait_each`, so that the times add up to the block's."""
-    start, j, times = time.perf_counter(), 0, []
+    steps and the block's last wait, and every step with `wait_each`, so that the times add up to the block's.
+    With `floor_ms` (the earlier blocks' pace: train/recovery.py settled_floor) the untimed steps also go on, up to
+    REFILL_MAX_STEPS and SETTLE_LONGEST × `settle_ms`, while the last of them run slower than it (still_refilling)."""
+    start, j, times, untimed_ms = time.perf_counter(), 0, [], []
     while len(times) < n_timed:
         if hook is not None:
             hook("probe")
         t0 = time.perf_counter()
-        settling = j < untimed or ((t0 - start) * 1e3 < settle_ms and j < settle_max_steps)
+        elapsed = (t0 - start) * 1e3
+        settling = j < untimed or (j < settle_max_steps and elapsed < settle_ms) or (
+            j < REFILL_MAX_STEPS and elapsed < SETTLE_LONGEST * settle_ms and still_refilling(untimed_ms, floor_ms))
         out = step()
         if settling or len(times) == n_timed - 1 or wait_each:  # untimed steps and the block's end wait
             wait(out)
-        if not settling:
-            times.append((time.perf_counter() - t0) * 1e3)
+        (untimed_ms if settling else times).append((time.perf_counter() - t0) * 1e3)
         j += 1
     return times
 
