@@ -12,7 +12,9 @@ pipeline holds ~5 batches (a 0.3 s pause, then 5 `next()` calls of 0.1-1.3 ms, t
 in ~5.3 ms; each probe block (~70 ms: its settle is 10 real steps' time) lets it fill them, and the real steps after
 it drain them at ~2-3 ms a step for 8-12 steps — longer than the 15-step gap's 5 recovery steps leave out — so the
 fit's real steps ran 2.4-3.4 ms with the probe and 6.3-8 ms without it (a 70 ms sleep at each planned block does
-the same), and T was the draining pipeline's step, not the fit's.
+the same), and T was the draining pipeline's step, not the fit's.  Since 2026-11-27 the probe reads the drain in the
+step times (tfbertperf/train/recovery.py): 64-72 % against 76-82 % on JAX; on the TensorFlow backend, where the
+drained steps run at 0.7-0.8 of the fit's pace, still 19-25 % against 49-53 % (BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ Schema "tfbertperf.steps/1" (JSON object; times in milliseconds; step i = the i-
   warmup_steps     int ≥ 0     leading steps left out of every mean (tracing, compilation, warm caches).
   excluded_steps   [int, …]    further steps left out of the unprofiled mean: the steps a what-if block ran
                                inside, and the steps right after it (fed from buffers a run-ahead pipeline
-                               filled while the block ran; train/probe.py recovery_steps), and the steps right
-                               after the capture stopped (filled while the profiler wrote it: `after_stop`).
+                               filled while the block ran, until they are back to its pace: train/recovery.py),
+                               and the steps right after the capture stopped (filled while the profiler wrote
+                               it: `after_stop`, and with a probe train/recovery.py's rule too).
   what_if          null | {"compute_only_step_ms": [float, …] (the probe's timed steps on one cached batch),
                            "blocks": [[before_step, timed_steps], …]}
   batches_per_step int ≥ 1     optional (1): the batches one step covers — a Keras fit with steps_per_execution=k
