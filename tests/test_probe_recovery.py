@@ -98,7 +98,7 @@ def test_a_block_settles_while_its_steps_run_slower_than_the_earlier_blocks():
 def test_a_keras_fit_behind_a_prefetching_loader_is_timed_at_the_loaders_pace(tmp_path):
     """A fit whose map waits 6 ms a batch (no CPU) into a prefetch of 16, against a ~1 ms step: each block lets the
     loader fill ~10 batches, and the 10-15 steps after it ran at the step's pace.  With 5 of them left out T read
-    about half the loader's pace and the input cost ~40 %; now the steps after each block stay out until back."""
+    about half the loader's pace (3.5 ms); now the steps after each block stay out until back."""
     import keras
     import tensorflow as tf
 
@@ -112,8 +112,11 @@ def test_a_keras_fit_behind_a_prefetching_loader_is_timed_at_the_loaders_pace(tm
           .map(lambda a, b: (tf.ensure_shape(a, (8, 16)), b)).prefetch(16).repeat())
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, warmup_steps=3)
-    model.fit(ds, epochs=1, steps_per_epoch=160, callbacks=[cb], verbose=0)
+    # warm-up past the first drain: while the first step compiles the loader fills all 16 batches, and the ~20
+    # steps after it run from them (under load, at 3 steps of warm-up, every step before the first block did,
+    # and they were the pace the blocks' recoveries were judged against: a known limit, docs/own-training.md)
+    cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, warmup_steps=30)
+    model.fit(ds, epochs=1, steps_per_epoch=200, callbacks=[cb], verbose=0)
     doc = json.loads(cb.step_file.read_text())
     steps, out = doc["step_time_ms"], set(doc["excluded_steps"])
     blocks = [p for p, _ in doc["what_if"]["blocks"] if p < len(steps)]
