@@ -264,7 +264,9 @@ def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):
     model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / "logs"), profile_steps=None, probe=True, probe_steps=8, probe_blocks=4)
     model.fit(ds, steps_per_epoch=30, epochs=4, initial_epoch=2, callbacks=[cb], verbose=0)
-    assert cb._step == 60 and cb._plan and cb._ran == cb._plan  # every planned block ran
+    assert cb._step == 60 and cb._plan and sum(n for _, n in cb._ran) == sum(n for _, n in cb._plan)  # every block
+    # ran, where planned or later (a 1 ms step's noise can look like a pipeline still draining: train/recovery.py)
+    assert all(r >= p for (r, _), (p, _) in zip(cb._ran, cb._plan))
     assert max(pos for pos, _ in cb._plan) <= 60 and max(pos for pos, _ in cb._plan) > 30  # spread over both
 
 

@@ -87,7 +87,7 @@ def test_a_block_settles_while_its_steps_run_slower_than_the_earlier_blocks():
     assert max(timed) < 8.0, timed  # every timed step after the refill
     before = time_block(_sleeper(slow_then_fast), lambda out: None, 5, 1, settle_ms=20.0, settle_max_steps=60)
     assert min(before) > 8.0, before  # without the earlier blocks' pace: the refill's steps timed
-    t0 = time.perf_counter()  # a step that never gets back to that pace: settles at most SETTLE_LONGEST × settle_ms
+    t0 = time.perf_counter()  # a step that never gets back to that pace: at most SETTLE_LONGEST × the settle
     timed = time_block(_sleeper([12.0]), lambda out: None, 3, 1, settle_ms=20.0, settle_max_steps=60, floor_ms=1.0)
     assert len(timed) == 3 and (time.perf_counter() - t0) * 1e3 < SETTLE_LONGEST * 20.0 + 12.0 * 3 + 500
     assert recovery.settled_floor([2.0, 2.2, 2.1, 1.3, 1.4, 1.2], [3, 3]) == pytest.approx(1.3)

@@ -94,7 +94,8 @@ class JaxProbe:
             return {}
         return {"what_if": what_if_record(self.step_times_ms, self.ran, self.auto, self.ci95, len(self.plan),
                                           self.stopped),
-                "excluded_steps": excluded_steps(self.ran, step_ms, self.warmup, self.traced, self.grabbed_at), "warmup_steps": self.warmup}
+                "excluded_steps": excluded_steps(self.ran, step_ms, self.warmup, self.traced, self.grabbed_at),
+                "warmup_steps": self.warmup}
 
     def result(self, summary: dict | None, steps: int, traced, who: str = "StepTimer",
                run: str = "run") -> tuple[dict | None, str | None]:

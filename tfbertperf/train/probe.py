@@ -47,7 +47,7 @@ tokenizer fit, cached steps 2–6 ran +0.64 ms slower than steps 17–40 (8 roun
 the real step), a per-example parse's +0.09 ms (tools/bench/bench_probe_settle.py): with the former 3 steps'
 worth of time the probe's timed steps sat in that stretch and read the input cost low (issue 29)."""
 
-SETTLE_LONGEST = 6  # … and while the pipeline is seen refilling (train/recovery.py), up to 6× that time and
+SETTLE_LONGEST = 6  # … and while the pipeline is seen refilling (train/recovery.py), up to 6× as long as it ran and
 REFILL_MAX_STEPS = 240  # … this many untimed steps: a tf.data fit on Keras-JAX still refilled 55 ms into its blocks
 
 SETTLE_MAX_STEPS = 60
@@ -239,15 +239,19 @@ def time_block(step: Callable[[], object], wait: Callable, n_timed: int, untimed
     and more for `settle_ms` of wall time (at most `settle_max_steps`), then `n_timed` timed ones.  The untimed
     steps and the block's last wait, and every step with `wait_each`, so that the times add up to the block's.
     With `floor_ms` (the earlier blocks' pace: train/recovery.py settled_floor) the untimed steps also go on, up to
-    REFILL_MAX_STEPS and SETTLE_LONGEST × `settle_ms`, while the last of them run slower than it (still_refilling)."""
-    start, j, times, untimed_ms = time.perf_counter(), 0, [], []
+    REFILL_MAX_STEPS and SETTLE_LONGEST × as long as the settle ran, while the last of them run slower than it
+    (still_refilling)."""
+    start, j, times, untimed_ms, settled_ms = time.perf_counter(), 0, [], [], None
     while len(times) < n_timed:
         if hook is not None:
             hook("probe")
         t0 = time.perf_counter()
         elapsed = (t0 - start) * 1e3
-        settling = j < untimed or (j < settle_max_steps and elapsed < settle_ms) or (
-            j < REFILL_MAX_STEPS and elapsed < SETTLE_LONGEST * settle_ms and still_refilling(untimed_ms, floor_ms))
+        settling = j < untimed or (j < settle_max_steps and elapsed < settle_ms)
+        if not settling:  # the settle is over: how long it ran bounds the refill's extension
+            settled_ms = elapsed if settled_ms is None else settled_ms
+            settling = (j < REFILL_MAX_STEPS and elapsed < SETTLE_LONGEST * settled_ms
+                        and still_refilling(untimed_ms, floor_ms))
         out = step()
         if settling or len(times) == n_timed - 1 or wait_each:  # untimed steps and the block's end wait
             wait(out)

@@ -20,7 +20,10 @@ each block is compared with steps at the pipeline's own pace on both sides (prof
 
 What it cannot see: a pipeline only slightly behind (an input cost under RECOVERY_TOL) drains its buffers over many
 steps at a pace within the tolerance of its own; then the steps fed from them count, and T reads low by at most
-that input cost times the share of such steps.
+that input cost times the share of such steps.  Such counted steps also become clean steps, and the next reference
+drifts down with them: on Keras' TensorFlow backend the same program's drained steps ran at 0.7-0.8 of its pace,
+and the probe read 19-25 % against 49-53 %.  And the steps before the first block are the first reference: a deep
+prefetch that filled while the first step compiled feeds them all where the warm-up is shorter than its drain.
 """
 
 from __future__ import annotations
@@ -120,8 +123,8 @@ def settled_floor(probe_ms: list[float], sizes: list[int]) -> float | None:
 
 
 def still_refilling(untimed_ms: list[float], floor_ms: float | None) -> bool:
-    """Whether a block's last RECOVERY_RUN untimed steps (or all, if fewer) ran over SETTLE_TOL slower than `floor_ms`: the pipeline
-    is still refilling its buffers on the cores they want (after a long drain it held 14 batches of 5.5 ms; the
+    """Whether a block's last RECOVERY_RUN untimed steps (or all, if fewer) ran over SETTLE_TOL slower than
+    `floor_ms`: the pipeline is still refilling its buffers on the cores they want (after a long drain; the
     settle of 10 real steps' time was over while it refilled, and those blocks timed 1.8-2.6 ms steps where the
     first ones, before any drain, timed 1.25-1.30 — the truth's 1.3)."""
     if floor_ms is None or not untimed_ms:
