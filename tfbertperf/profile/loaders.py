@@ -70,3 +70,38 @@ def wanted_us(record: dict | None, generator_lines: set[int]) -> float:
     only used: on a busy machine a computing loader waits for a core as long as it runs, a waiting loader does
     neither, so the two stay apart however loaded the machine (advice.py: worker processes or threads)."""
     return sum(cpu + rq for _, cpu, rq, _ in _rows(record, generator_lines)) * 1e3
+
+
+# ---- the advice table's tests for a Python loader (profile/advice.py)
+PYTHON_LOADER_SHARE = 0.5
+"""The batches come from Python where a `from_generator` source (Keras' PyDataset, a generator) runs ≥ half the
+input ops' wall time: tf.data's knobs do not reach the work.  Measured (issue 29, BENCHMARKS.md): a PyDataset waiting
+20 ms ran 4.8–5.2× faster with workers=4 threads; one computing 8 ms in Python 1.5–1.8× with 2 processes."""
+
+
+def _python_loader(c: dict) -> bool:
+    return c["pyloader"] >= PYTHON_LOADER_SHARE
+
+
+LOADER_COMPUTES_SHARE = 0.5
+"""A Python loader computes where the CPU it wanted a step (used + run-queue wait of its threads, processes, its
+generator's tf.data thread: loaders.wanted_us; a busy machine does not make it a waiting one) is ≥ half the step:
+worker processes help, threads do not (1.5–1.8×, ~1.0×); below it threads help (a waiting read: 4.8–5.2×)."""
+
+_PY_SOURCE = "the batches come from Python (a Keras PyDataset, a generator, Dataset.from_generator: {pyloader:.0%} " \
+             "of the input ops' time)"
+_PY_ELSE = "or build the input in tf.data (map(num_parallel_calls=AUTOTUNE), prefetch), or prepare the batches offline"
+
+
+def _loader_computes(c: dict) -> bool:
+    return c["loader_ms"] is not None and c["loader_ms"] >= LOADER_COMPUTES_SHARE * c["step_ms"]
+
+
+def _loader_waits(c: dict) -> bool:
+    return c["loader_ms"] is not None and not _loader_computes(c)
+
+
+def _generator_share(att: dict) -> float:
+    """The share of the input ops' wall time a from_generator source ran (attribution.input_generator_us), ≤ 1."""
+    total = sum((att.get("input_ops_us") or {}).values())
+    return min(1.0, float(att.get("input_generator_us") or 0.0) / total) if total > 0 else 0.0
