@@ -83,8 +83,9 @@ def test_interleaved_probe_leaves_no_trace_in_the_loss_trajectory():
     cfg = _cfg(**kw, **{"profile.probe_steps": 6, "profile.probe_blocks": 3})
     probed = train(cfg, synthetic_dataset_fn(cfg, VOCAB), VOCAB, None, progress=None, input_runs_ahead=True)
     # inside the run, a block whose turn comes before the last one's recovery ended later (after the loop at the
-    # latest: train/recovery.py)
-    assert len(probed.extra["probe_blocks"]) == 3 and sum(p < 16 for p, _ in probed.extra["probe_blocks"]) >= 2
+    # latest, joining a block there, as [[6, 2], [16, 4]] in one CI run: train/recovery.py)
+    blocks = probed.extra["probe_blocks"]
+    assert sum(n for _, n in blocks) == 6 and any(p < 16 for p, _ in blocks) and all(p <= 16 for p, _ in blocks)
     assert probed.probe_steps == 6 and probed.compute_only_step_ms > 0
     assert probed.extra["probe_recovery_steps"]
     assert [l for _, l in probed.loss_trajectory] == [l for _, l in plain.loss_trajectory]
