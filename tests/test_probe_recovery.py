@@ -128,20 +128,3 @@ def test_a_keras_fit_behind_a_prefetching_loader_is_timed_at_the_loaders_pace(tm
     assert s.unprofiled_step_ms > 0.75 * 12.0, s  # the loader's pace (a busy machine only makes it slower)
     assert s.input_cost_fraction > 0.6, s
 
-
-def test_a_measured_input_the_capture_does_not_see_is_not_blamed_on_a_python_hand_off():
-    """A Keras-JAX fit fed by tf.data (tests/programs/keras_jax_tfdata_by_hand.py): jax.profiler records none of
-    tf.data's threads, so the capture saw 1 % input beside a measured 73 %, and the advice named the training thread's
-    0.06 ms Python hand-off ("spends 1% of the step in its own Python loader").  Now it says the capture does not see
-    the pipeline and points at the pipeline; without the measured figure the hand-off advice stands."""
-    from tfbertperf.profile.advice import actions
-
-    att = {"source": "xprof", "fractions": {"input": 0.011, "host_compute": 0.989}, "step_time_ms": 5.2,
-           "input_ops_us": {"storage_read": 0.0, "preprocessing": 0.0, "enqueue": 0.0, "unclassified": 0.0},
-           "input_python_loader_ms_per_step": 0.058, "input_cost_fraction": 0.733, "au_compute_only_ratio": 0.226}
-    said = " | ".join(a["advice"] for a in actions("input", att))
-    assert "the measured what-if puts 73% of the step in input, the capture sees 1%" in said, said
-    assert "own Python loader" not in said and "reads dominate" not in said, said
-    att.update(input_cost_fraction=0.011, au_compute_only_ratio=None)  # no probe: the capture's own reading
-    said = " | ".join(a["advice"] for a in actions("input", att))
-    assert "own Python loader" in said and "measured what-if" not in said, said

@@ -59,6 +59,18 @@ def _back(step_ms, start: int, stop: int, ref: float | None) -> int:
     return stop
 
 
+def _last_clean(p: int, warmup: int, lo: int, hi: int, out: set[int]) -> list[int]:
+    """The last REFERENCE_STEPS clean steps before step p, found backwards (a check at every postponed step of a
+    long fit must not scan it from the start: in the TensorFlow callback it runs inside the timed step)."""
+    clean: list[int] = []
+    for i in range(p - 1, warmup - 1, -1):
+        if len(clean) == REFERENCE_STEPS:
+            break
+        if not lo <= i < hi and i not in out:
+            clean.append(i)
+    return clean
+
+
 def observed(step_ms, ran, warmup: int, traced, total: int, final: bool = True) -> tuple[list[int], int | None]:
     """(the recovery steps of the events so far, where the last one's recovery ended or None while it is still
     under way): module docstring.  `step_ms` the steps timed so far; `ran` the blocks [(before_step, timed)];
@@ -71,8 +83,8 @@ def observed(step_ms, ran, warmup: int, traced, total: int, final: bool = True) 
     end: int | None = warmup
     for k, (p, n) in enumerate(ev):
         nxt = min([q for q, _ in ev[k + 1:]] + [total] + ([lo] if p < lo else []))
-        clean = [i for i in range(warmup, p) if not lo <= i < hi and i not in out]
-        ref = statistics.median(step_ms[i] for i in clean[-REFERENCE_STEPS:]) if len(clean) >= RECOVERY_RUN else None
+        clean = _last_clean(p, warmup, lo, hi, out)
+        ref = statistics.median(step_ms[i] for i in clean) if len(clean) >= RECOVERY_RUN else None
         start = min(p + n, nxt)
         stop = min(nxt, now)
         end = _back(step_ms, start, stop, ref)
