@@ -380,6 +380,48 @@ def test_analyze_says_which_input_cost_is_measured_and_which_estimated():
                      "tfbertperf.keras.ProfileCallback or tfbertperf.jax_steps write one)"]
 
 
+def test_analyze_says_why_the_estimate_and_the_measured_what_if_differ():
+    """A user's fit checked by hand (tests/programs/keras_fit_by_hand.py): measured 73 % ± 9, the capture alone 38 %,
+    and the console gave the two with no word on which to believe or why; the verdict said "73 % of the 2.3 ms
+    step" where the what-if's step was the fit's 4.0 ms (the window ran 43 % faster than the fit)."""
+    from tfbertperf.profile import unprofiled
+    from tfbertperf.report.console import measured_lines
+
+    sf = {"input_cost_fraction": 0.73, "input_cost_ci95": 0.087, "unprofiled_step_ms": 4.02}
+    att = {"input_cost_estimate_fraction": 0.383, "steps_profiled": 20, "step_time_ms": 2.31,
+           "input_cpu_basis": "measured: the input threads' CPU clocks",
+           "profiler_cost": {"captured_step_ms": 2.31, "unprofiled_step_ms": 4.02, "not_measured": "…"}}
+    why = unprofiled.disagreement(att, sf)
+    assert why.startswith("the estimate is 35 pp below the measured what-if: its 20 steps ran 2.31 ms against the "
+                          "fit's 4.02 ms") and why.endswith("the measured figure is the answer"), why
+    # the window at the fit's pace: the reason is the estimate's model; without a thread-CPU record, that
+    att["profiler_cost"] = {"captured_step_ms": 4.1, "added_ms_per_step": 0.08}
+    assert "models what each millisecond of the pipeline's CPU costs" in unprofiled.disagreement(att, sf)
+    att["input_cpu_basis"] = "estimated: busy periods"
+    assert "no record of its input threads' CPU" in unprofiled.disagreement(att, sf)
+    # within the what-if's interval (or 5 pp): nothing to explain; no measured figure: nothing either
+    assert unprofiled.disagreement({**att, "input_cost_estimate_fraction": 0.66}, sf) is None
+    assert unprofiled.disagreement(att, {**sf, "input_cost_fraction": None}) is None
+    assert measured_lines({"step_file": {**sf, "file": "s.json", "unprofiled_steps": 380, "compute_only_step_ms": 1.1,
+                                         "compute_only_steps": 100, "T_c_blocks_ms": [1.1] * 20},
+                           "attribution": att})[-1].startswith("  the estimate is 35 pp below")
+
+
+def test_the_verdict_names_the_step_the_what_if_timed_where_the_window_ran_at_another_pace():
+    from tfbertperf.profile.verdict import verdict
+
+    att = {"fractions": {"input": 0.38, "host_compute": 0.57, "host_to_device": 0.0, "other": 0.05, "compile": 0.0,
+                         "output": 0.0, "device_compute": 0.0, "kernel_launch": 0.0},
+           "input_bound_fraction": 0.38, "input_cost_fraction": 0.73, "au_compute_only_ratio": 0.27,
+           "step_time_ms": 2.31, "what_if_step_ms": 4.02, "source": "xprof",
+           "input_ops_us": {"preprocessing": 1201.0}}
+    said = verdict(att, 0.27)["summary"]
+    assert said.startswith("input-bound: input costs 73% of the 4.0 ms step (what-if probe; blocked wait 38% of the "
+                           "captured 2.3 ms step)"), said
+    att["what_if_step_ms"] = 2.35  # the window at the fit's pace: one step named
+    assert "73% of the 2.3 ms step (what-if probe; blocked wait 38%)" in verdict(att, 0.27)["summary"]
+
+
 def _what_if_capture(tmp_path, compute_only):
     """A compute-heavy capture (the device busy 9.5 of each 10 ms step) with a step file beside it: 60 steps of
     10 ms, four what-if blocks of two steps with the given compute-only step times.  (On the launch-heavy capture

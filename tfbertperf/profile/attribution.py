@@ -155,6 +155,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     T = step_time_ms or att["step_time_ms"]
     att["au_compute_only_ratio"] = (round(max(0.0, min(1.0, compute_only_step_ms / T)), 6)
                                     if compute_only_step_ms is not None and T else None)
+    att["what_if_step_ms"] = round(T, 4) if compute_only_step_ms is not None and T else None  # the what-if's T
     att["hardware_warning"] = cross_check(att.get("hardware_type"), env_devices)
     att["au_threshold"] = threshold
     att["au_pass"] = bool(au >= threshold)

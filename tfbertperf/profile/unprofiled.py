@@ -172,3 +172,27 @@ def profiler_words(att: dict) -> str:
                 f"~{pc['added_ms_per_step_estimate']:.1f} ms a step estimated (0.3–2.4× that measured on real GPU "
                 "captures) — compare with the program's unprofiled step time before acting on host-bound time")
     return ""
+
+
+def disagreement(att: dict, sf: dict | None) -> str | None:
+    """Why the capture's estimate and the measured what-if differ, where they differ by more than the what-if's 95 %
+    interval and 5 pp; None where they agree or either is missing.  The measured figure is the answer (verdict.py);
+    the line says what the estimate could not see, so that a user reading both knows which to act on."""
+    measured = (sf or {}).get("input_cost_fraction")
+    est = att.get("input_cost_estimate_unprofiled_fraction")
+    est = att.get("input_cost_estimate_fraction") if est is None else est
+    if measured is None or est is None or abs(est - measured) <= max(0.05, (sf or {}).get("input_cost_ci95") or 0):
+        return None
+    pc, unprof = att.get("profiler_cost") or {}, sf.get("unprofiled_step_ms")
+    captured = pc.get("captured_step_ms") or att.get("step_time_ms")
+    if captured and unprof and abs(captured - unprof) > SPEED_MOVED * unprof and pc.get("added_ms_per_step") is None:
+        why = (f"its {att.get('steps_profiled') or 'captured'} steps ran {captured:.2f} ms against the fit's "
+               f"{unprof:.2f} ms: the window is not the fit's usual pace (buffers refilled at a pause, other load)")
+    elif not str(att.get("input_cpu_basis") or "").startswith("measured"):
+        why = "the capture has no record of its input threads' CPU beside it, so the CPU the pipeline took is modelled"
+    else:
+        why = (f"it reads {att.get('steps_profiled') or 'the captured'} steps and models what each millisecond of the "
+               "pipeline's CPU costs the step (profile/contention.py); the what-if timed the fit with and without "
+               "its input")
+    return (f"the estimate is {100 * abs(est - measured):.0f} pp {'above' if est > measured else 'below'} the measured "
+            f"what-if: {why} — the measured figure is the answer")

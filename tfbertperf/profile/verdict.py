@@ -25,7 +25,6 @@ plus compile and output) is ≥ 30 % of the step."""
 AU_THRESHOLD_DEFAULT = 0.90
 """MLPerf Storage's accelerator-utilization pass mark (compute time / total time)."""
 
-
 HOST_BOUND = ("launch", "other")
 """Idle shares charged to the host's own work, where the profiler's cost lands: judged without it (idle_decision)."""
 
@@ -183,9 +182,11 @@ def verdict(att: dict, au: float, *, config: dict | None = None, storage: dict |
     what = {"input": "input-bound", "compute": "compute-bound", "transfer": "transfer-bound",
             "other": "bound by other time (Python/eager overhead, idle)"}[bottleneck]
     copies = f", host→device copies {h2d:.0%}" if h2d >= 0.005 else ""
+    t = att.get("what_if_step_ms") or att["step_time_ms"]  # the what-if's T: named where the window's step is not it
+    moved = source == "input_cost_fraction" and abs(t - att["step_time_ms"]) > unprofiled.SPEED_MOVED * t
     step, of = f"{att['step_time_ms']:.1f} ms step", ""
-    if source == "input_cost_estimate_unprofiled_fraction":  # the blocked wait is a share of the captured step
-        step, of = "unprofiled step", f" of the captured {step}"
+    if source == "input_cost_estimate_unprofiled_fraction" or moved:  # the blocked wait: of the captured step
+        step, of = f"{t:.1f} ms step" if moved else "unprofiled step", f" of the captured {step}"
     summary = (f"{what}: input costs {share:.0%} of the {step} ({label}; blocked wait "
                f"{att['input_bound_fraction']:.0%}{of}{copies}); AU {au:.0%} {'≥' if au >= au_threshold else '<'} "
                f"{au_threshold:.0%} → {'pass' if au >= au_threshold else 'fail'}")
@@ -207,7 +208,6 @@ CPU_SATURATED_FROM = 0.80
 """Input-bound with the CPU busy ≥ 80 % → preprocessing-limited.  With the run's CPU saturation this holds for
 a single sequential map that saturates one core of many (the machine reads half busy on 2 cores) and on a shared
 machine (other processes' CPU is not the run's; the run's threads waiting for a core count as wanting it)."""
-
 
 CONTENDED_OWN_SHARE = 0.5
 """A busy CPU of which this run holds less than half (host_utilization.process_cpu_fraction_mean < 0.5 ×

@@ -296,7 +296,8 @@ def measured_lines(doc: dict) -> list[str]:
                    "stolen CPU kept, the profiler's cost out of the rest)")
     if att.get("input_cost_estimate_fraction") is not None and (sf.get("input_cost_fraction"), unprof) != (None, None):
         out.append(f"input cost (estimated from the capture alone): {100 * att['input_cost_estimate_fraction']:.1f} %")
-    return out
+    from tfbertperf.profile.unprofiled import disagreement  # why the estimate and the measured figure differ
+    return out + [f"  {why}" for why in [disagreement(att, sf)] if why]
 
 
 def print_analysis(doc: dict) -> None:
