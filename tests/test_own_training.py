@@ -389,7 +389,7 @@ def test_analyze_says_why_the_estimate_and_the_measured_what_if_differ():
 
     sf = {"input_cost_fraction": 0.73, "input_cost_ci95": 0.087, "unprofiled_step_ms": 4.02}
     att = {"input_cost_estimate_fraction": 0.383, "steps_profiled": 20, "step_time_ms": 2.31,
-           "input_cpu_basis": "measured: the input threads' CPU clocks",
+           "input_cpu_basis": "measured: the input threads' CPU clocks", "input_ops_us": {"preprocessing": 1201.0},
            "profiler_cost": {"captured_step_ms": 2.31, "unprofiled_step_ms": 4.02, "not_measured": "…"}}
     why = unprofiled.disagreement(att, sf)
     assert why.startswith("the estimate is 35 pp below the measured what-if: its 20 steps ran 2.31 ms against the "
@@ -398,7 +398,9 @@ def test_analyze_says_why_the_estimate_and_the_measured_what_if_differ():
     att["profiler_cost"] = {"captured_step_ms": 4.1, "added_ms_per_step": 0.08}
     assert "models what each millisecond of the pipeline's CPU costs" in unprofiled.disagreement(att, sf)
     att["input_cpu_basis"] = "estimated: busy periods"
-    assert "no record of its input threads' CPU" in unprofiled.disagreement(att, sf)
+    assert "no record of its input threads' CPU" in unprofiled.disagreement({**att, "input_ops_us": {"x": 5.0}}, sf)
+    # a Keras-JAX fit fed by tf.data: jax.profiler records none of the pipeline (keras_jax_tfdata_by_hand.py)
+    assert "records none of the pipeline's work" in unprofiled.disagreement({**att, "input_ops_us": {"x": 0.0}}, sf)
     # within the what-if's interval (or 5 pp): nothing to explain; no measured figure: nothing either
     assert unprofiled.disagreement({**att, "input_cost_estimate_fraction": 0.66}, sf) is None
     assert unprofiled.disagreement(att, {**sf, "input_cost_fraction": None}) is None

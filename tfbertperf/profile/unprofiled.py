@@ -188,6 +188,8 @@ def disagreement(att: dict, sf: dict | None) -> str | None:
     if captured and unprof and abs(captured - unprof) > SPEED_MOVED * unprof and pc.get("added_ms_per_step") is None:
         why = (f"its {att.get('steps_profiled') or 'captured'} steps ran {captured:.2f} ms against the fit's "
                f"{unprof:.2f} ms: the window is not the fit's usual pace (buffers refilled at a pause, other load)")
+    elif not any(v > 0 for v in (att.get("input_ops_us") or {}).values()):
+        why = "the capture records none of the pipeline's work (a jax.profiler capture records no tf.data threads)"
     elif not str(att.get("input_cpu_basis") or "").startswith("measured"):
         why = "the capture has no record of its input threads' CPU beside it, so the CPU the pipeline took is modelled"
     else:
