@@ -23,8 +23,9 @@ steps at a pace within the tolerance of its own; then the steps fed from them co
 that input cost times the share of such steps.  Such counted steps also become clean steps, and the next reference
 drifts down with them.  On Keras' TensorFlow backend the same program read 19-25 % against 49-53 %, but there no
 drain follows even a 500 ms pause (tools/bench/bench_fit_drain.py): its pace moves between two levels by itself, and
-the cause of that gap is not found (BENCHMARKS.md).  And the steps before the first block are the first reference: a deep
-prefetch that filled while the first step compiled feeds them all where the warm-up is shorter than its drain.
+the cause of that gap is not found (BENCHMARKS.md).  And the steps before the first block are the first reference:
+a deep prefetch that filled while the first step compiled feeds them all where the warm-up is shorter than its
+drain.
 """
 
 from __future__ import annotations
