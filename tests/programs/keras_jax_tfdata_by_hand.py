@@ -54,6 +54,17 @@ def pipeline() -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((x, y)).map(noisy).batch(B).prefetch(2).repeat()
 
 
+def compiled_model() -> keras.Model:
+    """The 128 → 512 → 512 → 2 MLP this program (and tools/bench/bench_fit_drain.py) trains, seeded, compiled."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((F,))
+    h = keras.layers.Dense(512, activation="relu")(inputs)
+    h = keras.layers.Dense(512, activation="relu")(h)
+    model = keras.Model(inputs, keras.layers.Dense(2)(h))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
@@ -65,12 +76,7 @@ def main() -> None:
                    help="the timed fits' callbacks: none (Keras reads the logs back on a thread of its own) or a "
                         "progress-bar-like one (logs read back every step, as with verbose=1 or ProfileCallback)")
     a = p.parse_args()
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((F,))
-    h = keras.layers.Dense(512, activation="relu")(inputs)
-    h = keras.layers.Dense(512, activation="relu")(h)
-    model = keras.Model(inputs, keras.layers.Dense(2)(h))
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = compiled_model()
     ds = pipeline()
     model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
     own = model.train_function

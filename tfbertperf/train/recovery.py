@@ -21,11 +21,11 @@ each block is compared with steps at the pipeline's own pace on both sides (prof
 What it cannot see: a pipeline only slightly behind (an input cost under RECOVERY_TOL) drains its buffers over many
 steps at a pace within the tolerance of its own; then the steps fed from them count, and T reads low by at most
 that input cost times the share of such steps.  Such counted steps also become clean steps, and the next reference
-drifts down with them.  On Keras' TensorFlow backend the same program read 19-25 % against 49-53 %, but there no
-drain follows even a 500 ms pause (tools/bench/bench_fit_drain.py): its pace moves between two levels by itself, and
-the cause of that gap is not found (BENCHMARKS.md).  And the steps before the first block are the first reference:
-a deep prefetch that filled while the first step compiled feeds them all where the warm-up is shorter than its
-drain.
+drifts down with them.  On Keras' TensorFlow backend the same program read 19-25 % against 49-53 %; there a 500 ms
+pause is followed by no longer drain than a 60 ms one (tools/bench/bench_fit_drain.py) and the pace moves between
+two levels by itself, so the cause of that gap is not found (BENCHMARKS.md).  And the steps before the first block
+are the first reference: a deep prefetch that filled while the first step compiled feeds them all where the
+warm-up is shorter than its drain.
 """
 
 from __future__ import annotations

@@ -30,14 +30,8 @@ import json, os, sys, time
 sys.argv = [sys.argv[0], "--backend=" + os.environ["KERAS_BACKEND"]]
 sys.path.insert(0, os.path.join(%(root)r, "tests", "programs"))
 import keras
-from keras_jax_tfdata_by_hand import F, pipeline
-keras.utils.set_random_seed(0)
-inputs = keras.Input((F,))
-h = keras.layers.Dense(512, activation="relu")(inputs)
-h = keras.layers.Dense(512, activation="relu")(h)
-model = keras.Model(inputs, keras.layers.Dense(2)(h))
-model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-ds = pipeline()
+from keras_jax_tfdata_by_hand import compiled_model, pipeline
+model, ds = compiled_model(), pipeline()
 model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)
 ends = []
 class Pause(keras.callbacks.Callback):
@@ -58,13 +52,21 @@ def drain(steps: list[float], pause: int, before: float) -> int:
     return len(steps) - pause - 1
 
 
+def _backends(value: str) -> list[str]:
+    names = value.split(",")
+    bad = [n for n in names if n not in ("tensorflow", "jax")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a Keras backend this bench runs (tensorflow, jax)")
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--backends", default="tensorflow,jax")
+    p.add_argument("--backends", default="tensorflow,jax", type=_backends, help="comma-separated: tensorflow, jax")
     p.add_argument("--pause-ms", type=float, default=60.0)
     a = p.parse_args()
     print(f"load {os.getloadavg()[0]:.1f}", flush=True)
-    for backend in a.backends.split(","):
+    for backend in a.backends:
         code = CHILD % {"root": str(ROOT), "pauses": PAUSES, "pause": a.pause_ms / 1e3}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900,
                              env={**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"})
