@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from tfbertperf.profile import probe_record
 from tfbertperf.train import recovery
 from tfbertperf.train.recovery import BRACKET_MIN  # real steps at least on each side of a block it is compared with
 from tfbertperf.train.probe import AUTO_CI95, AUTO_MIN_BLOCKS, uninterrupted  # noqa: F401 (AUTO_*: callers)
@@ -73,3 +74,12 @@ def running_interval(step_ms: list[float], warmup: int, traced: tuple[int, int] 
     lo, hi = traced or (len(step_ms), len(step_ms))
     real = [i for i in range(warmup, len(step_ms)) if not lo <= i < hi and i not in out]
     return interval(step_ms, real, probe_ms, [list(b) for b in ran])
+
+
+def auto_stop(step_ms, warmup: int, traced, ran, probe_ms, runs_ahead: bool, target: float) -> str | None:
+    """Why an auto probe stops before its next block (profile/probe_record.py auto_stop, as the callback's), or
+    None to run it — checked before every block, one postponed past the loop's last step too."""
+    if len(ran) < AUTO_MIN_BLOCKS:
+        return None
+    ci = running_interval(step_ms, warmup, traced, ran, probe_ms, runs_ahead)
+    return probe_record.auto_stop({"input_cost_ci95": ci}, ran, target)

@@ -39,7 +39,7 @@ from tfbertperf.config import AUTOTUNE
 from tfbertperf.train.checkpoint import Checkpointer, Restored
 from tfbertperf.train.memory import check_step
 from tfbertperf.train.optimizer import make_optimizer
-from tfbertperf.train.blocks import AUTO_CI95, AUTO_MIN_BLOCKS, running_interval
+from tfbertperf.train.blocks import AUTO_CI95, auto_stop
 from tfbertperf.train import recovery
 from tfbertperf.train.probe import (SETTLE_MAX_STEPS, Probe, auto_plan, probe_plan, settle_ms, short_run_budget,
                                    traced_steps, uninterrupted)
@@ -198,10 +198,9 @@ def train(
                 if input_runs_ahead and i in blocks_at and not recovery.ready(step_ms, ran, warmup, traced, steps):
                     syncs.add(recovery.postpone(blocks_at, i, steps, traced) - 1)  # the last block's recovery runs
                     # on; the device is idle when the moved block starts (sync_points)
-                if auto and i in blocks_at and stopped is None and len(ran) >= AUTO_MIN_BLOCKS:
-                    ci = running_interval(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead)
-                    if ci is not None and ci <= AUTO_CI95:
-                        stopped = f"after {len(ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * AUTO_CI95:.1f}"
+                if auto and i in blocks_at and stopped is None:
+                    stopped = auto_stop(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead,
+                                        AUTO_CI95)
                 if i in blocks_at and first_batch is not None and stopped is None:
                     probe.run_block(first_batch, blocks_at[i], settle_ms=settle_ms(step_ms, warmup),
                                     settle_max_steps=SETTLE_MAX_STEPS)
@@ -260,6 +259,8 @@ def train(
         # Stop the real pipeline before a probe block after the loop: its prefetch/interleave threads would
         # otherwise keep filling buffers and steal CPU from the compute-only steps.
         del iterator
+        if auto and steps in blocks_at and stopped is None:  # a block postponed past the loop is checked too
+            stopped = auto_stop(step_ms, warmup, traced, ran, probe.step_times_ms, input_runs_ahead, AUTO_CI95)
         if steps in blocks_at and first_batch is not None and interrupted is None and stopped is None:
             probe.run_block(first_batch, blocks_at[steps])
             ran.append((steps, blocks_at[steps]))
