@@ -14,7 +14,9 @@ it drain them at ~2-3 ms a step for 8-12 steps — longer than the 15-step gap's
 fit's real steps ran 2.4-3.4 ms with the probe and 6.3-8 ms without it (a 70 ms sleep at each planned block does
 the same), and T was the draining pipeline's step, not the fit's.  Since 2026-11-27 the probe reads the drain in the
 step times (tfbertperf/train/recovery.py): 64-72 % against 76-82 % on JAX; on the TensorFlow backend, where the
-drained steps run at 0.7-0.8 of the fit's pace, still 19-25 % against 49-53 % (BENCHMARKS.md).
+drained steps run at 0.7-0.8 of the fit's pace, still 19-25 % against 49-53 % (BENCHMARKS.md).  There tf.data's own
+autotuned prefetch after the `.repeat()` doubles its buffer with each block (`--no-inject-prefetch` turns it off):
+docs/own-training.md, known limit.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from tfbertperf.keras import ProfileCallback  # noqa: E402
 N, B, F = 16384, 64, 128
 
 
-def pipeline() -> tf.data.Dataset:
+def pipeline(inject_prefetch: bool = True) -> tf.data.Dataset:
+    """The per-example map behind prefetch 2 and `.repeat()`: tf.data puts its own autotuned prefetch after the
+    repeat (its default `inject_prefetch`) unless `inject_prefetch` is False."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((N, F)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
@@ -51,7 +55,12 @@ def pipeline() -> tf.data.Dataset:
             a = tf.math.l2_normalize(a + tf.random.normal(tf.shape(a), stddev=0.1))
         return a, b
 
-    return tf.data.Dataset.from_tensor_slices((x, y)).map(noisy).batch(B).prefetch(2).repeat()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).map(noisy).batch(B).prefetch(2).repeat()
+    if not inject_prefetch:
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        ds = ds.with_options(options)
+    return ds
 
 
 def compiled_model() -> keras.Model:
@@ -75,9 +84,11 @@ def main() -> None:
     p.add_argument("--callbacks", choices=("none", "progress"), default="progress",
                    help="the timed fits' callbacks: none (Keras reads the logs back on a thread of its own) or a "
                         "progress-bar-like one (logs read back every step, as with verbose=1 or ProfileCallback)")
+    p.add_argument("--no-inject-prefetch", action="store_true",
+                   help="turn off tf.data's own autotuned prefetch after the repeat (its inject_prefetch option)")
     a = p.parse_args()
     model = compiled_model()
-    ds = pipeline()
+    ds = pipeline(inject_prefetch=not a.no_inject_prefetch)
     model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
     own = model.train_function
     tf_backend = a.backend == "tensorflow"

@@ -23,7 +23,8 @@ steps at a pace within the tolerance of its own; then the steps fed from them co
 that input cost times the share of such steps.  Such counted steps also become clean steps, and the next reference
 drifts down with them.  On Keras' TensorFlow backend the same program read 19-25 % against 49-53 %; there a 500 ms
 pause is followed by no longer drain than a 60 ms one (tools/bench/bench_fit_drain.py) and the pace moves between
-two levels by itself, so the cause of that gap is not found (BENCHMARKS.md).  And the steps before the first block
+two levels by itself; part of it is tf.data's own autotuned prefetch, which doubles its buffer with each block
+(docs/own-training.md, known limit).  And the steps before the first block
 are the first reference: a deep prefetch that filled while the first step compiled feeds them all where the
 warm-up is shorter than its drain.
 """
