@@ -188,11 +188,13 @@ def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp
     plain = _run([*args, "--out", str(tmp_path / "plain")])
     assert probed["checksum"] == plain["checksum"]  # the trained parameters, with and without the probe
     w = probed["probe"]
-    assert w and w["probe_blocks"] >= 2 and plain["probe"] is None, w
+    # blocks ran (on a loaded machine the later ones can be postponed past the loop and join into one: CI saw a
+    # single block, and no interval)
+    assert w and w["probe_blocks"] >= 1 and plain["probe"] is None, w
     # ~1 pp quiet; on a busy machine (a CI run beside its own workers) 4 blocks give a wide interval: the truth
     # within it (and the truth's own 5 pp of noise), at most 15 pp off or the interval says why (0.20 ± 0.27 seen)
     off = abs(w["input_cost_fraction"] - probed["truth"])
-    assert off < max(0.15, w["input_cost_ci95"] + 0.05), (w, probed["truth"])
+    assert off < max(0.15, (w["input_cost_ci95"] or 0.0) + 0.05), (w, probed["truth"])
     d = analyze(probed["logdir"])
     assert abs(d["attribution"]["input_cost_fraction"] - w["input_cost_fraction"]) < 1e-3  # "input cost (measured)"
 

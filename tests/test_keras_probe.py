@@ -315,7 +315,9 @@ def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path
     model.train_function = cb._train_with_probe  # stale again, then a fit with the callback: one probe, no loop
     cb._armed = False
     model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])
-    assert cb.what_if is not None and [n for _, n in cb._ran] == [n for _, n in cb._plan]  # every block, once
+    # every planned timed step, once (on a loaded machine a block whose recovery outlasts the fit joins the last:
+    # train/recovery.py postpone, so CI saw blocks [2, 2, 4] for a plan of [2, 2, 2, 2])
+    assert cb.what_if is not None and sum(n for _, n in cb._ran) == sum(n for _, n in cb._plan), (cb._ran, cb._plan)
     assert all(r >= p for (r, _), (p, _) in zip(cb._ran, cb._plan))  # where planned or later (train/recovery.py)
     # stopped inside the capture: the profiler ran on; the next fit wrote it out and captured its own
     cb = ProfileCallback(str(tmp_path / "cap"), profile_steps="10:30")
@@ -326,3 +328,32 @@ def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path
     model.fit(ds, steps_per_epoch=40, epochs=1, verbose=0, callbacks=[cb])  # before: "another profiler is running"
     assert len(list((tmp_path / "cap").rglob("*.xplane.pb"))) == 2 and not cb._profiling
     assert json.loads(cb.step_file.read_text())["profiled_steps"] == [9, 31]
+
+
+@pytest.mark.slow
+def test_a_window_slower_than_its_recorded_events_explain_measures_no_profiler_cost(tmp_path):
+    """The twin of a window faster than its unprofiled steps (profile/unprofiled.py SLOWER_THAN_EVENTS): a keras-hub
+    tokenizer fit's window ran 67 % slower than its unprofiled steps, 4.8× what its events cost, and its estimate
+    against that step read 78.5 % where the truth was 42 %.  The same real capture against two step files."""
+    from tfbertperf.analyze import analyze
+    from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
+
+    logdir = tmp_path / "logs"
+    cb = ProfileCallback(str(logdir), profile_steps="14:18", warmup_steps=2)
+    _fit(tmp_path, [cb], steps=40, sleep_ms=5.0)
+    alone = analyze(str(cb.step_file.parent), steps=None)["attribution"]
+    S, events = alone["step_time_ms"], alone["host_events_per_step"]
+    assert alone["compute_on"] == "host" and events > 0
+    cost = events * HOST_EVENT_COST_US / 1e3  # ms a step the profiler's recorded events cost
+    for added, slower in ((min(cost, 0.04 * S), False), (max(4.0 * cost, 0.2 * S), True)):
+        steps = tmp_path / f"steps_{slower}.json"
+        stepfile.write(steps, stepfile.document([S - added] * 20, written_by="test"))
+        att = analyze(str(cb.step_file.parent), steps=str(steps))["attribution"]
+        pc = att["profiler_cost"]
+        if slower:
+            assert pc["not_measured"].startswith("not measured: the captured steps ran") and \
+                f"the {events} host events it recorded a step cost" in pc["not_measured"], pc
+            assert att["input_cost_estimate_unprofiled_fraction"] is None
+        else:
+            assert pc["added_ms_per_step"] == pytest.approx(added, abs=1e-2) and "not_measured" not in pc, pc
+            assert att["input_cost_estimate_unprofiled_fraction"] is not None

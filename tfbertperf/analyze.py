@@ -24,6 +24,7 @@ from pathlib import Path
 from tfbertperf.cliargs import Parser
 from tfbertperf.errors import UsageError, cli_entry, process_main
 from tfbertperf.profile import unprofiled
+from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 from tfbertperf.report.build import INTERRUPTED  # the marker a run stopped by Ctrl-C leaves in its directory
 
 
@@ -128,9 +129,12 @@ def _measured_cost(att: dict, measured, drifted: str | None = None) -> dict:
     measures nothing (profile/unprofiled.py: moved, drifted) the estimate stays, and why."""
     captured = float(att["step_time_ms"])
     added = captured - measured.unprofiled_step_ms
-    why = drifted or (unprofiled.not_measured(captured, measured.unprofiled_step_ms, f"{measured.unprofiled_steps} "
-                                              "unprofiled steps of the step file")
+    steps, events = f"{measured.unprofiled_steps} unprofiled steps of the step file", att.get("host_events_per_step")
+    why = drifted or (unprofiled.not_measured(captured, measured.unprofiled_step_ms, steps)
                       if unprofiled.moved(captured, measured.unprofiled_step_ms) else None)
+    if not why and att.get("compute_on") == "host" and unprofiled.slower_than_events(  # a CPU capture (its choice)
+            captured, measured.unprofiled_step_ms, events, HOST_EVENT_COST_US):
+        why = unprofiled.slower_words(captured, measured.unprofiled_step_ms, events, steps)
     base = {**(att.get("profiler_cost") or {}), "captured_step_ms": round(captured, 3),
             "unprofiled_step_ms": round(measured.unprofiled_step_ms, 3)}
     if why:  # the estimate's basis where the capture gives one (device planes), else this reason

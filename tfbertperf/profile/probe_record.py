@@ -10,7 +10,7 @@ import sys
 
 from tfbertperf.profile.probe_hint import precision_hint
 from tfbertperf.train import recovery
-from tfbertperf.train.probe import AUTO_MIN_BLOCKS
+from tfbertperf.train.blocks import stop_reason
 
 
 def excluded_steps(ran: list[tuple[int, int]], step_ms: list[float], warmup: int, traced,
@@ -34,10 +34,7 @@ def what_if_record(probe_ms: list[float], ran: list[tuple[int, int]], auto: bool
 def auto_stop(summary: dict | None, ran: list, target: float) -> str | None:
     """Why the auto probe stops before its next block (its interval is `target` or narrower after at least
     AUTO_MIN_BLOCKS blocks), else None; `summary` is the step file's for the steps so far."""
-    ci = (summary or {}).get("input_cost_ci95")
-    if len(ran) >= AUTO_MIN_BLOCKS and ci is not None and ci <= target:
-        return f"after {len(ran)} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * target:.1f}"
-    return None
+    return stop_reason(len(ran), (summary or {}).get("input_cost_ci95"), target)
 
 
 def after_fit(summary: dict | None, *, taken: bool, ran: list, stopped: str | None, steps: int, warmup: int,

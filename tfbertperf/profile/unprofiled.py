@@ -42,6 +42,31 @@ moved around the capture, and the captured − unprofiled difference is that mov
 loader without the Python tracer: 22.6 ms before, 27.6 ms after, "+4.75 ms" read as the profiler's cost)."""
 
 
+SLOWER_THAN_EVENTS = 3.5
+"""A captured step longer than the unprofiled one by over 3.5× what its recorded host events cost (program_facts.
+HOST_EVENT_COST_US each: the profiler's cost on a host capture) and by over SPEED_MOVED of the step: the window ran
+slower for a reason of its own, the twin of `moved` (the profiler cannot slow a program by much more than its events
+cost).  Chosen on ~40 captures of two own Keras fit programs (2026-11-27 03:20–04:35, BENCHMARKS.md): the measured
+cost was −1.3× to 2.3× the events' on all but the two whose estimate against the unprofiled step over-read most (a
+keras-hub tokenizer, 78.5 % against a truth of 42 %: 4.8×; a waiting map, 100 % against 96 %: 5.6×).  Scored on
+fresh captures: BENCHMARKS.md, "a window slower than its events explain"."""
+
+
+def slower_than_events(captured_ms: float, unprofiled_ms: float, events_per_step: float | None,
+                       event_cost_us: float) -> bool:
+    """The window ran slower than the profiler's recorded events explain (SLOWER_THAN_EVENTS; `event_cost_us`:
+    program_facts.HOST_EVENT_COST_US, passed in: that module imports this one)."""
+    added = captured_ms - unprofiled_ms
+    return bool(events_per_step) and added > SPEED_MOVED * unprofiled_ms and \
+        added > SLOWER_THAN_EVENTS * events_per_step * event_cost_us / 1e3
+
+
+def slower_words(captured_ms: float, unprofiled_ms: float, events_per_step: float, steps: str) -> str:
+    return (f"not measured: the captured steps ran {captured_ms - unprofiled_ms:.1f} ms a step slower than the {steps} "
+            f"({captured_ms:.1f} against {unprofiled_ms:.1f} ms), over {SLOWER_THAN_EVENTS:g}× what the "
+            f"{events_per_step:.0f} host events it recorded a step cost: the program's own speed moved between them")
+
+
 def moved(captured_ms: float, unprofiled_ms: float) -> bool:
     """The program's speed moved between the capture's window and its unprofiled steps (SPEED_MOVED)."""
     return unprofiled_ms > captured_ms * (1 + SPEED_MOVED)
@@ -125,15 +150,18 @@ def copies_share(att: dict) -> float:
     return ((att.get("unprofiled") or {}).get("fractions") or att["fractions"])["host_to_device"]
 
 
-def host_estimate(estimate: float | None, captured_ms: float, unprofiled_ms: float | None) -> float | None:
+def host_estimate(estimate: float | None, captured_ms: float, unprofiled_ms: float | None,
+                  events_per_step: float | None = None, event_cost_us: float = 0.0) -> float | None:
     """A host capture's input estimate (blocked wait + the pipeline's CPU taken from the step, a share of the
     captured step) as a share of the unprofiled step: the input's milliseconds kept (HOST_FIXED: a wait, a read
     and the pipeline's measured CPU take their own time), the step's own work less the profiler's cost.  None
-    without an estimate or a measured step, or where the program's speed moved (`moved`).  (Issue 29: on own
-    Keras fits the profiler added 0.1–2.5 ms to a 4–46 ms step, all of it on the step's own side of the ledger.)"""
+    without an estimate or a measured step, or where the program's speed moved (`moved`, `slower_than_events`).
+    (Issue 29: on own Keras fits the profiler added 0.1–2.5 ms to a 4–46 ms step, all of it on the step's own side
+    of the ledger.)"""
     if estimate is None or not unprofiled_ms or unprofiled_ms <= 0 or not captured_ms or captured_ms <= 0:
         return None
-    if moved(captured_ms, unprofiled_ms):
+    if moved(captured_ms, unprofiled_ms) or slower_than_events(captured_ms, unprofiled_ms, events_per_step,
+                                                               event_cost_us):
         return None
     return min(1.0, estimate * captured_ms / unprofiled_ms)
 

@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, marker_steps, threadcpu,
-                                unprofiled, xprof_tools)
+from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, marker_steps, program_facts,
+                                threadcpu, unprofiled, xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -262,11 +262,12 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
-    unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms)
+    events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
+    unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms, events, program_facts.HOST_EVENT_COST_US)
     busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
         "source": "xprof",
-        "steps_profiled": len(rows),
+        "steps_profiled": len(rows), "host_events_per_step": round(events),
         "step_time_ms": round(prof_step_ms, 4),
         "breakdown_ms": {c: round(v, 4) for c, v in bd.items()},
         "fractions": {c: round(v, 6) for c, v in fr.items()},

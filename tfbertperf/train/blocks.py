@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import statistics
 
-from tfbertperf.profile import probe_record
 from tfbertperf.train import recovery
 from tfbertperf.train.recovery import BRACKET_MIN  # real steps at least on each side of a block it is compared with
 from tfbertperf.train.probe import AUTO_CI95, AUTO_MIN_BLOCKS, uninterrupted  # noqa: F401 (AUTO_*: callers)
@@ -77,9 +76,16 @@ def running_interval(step_ms: list[float], warmup: int, traced: tuple[int, int] 
 
 
 def auto_stop(step_ms, warmup: int, traced, ran, probe_ms, runs_ahead: bool, target: float) -> str | None:
-    """Why an auto probe stops before its next block (profile/probe_record.py auto_stop, as the callback's), or
-    None to run it — checked before every block, one postponed past the loop's last step too."""
+    """Why an auto probe stops before its next block (`stop_reason`, as the callback's), or None to run it —
+    checked before every block, one postponed past the loop's last step too."""
     if len(ran) < AUTO_MIN_BLOCKS:
         return None
-    ci = running_interval(step_ms, warmup, traced, ran, probe_ms, runs_ahead)
-    return probe_record.auto_stop({"input_cost_ci95": ci}, ran, target)
+    return stop_reason(len(ran), running_interval(step_ms, warmup, traced, ran, probe_ms, runs_ahead), target)
+
+
+def stop_reason(blocks: int, ci: float | None, target: float) -> str | None:
+    """Why the auto probe stops before its next block: its interval is `target` or narrower after at least
+    AUTO_MIN_BLOCKS blocks (run's loop here, ProfileCallback and StepTimer by profile/probe_record.py); else None."""
+    if blocks >= AUTO_MIN_BLOCKS and ci is not None and ci <= target:
+        return f"after {blocks} blocks: the interval ±{100 * ci:.1f} pp ≤ ±{100 * target:.1f}"
+    return None

@@ -99,8 +99,9 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print("| program | rep | T / T_c ms (unprofiled) | profiled step ms | truth | capture alone | error | "
           "capture + step times (no probe) | error | verdict alone → with step times | "
-          + ("baseline analyze | baseline error | baseline verdict | " if a.baseline else "") + "load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if a.baseline else "") + "---|")
+          + ("baseline analyze | baseline error | baseline verdict | baseline with step times | "
+             if a.baseline else "") + "load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|---|" if a.baseline else "") + "---|")
     errs, base_errs, ms_errs = [], [], []
     # right when its side of the line is the truth's; an undecided verdict names both sides, so it is not wrong
     ok = lambda b, r: ("~" if "undecided" in b else  # noqa: E731
@@ -121,8 +122,10 @@ def main(argv=None) -> int:
         if r["base"]:
             b_err = (r["base"]["estimate"] or 0.0) - r["truth"]
             base_errs.append(abs(b_err))
+            b_t = r["base"]["unprofiled"]
             line += (f"{r['base']['estimate'] or 0:.0%} | {b_err * 100:+.1f} pp | {r['base']['bottleneck']} "
-                     f"{ok(r['base']['bottleneck'], r)} | ")
+                     f"{ok(r['base']['bottleneck'], r)} | "
+                     + ("— | " if b_t is None else f"{b_t:.0%} ({(b_t - r['truth']) * 100:+.1f} pp) | "))
         print(line + f"{r['load']:.1f} |")
     for shape in a.shapes.split(","):
         mine = [r for r in rows if r["shape"] == shape]

@@ -97,7 +97,9 @@ def own_fit(programs: list[str], reps: int, fit_args: list[str] | None = None) -
                          "load": res["load"], "T": res["T_ms"], "Tc": res["T_c_ms"],
                          "pT": res["probe"]["step_ms"], "pTc": res["probe"]["compute_only_step_ms"],
                          "cost": (measured["attribution"].get("profiler_cost") or {}).get("added_ms_per_step"),
-                         "fit_truth": res["fit_truth"], "fT": res["fit_T_ms"], "fTc": res["fit_T_c_ms"]})
+                         "fit_truth": res["fit_truth"], "fT": res["fit_T_ms"], "fTc": res["fit_T_c_ms"],
+                         "logdir": res["logdir"]})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # each pair as it comes (its capture kept)
     print("\n**own Keras fit (ProfileCallback(probe=True)), per repetition** — errors against the truth in the "
           "train_function loop / the truth inside fit\n")
     print("| shape | rep | truth, loop (T / T_c ms) | loop truth before / after the fit | truth in fit (T / T_c ms) | "
