@@ -488,8 +488,9 @@ def test_an_auto_probe_whose_last_block_is_postponed_past_the_loop_still_stops_a
     from tfbertperf.job import run
     from tfbertperf.train import recovery
 
-    ready = recovery.ready
-    monkeypatch.setattr(recovery, "ready", lambda step_ms, ran, *a: len(ran) < 4 and ready(step_ms, ran, *a))
+    # the first four blocks run where planned, every later one waits past the loop (under CI's load the real
+    # rule also postponed an early block onto a later one, and only three ran in the loop)
+    monkeypatch.setattr(recovery, "ready", lambda step_ms, ran, *a: len(ran) < 4)
     monkeypatch.setattr(loop, "AUTO_CI95", 1.0)
     cfg = load_config(data_uri=str(data_dir), sets=SMALL_DATA + [
         "train.steps=100", "profile.steps=90:95", "profile.probe_steps=auto", f"run.out={tmp_path}"])

@@ -267,7 +267,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
         "source": "xprof",
-        "steps_profiled": len(rows), "host_events_per_step": round(events),
+        "steps_profiled": len(rows), "host_events_per_step": round(events) if on_host else None,
         "step_time_ms": round(prof_step_ms, 4),
         "breakdown_ms": {c: round(v, 4) for c, v in bd.items()},
         "fractions": {c: round(v, 6) for c, v in fr.items()},
