@@ -25,3 +25,16 @@ def test_a_crashed_worker_reruns_the_group_and_the_result_says_why(tmp_path, mon
     assert (tmp_path / crash["log"]).is_file()
     assert "Segmentation fault" in crash["stack"] and "segfault_in_native_code" in crash["stack"]
     assert any("rerunning all 2 workers" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_a_worker_crash_past_its_retries_says_why_in_the_error(tmp_path, monkeypatch):
+    # CI once saw worker 1 abort in all three attempts and the error named only its log, gone with the run's folder
+    from tfbertperf.train.multiworker import WorkerError
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PROGRAMS), os.environ.get("PYTHONPATH", "")]))
+    cfg = load_config(overrides={"train.steps": 2, "profile.steps": "none"})
+    with pytest.raises(WorkerError, match=r"worker 0 crashed \(SIGSEGV\) — log: .* \(Fatal Python error: "
+                                          r"Segmentation fault\)$"):
+        launch_workers(cfg, 2, tmp_path, entry="crash_once:entry", timeout_s=300, progress=lambda line: None,
+                       retries=0)

@@ -141,8 +141,8 @@ def _attempts(cfg, service, n: int, out: Path, entry: str, timeout_s, say, retri
             shutil.copyfile(crash.log, kept)  # the rerun clears the worker's directory
             crashes.append({"attempt": attempt, "worker": crash.worker, "signal": crash.signal, "log": kept.name,
                             "stack": _fault_stack(kept)})
-            if attempt > retries:
-                raise WorkerError(str(crash)) from None
+            if attempt > retries:  # the reason TF or Python gave, where the log has one
+                raise WorkerError(f"{crash}" + "".join(f" ({r})" for r in [_fault_reason(kept)] if r)) from None
             say(f"{crash}; rerunning all {n} workers (attempt {attempt + 1}/{retries + 1})")
             continue
         service.training_ended(None)
@@ -174,6 +174,15 @@ def _fault_stack(log: Path, lines: int = 12) -> str:
     text = log.read_text(errors="replace").splitlines()
     at = next((i for i, ln in enumerate(text) if ln.startswith("Fatal Python error")), max(0, len(text) - lines))
     return "\n".join(text[at: at + lines])
+
+
+def _fault_reason(log: Path) -> str | None:
+    """The first line of a crashed worker's log that says why: TF's fatal check ("F0000 … Check failed: …"), a C++
+    `terminate called …`, or Python's "Fatal Python error: …"; None where there is none."""
+    for ln in log.read_text(errors="replace").splitlines():
+        if ln.startswith(("F0000", "terminate called", "Fatal Python error")) or "Check failed" in ln:
+            return ln.strip()[:200]
+    return None
 
 
 def _run_group(config_json: str, n: int, out: Path, entry: str, timeout_s, say) -> list[dict]:
