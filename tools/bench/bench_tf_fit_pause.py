@@ -1,0 +1,132 @@
+"""What a pause does to a Keras fit on the TensorFlow backend fed by tf.data (issue 29, the probe's TensorFlow gap):
+the fit of tests/programs/keras_jax_tfdata_by_hand.py (a per-example map, batch, prefetch 2, `.repeat()`, an MLP),
+its real steps timed by a callback, in one process, the variants alternating.
+
+    python tools/bench/bench_tf_fit_pause.py --experiment probe     # plain fit / ProfileCallback / probe=True
+    python tools/bench/bench_tf_fit_pause.py --experiment pauses    # every 40 steps: nothing / a sleep / a snapshot
+                                                                    #   and restore / 15 cached steps
+    python tools/bench/bench_tf_fit_pause.py --experiment options   # the probe against a plain fit, tf.data's
+                                                                    #   default / inject_prefetch off / autotune off
+    python tools/bench/bench_tf_fit_pause.py --experiment deep      # plain fits with a deeper prefetch at the end
+
+Each line: the variant, the median and mean real step (ms, after 10 steps) and 20- or 30-step medians through the
+fit, or for the probe its T, T_c and input cost beside the plain fit's (plain − T_c) / plain.  Results:
+BENCHMARKS.md, "the pause is what speeds the real steps".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["KERAS_BACKEND"] = "tensorflow"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "programs"))
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_jax_tfdata_by_hand import compiled_model, pipeline  # noqa: E402
+from tfbertperf.keras import ProfileCallback  # noqa: E402
+from tfbertperf.train.probe import Snapshot  # noqa: E402
+
+EVERY = 40  # steps between pauses (--experiment pauses)
+
+
+class Timer(keras.callbacks.Callback):
+    """Each real step's wall time; with `pause` one of "sleep", "snapshot", "block" done every EVERY steps (its own
+    time left out)."""
+
+    def __init__(self, pause: str = "none", cached=None):
+        super().__init__()
+        self.pause, self.cached = pause, cached
+
+    def on_train_begin(self, logs=None):
+        self.t, self.last = [], time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        self.t.append((now - self.last) * 1e3)
+        if batch % EVERY == 10 and self.pause != "none":
+            if self.pause == "sleep":
+                time.sleep(0.06)
+            else:
+                m = self.model
+                saved = Snapshot([*m.variables, *m.optimizer.variables, *m.metrics_variables])
+                if self.pause == "block":
+                    for _ in range(15):
+                        out = m.train_function(self.cached)
+                    tf.nest.map_structure(lambda v: v.numpy(), out)
+                saved.restore()
+        self.last = time.perf_counter()
+
+
+def _line(name: str, t: list[float], width: int) -> str:
+    return (f"{name:14s} median {statistics.median(t[10:]):.2f}  mean {statistics.fmean(t[10:]):.2f} ms | "
+            + " ".join(f"{statistics.median(t[i:i + width]):.1f}" for i in range(0, len(t), width)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--experiment", choices=("probe", "pauses", "options", "deep"), required=True)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=300)
+    a = p.parse_args(argv)
+    model, base = compiled_model(), pipeline()
+    model.fit(base, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
+    cached = iter(tf.data.Dataset.from_tensors(next(iter(base.take(1)))).repeat())
+    no_inject = pipeline(inject_prefetch=False)
+    no_autotune = base.with_options(_options(autotune=False))
+    print(f"load at the start {os.getloadavg()[0]:.1f}", flush=True)
+    for r in range(a.rounds):
+        if a.experiment == "probe":
+            for name in ("plain", "callback", "probe"):
+                if name == "plain":
+                    tm = Timer()
+                    model.fit(base, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                    print(_line(f"{name} {r}", tm.t, 20), flush=True)
+                    continue
+                cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None,
+                                     probe=name == "probe")
+                model.fit(base, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
+                w = cb.what_if or {}
+                print(_line(f"{name} {r}", cb.step_times_ms, 20)
+                      + (f" | probe {w['input_cost_fraction']:.3f}" if w else ""), flush=True)
+        elif a.experiment == "pauses":
+            for pause in ("none", "sleep", "snapshot", "block"):
+                tm = Timer(pause, cached)
+                model.fit(base, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                print(_line(f"{pause} {r}", tm.t, 20), flush=True)
+        elif a.experiment == "options":
+            for name, ds in (("default", base), ("no_inject", no_inject), ("no_autotune", no_autotune)):
+                tm = Timer()
+                model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None, probe=True)
+                model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
+                plain, w = statistics.fmean(tm.t[10:]), cb.what_if
+                print(f"{name:12s} {r} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
+                      f"{w['compute_only_step_ms']:.2f} input {w['input_cost_fraction']:.3f} ± "
+                      f"{w['input_cost_ci95']:.3f} | (plain − T_c) / plain "
+                      f"{(plain - w['compute_only_step_ms']) / plain:.3f}", flush=True)
+        else:
+            for name, ds in (("default", base), ("no_inject", no_inject), ("prefetch32", base.prefetch(32)),
+                             ("prefetch2", base.prefetch(2))):
+                tm = Timer()
+                model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                print(_line(f"{name} {r}", tm.t, 30), flush=True)
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+def _options(autotune: bool) -> tf.data.Options:
+    o = tf.data.Options()
+    o.autotune.enabled = autotune
+    return o
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
