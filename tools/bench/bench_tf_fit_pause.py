@@ -7,6 +7,7 @@ its real steps timed by a callback, in one process, the variants alternating.
                                                                     #   and restore / 15 cached steps
     python tools/bench/bench_tf_fit_pause.py --experiment options   # the probe against a plain fit, tf.data's
                                                                     #   default / inject_prefetch off / autotune off
+                                                                    #   / a prefetch(2) after the repeat
     python tools/bench/bench_tf_fit_pause.py --experiment deep      # plain fits with a deeper prefetch at the end
 
 Each line: the variant, the median and mean real step (ms, after 10 steps) and 20- or 30-step medians through the
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
                 model.fit(base, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
                 print(_line(f"{pause} {r}", tm.t, 20), flush=True)
         elif a.experiment == "options":
-            for name, ds in (("default", base), ("no_inject", no_inject), ("no_autotune", no_autotune)):
+            for name, ds in (("default", base), ("no_inject", no_inject), ("no_autotune", no_autotune),
+                             ("prefetch_end", base.prefetch(2))):
                 tm = Timer()
                 model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
                 cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None, probe=True)
