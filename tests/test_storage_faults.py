@@ -192,3 +192,19 @@ def test_a_host_name_that_does_not_resolve_fails_at_once():
         "'storage.example.invalid' ([Errno -2] Name or service not known)\"))")
     err = network_failure(exc, "gs://b/x")
     assert isinstance(err, UsageError) and str(err) == "gs://b/x: storage host cannot be resolved"
+
+
+def test_an_emulator_whose_free_port_was_taken_before_it_bound_starts_on_another():
+    # CI: fake-gcs-server exited with "bind: address already in use" on the free port chosen for it a moment before
+    import socket
+
+    from tfbertperf.testing.emulators import FakeGcs
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        gcs = FakeGcs(tls=False)
+        gcs.port = taken.getsockname()[1]  # as if another process took it between the choice and the bind
+        with gcs:
+            assert gcs.port != taken.getsockname()[1]
+            gcs.create_bucket("after-a-taken-port")

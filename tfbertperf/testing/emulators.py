@@ -264,6 +264,7 @@ class FakeGcs(_Emulator):
     `tls_port` with a certificate for *.googleapis.com from a throwaway CA (TF's native gs:// filesystem)."""
 
     def __init__(self, port: int | None = None, tls: bool = True, memory: bool = True) -> None:
+        self._picked = port is None  # ports chosen here may be taken between the choice and the bind: start retries
         self.port = port or free_port()
         self.tls = tls
         self.tls_port = free_port() if tls else None
@@ -278,6 +279,16 @@ class FakeGcs(_Emulator):
         return {"STORAGE_EMULATOR_HOST": self.url}
 
     def start(self) -> "FakeGcs":
+        for attempt in range(3):  # a free port another process took before the server bound it (seen in CI)
+            try:
+                return self._start()
+            except RuntimeError as e:
+                if not (self._picked and "address already in use" in str(e) and attempt < 2):
+                    raise
+                self.port, self.tls_port = free_port(), free_port() if self.tls else None
+        raise AssertionError("unreachable")
+
+    def _start(self) -> "FakeGcs":
         program = fake_gcs_binary()  # EmulatorMissing before anything is made
         self.scratch = tempfile.mkdtemp(prefix="tfbertperf-fakegcs-")
         cmd = [program, "-host", "127.0.0.1", "-external-url", self.url, "-log-level", "error",
