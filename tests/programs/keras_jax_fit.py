@@ -200,6 +200,8 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=None, help="its hidden layers (default: the shape's own)")
     p.add_argument("--steps-per-execution", type=int, default=1, help="Keras' steps_per_execution: a step is k batches")
     p.add_argument("--window", default="60:70", help="its profiled window")
+    p.add_argument("--no-python-tracer", action="store_true",
+                   help="capture without JAX's Python tracer (ProfileOptions python_tracer_level 0)")
     p.add_argument("--rounds", type=int, default=10, help="truth: blocks of each kind")
     p.add_argument("--block", type=int, default=10, help="truth: steps per block (the first SETTLE not timed)")
     a = p.parse_args()
@@ -214,7 +216,13 @@ def main() -> None:
     fit_truth.blocks(a.rounds // 2)
     truth.state = _state(model)  # the truth's fits trained the variables on
     logdir = os.path.join(a.out, a.shape)
-    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True)
+    options = None
+    if a.no_python_tracer:
+        import jax
+
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+    cb = ProfileCallback(logdir, profile_steps=a.window, probe=True, profiler_options=options)
     model.fit(**data, epochs=a.epochs, callbacks=[cb], verbose=0)
     truth.state = _state(model)  # the fit trained the variables on: go on from there
     truth.blocks(a.rounds - a.rounds // 2)

@@ -19,6 +19,10 @@ CONFIGS=(
   "numpy-wide|--shape numpy --hidden 8192 --layers 4"
   "compute-gpu|--shape compute --batch 1024 --hidden 8192 --examples 131072"
   "arrays-spe8|--shape arrays --steps-per-execution 8 --examples 32768 --window 64:160"
+  "arrays-notrace|--shape arrays --no-python-tracer"
+  "numpy-notrace|--shape numpy --no-python-tracer"
+  "numpy-wide-notrace|--shape numpy --hidden 8192 --layers 4 --no-python-tracer"
+  "compute-gpu-notrace|--shape compute --batch 1024 --hidden 8192 --examples 131072 --no-python-tracer"
 )
 for c in "${CONFIGS[@]}"; do
   name=${c%%|*}; args=${c#*|}
