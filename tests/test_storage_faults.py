@@ -194,17 +194,41 @@ def test_a_host_name_that_does_not_resolve_fails_at_once():
     assert isinstance(err, UsageError) and str(err) == "gs://b/x: storage host cannot be resolved"
 
 
-def test_an_emulator_whose_free_port_was_taken_before_it_bound_starts_on_another():
-    # CI: fake-gcs-server exited with "bind: address already in use" on the free port chosen for it a moment before
+@pytest.mark.parametrize("which", ["gcs", "azurite"])
+def test_an_emulator_whose_free_port_was_taken_before_it_bound_starts_on_another(which):
+    # CI: fake-gcs-server exited with "bind: address already in use" on the free port chosen for it a moment before;
+    # Azurite picks its port the same way ("listen EADDRINUSE")
     import socket
 
-    from tfbertperf.testing.emulators import FakeGcs
+    from tfbertperf.testing.emulators import Azurite, EmulatorMissing, FakeGcs
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        gcs = FakeGcs(tls=False)
-        gcs.port = taken.getsockname()[1]  # as if another process took it between the choice and the bind
-        with gcs:
-            assert gcs.port != taken.getsockname()[1]
-            gcs.create_bucket("after-a-taken-port")
+        server = FakeGcs(tls=False) if which == "gcs" else Azurite()
+        server.port = taken.getsockname()[1]  # as if another process took it between the choice and the bind
+        try:
+            with server:
+                assert server.port != taken.getsockname()[1]
+                if which == "gcs":
+                    server.create_bucket("after-a-taken-port")
+                else:
+                    server.create_container("after-a-taken-port")
+        except EmulatorMissing as e:
+            pytest.skip(str(e))
+
+
+def test_an_emulator_on_the_port_its_caller_chose_does_not_move_off_it():
+    import socket
+
+    from tfbertperf.testing.emulators import Azurite, EmulatorMissing
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            with pytest.raises(RuntimeError, match="EADDRINUSE"):
+                Azurite(port=port).start()
+        except EmulatorMissing as e:
+            pytest.skip(str(e))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import functools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -89,6 +90,21 @@ class _Emulator:
 
     proc: subprocess.Popen | None = None
     scratch: str | None = None  # removed by stop()
+
+    _picked = False  # the ports were chosen here (free_port), not by the caller: a start may move them
+
+    def _start_on_free_ports(self, start_once):
+        """`start_once()`, again on fresh ports (`_new_ports`) up to twice where the server could not bind the free
+        port chosen for it: another process took it between the choice and the bind (seen in CI, fake-gcs-server's
+        "bind: address already in use", Azurite's "EADDRINUSE")."""
+        for attempt in range(3):
+            try:
+                return start_once()
+            except RuntimeError as e:
+                if not (self._picked and re.search(r"address already in use|EADDRINUSE", str(e)) and attempt < 2):
+                    raise
+                self._new_ports()
+        raise AssertionError("unreachable")
 
     def _launch(self, cmd: list[str], ready_url: str, name: str):
         self._argv = (cmd, ready_url, name)  # for restart
@@ -167,6 +183,7 @@ class Azurite(_Emulator):
     """Azurite's blob service on a free 127.0.0.1 port, workspace in a temp dir (or `location`)."""
 
     def __init__(self, port: int | None = None, location: str | None = None) -> None:
+        self._picked = port is None  # ports chosen here may be taken between the choice and the bind: start retries
         self.port = port or free_port()
         self.location = location  # None: a temp dir, made by start() and removed by stop()
 
@@ -183,6 +200,12 @@ class Azurite(_Emulator):
         return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string}
 
     def start(self) -> "Azurite":
+        return self._start_on_free_ports(self._start)
+
+    def _new_ports(self) -> None:
+        self.port = free_port()
+
+    def _start(self) -> "Azurite":
         program = azurite_command()  # EmulatorMissing before anything is made
         if self.location is None:
             self.scratch = tempfile.mkdtemp(prefix="tfbertperf-azurite-")
@@ -279,14 +302,10 @@ class FakeGcs(_Emulator):
         return {"STORAGE_EMULATOR_HOST": self.url}
 
     def start(self) -> "FakeGcs":
-        for attempt in range(3):  # a free port another process took before the server bound it (seen in CI)
-            try:
-                return self._start()
-            except RuntimeError as e:
-                if not (self._picked and "address already in use" in str(e) and attempt < 2):
-                    raise
-                self.port, self.tls_port = free_port(), free_port() if self.tls else None
-        raise AssertionError("unreachable")
+        return self._start_on_free_ports(self._start)
+
+    def _new_ports(self) -> None:
+        self.port, self.tls_port = free_port(), free_port() if self.tls else None
 
     def _start(self) -> "FakeGcs":
         program = fake_gcs_binary()  # EmulatorMissing before anything is made
