@@ -43,9 +43,10 @@ from tfbertperf.keras import ProfileCallback  # noqa: E402
 N, B, F = 16384, 64, 128
 
 
-def pipeline(inject_prefetch: bool = True) -> tf.data.Dataset:
+def pipeline(inject_prefetch: bool = True, repeat_first: bool = False, prefetch: int = 2) -> tf.data.Dataset:
     """The per-example map behind prefetch 2 and `.repeat()`: tf.data puts its own autotuned prefetch after the
-    repeat (its default `inject_prefetch`) unless `inject_prefetch` is False."""
+    repeat (its default `inject_prefetch`) unless `inject_prefetch` is False.  `repeat_first`: `.repeat()` first
+    and the pipeline ending in `prefetch(prefetch)` (tf.data.AUTOTUNE: the common tutorial form; nothing injected)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((N, F)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
@@ -55,6 +56,8 @@ def pipeline(inject_prefetch: bool = True) -> tf.data.Dataset:
             a = tf.math.l2_normalize(a + tf.random.normal(tf.shape(a), stddev=0.1))
         return a, b
 
+    if repeat_first:
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().map(noisy).batch(B).prefetch(prefetch)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).map(noisy).batch(B).prefetch(2).repeat()
     if not inject_prefetch:
         options = tf.data.Options()

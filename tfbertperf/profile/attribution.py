@@ -11,13 +11,13 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from tfbertperf.profile import devices, undecided, xprof_tools
+from tfbertperf.profile import autotuned_prefetch, devices, undecided, xprof_tools
 from tfbertperf.profile.device_attribution import missing_data
 from tfbertperf.profile.trace import load_trace
 from tfbertperf.profile.xprof_attribution import (STEP_MARKER_HINT, STEPS_NOT_MARKED, NoStepsError,
                                                   accelerator_utilization, attribute_host)
 from tfbertperf.profile.accelerator_facts import cross_check
-from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, refine, verdict
+from tfbertperf.profile.verdict import AU_THRESHOLD_DEFAULT, INPUT_BOUND_THRESHOLD, refine, verdict
 
 __all__ = ["attribute", "device_summary", "step_timer_summary", "NoStepsError", "STEP_MARKER_HINT",
            "STEPS_NOT_MARKED"]
@@ -167,6 +167,9 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         # the step's blocked wait for input: on a contended host the cause is what the run waits on
         decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
     decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None), **vkw)
+    if config is None:  # a user's fit: a what-if its probe measured under an autotuned prefetch is a lower bound
+        att["autotuned_prefetch"] = load_trace(xplanes).autotuned_prefetch() or None
+        decided = autotuned_prefetch.mark(decided, att, INPUT_BOUND_THRESHOLD)
     return {
         "attribution": att,
         "verdict": decided,

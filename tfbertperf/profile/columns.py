@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tfbertperf.profile import autotuned_prefetch
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile import kernel_programs
 from tfbertperf.profile.intervals import parents
@@ -96,6 +97,9 @@ class HostThread:
     step_num: np.ndarray
     names: Names
     _nesting: tuple | None = field(default=None, repr=False, compare=False)
+    # tf.data prefetches whose buffer tf.data sizes itself, seen on this thread: (iterator name, autotune mode,
+    # largest buffer_limit recorded) — `prefetch(tf.data.AUTOTUNE)`, or the one tf.data injects after `.repeat()`
+    prefetch: tuple = ()
 
     def __len__(self) -> int:
         return len(self.start)
@@ -273,7 +277,7 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
                        or None, program_kernels, keys)
 
 
-def _thread(line, host: str, names: Names, table) -> HostThread:
+def _thread(line, host: str, names: Names, table, strings: list = ()) -> HostThread:
     start, end = line.start, line.end
     step_gap = np.diff(start)
     if np.all((step_gap > 0) | ((step_gap == 0) & (end[1:] <= end[:-1]))):
@@ -288,7 +292,8 @@ def _thread(line, host: str, names: Names, table) -> HostThread:
         step = np.where((step != MISSING) & (r == 1), step, MISSING)[order]
     else:
         step = np.full(len(order), MISSING, dtype=np.int64)
-    return HostThread(host, line.display_name or line.name, line.id, start, end, codes, step, names)
+    return HostThread(host, line.display_name or line.name, line.id, start, end, codes, step, names,
+                      prefetch=autotuned_prefetch.from_line(line, names, table, strings))
 
 
 def _progress(path: Path, size: int):
@@ -315,7 +320,7 @@ def _digest(path: str, _mtime_ns: int, size: int) -> FileDigest:
             for line in plane.lines:
                 codes, values = plane.name_table(line.meta)
                 names = names or Names(values)  # one table per plane: every thread's events index it
-                out.threads.append(_thread(line, space.host, names, codes))
+                out.threads.append(_thread(line, space.host, names, codes, plane.strings))
         elif (m := _DEVICE_RE.match(plane.name)) and m.group(1).upper() != "CPU":
             out.devices.append(_device(plane, space.host, m.group(1).upper(), int(m.group(2))))
         if plane.hlo_protos:

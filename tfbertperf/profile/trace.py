@@ -64,6 +64,15 @@ class Trace:
         out = [(t, t.event(i)) for t in self.threads for i in t.marker_index().tolist()]
         return sorted(out, key=lambda te: te[1].start)
 
+    def autotuned_prefetch(self) -> list[dict]:
+        """tf.data prefetches whose buffer tf.data sizes itself (HostThread.prefetch), one per iterator:
+        {"iterator", "autotune_mode", "buffer_limit_max"}."""
+        seen: dict = {}
+        for t in self.threads:
+            for name, mode, limit in t.prefetch:
+                seen[(name, mode)] = max(seen.get((name, mode), 0), limit)
+        return [{"iterator": n, "autotune_mode": m, "buffer_limit_max": lim} for (n, m), lim in sorted(seen.items())]
+
     def active_devices(self) -> list[DeviceTrace]:
         """Device planes that ran kernels (a plane that only received copies is not one)."""
         return [d for d in self.devices if len(d.busy)]

@@ -38,8 +38,9 @@ from tfbertperf.profile.xspace_wire import MISSING, CorruptXSpace, _field_at, _f
 # are decoded for all events of a chunk at once with numpy, and what no rule reads is skipped unread.
 
 
-HOST_STATS = {"step_num": "int", "_r": "int"}
-"""Host-plane stats the rules read: a step marker is an event with step_num and _r = 1 (trace.py)."""
+HOST_STATS = {"step_num": "int", "_r": "int", "autotune": "str", "autotune_mode": "str", "buffer_limit": "int"}
+"""Host-plane stats the rules read: a step marker is an event with step_num and _r = 1 (trace.py); a tf.data
+prefetch's iterator events carry autotune, autotune_mode and buffer_limit (columns.HostThread.prefetch)."""
 DEVICE_STATS = {"hlo_module": "str", "memcpy_details": "str", "program_id": "int"}
 """Device-plane stats the rules read: the XLA program a kernel belongs to (name, id) and a copy's details."""
 

@@ -8,6 +8,8 @@ its real steps timed by a callback, in one process, the variants alternating.
     python tools/bench/bench_tf_fit_pause.py --experiment options   # the probe against a plain fit, tf.data's
                                                                     #   default / inject_prefetch off / autotune off
                                                                     #   / a prefetch(2) after the repeat
+                                                                    #   (--variants: also repeat first, then
+                                                                    #   prefetch(2) or prefetch(AUTOTUNE))
     python tools/bench/bench_tf_fit_pause.py --experiment deep      # plain fits with a deeper prefetch at the end
 
 Each line: the variant, the median and mean real step (ms, after 10 steps) and 20- or 30-step medians through the
@@ -76,6 +78,9 @@ def main(argv=None) -> int:
     p.add_argument("--experiment", choices=("probe", "pauses", "options", "deep"), required=True)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--variants", default="default,no_inject,no_autotune,prefetch_end",
+                   help="--experiment options: which (also repeat_first_2, repeat_first_autotune: `.repeat()` first "
+                        "and the pipeline ending in prefetch(2) / prefetch(tf.data.AUTOTUNE))")
     a = p.parse_args(argv)
     model, base = compiled_model(), pipeline()
     model.fit(base, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
@@ -103,14 +108,16 @@ def main(argv=None) -> int:
                 model.fit(base, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
                 print(_line(f"{pause} {r}", tm.t, 20), flush=True)
         elif a.experiment == "options":
-            for name, ds in (("default", base), ("no_inject", no_inject), ("no_autotune", no_autotune),
-                             ("prefetch_end", base.prefetch(2))):
+            variants = {"default": base, "no_inject": no_inject, "no_autotune": no_autotune,
+                        "prefetch_end": base.prefetch(2), "repeat_first_2": pipeline(repeat_first=True),
+                        "repeat_first_autotune": pipeline(repeat_first=True, prefetch=tf.data.AUTOTUNE)}
+            for name, ds in ((v, variants[v]) for v in a.variants.split(",")):
                 tm = Timer()
                 model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
                 cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None, probe=True)
                 model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
                 plain, w = statistics.fmean(tm.t[10:]), cb.what_if
-                print(f"{name:12s} {r} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
+                print(f"{name:21s} {r} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
                       f"{w['compute_only_step_ms']:.2f} input {w['input_cost_fraction']:.3f} ± "
                       f"{w['input_cost_ci95']:.3f} | (plain − T_c) / plain "
                       f"{(plain - w['compute_only_step_ms']) / plain:.3f}", flush=True)

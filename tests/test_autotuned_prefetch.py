@@ -1,0 +1,116 @@
+"""A tf.data prefetch that sizes its own buffer, read from the capture, makes a user's measured what-if a lower
+bound (tfbertperf/profile/autotuned_prefetch.py; issue 29, BENCHMARKS.md "the probe and tf.data's autotuned
+prefetch": with `prefetch(tf.data.AUTOTUNE)` the probe read 18–26 pp low, with a fixed `prefetch(2)` within 7 pp)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from profile_fixtures import synthetic_xspace
+from tfbertperf.profile import autotuned_prefetch
+from tfbertperf.profile.trace import load_trace
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def _prefetch_events(t0: float, autotune: str, limit: int, name="Iterator::Root::Prefetch"):
+    return (name, t0, 20.0, {"autotune": autotune, "autotune_mode": "legacy", "buffer_limit": limit,
+                             "buffered_elements": 0})
+
+
+def test_the_capture_names_each_autotuned_prefetch_with_its_largest_buffer(tmp_path):
+    host = {"tf_data_iterator_get_next/1": [_prefetch_events(10, "true", 2), _prefetch_events(100, "true", 8),
+                                            _prefetch_events(200, "true", 4)],
+            "tf_data_iterator_resource/2": [_prefetch_events(50, "false", 2, "Iterator::Root::Prefetch::Map"),
+                                            ("Iterator::Root::Prefetch::Map::TensorSlice", 60, 1.0, {})],
+            "python3": [("train", 0, 300, {"step_num": 1, "_r": 1})]}
+    trace = load_trace([synthetic_xspace(tmp_path / "p.xplane.pb", host)])
+    assert trace.autotuned_prefetch() == [{"iterator": "Iterator::Root::Prefetch", "autotune_mode": "legacy",
+                                          "buffer_limit_max": 8}]
+    none = load_trace([synthetic_xspace(tmp_path / "q.xplane.pb", {"python3": host["python3"],
+                                                                    "t/2": host["tf_data_iterator_resource/2"]})])
+    assert none.autotuned_prefetch() == []
+
+
+FOUND = [{"iterator": "Iterator::Root::Prefetch", "autotune_mode": "legacy", "buffer_limit_max": 2}]
+
+
+def _decided(bottleneck: str, undecided=None):
+    acts = [{"advice": "measure longer before acting on this verdict — a fit about 2× as long …", "set": []}] \
+        if undecided else []
+    acts.append({"advice": "preprocessing dominates: …", "set": []})
+    return {"bottleneck": bottleneck, "summary": "compute-bound: input costs 12%", "actions": acts,
+            "recommendations": [a["advice"] for a in acts], "also": [], "undecided": undecided}
+
+
+def test_a_probe_figure_below_the_line_is_undecided_and_the_fix_comes_first():
+    out = autotuned_prefetch.mark(_decided("compute"), {"autotuned_prefetch": FOUND, "input_cost_fraction": 0.12,
+                                                        "input_cost_ci95": 0.03}, 0.20)
+    assert out["undecided"]["between"] == ["compute", "input"] and out["undecided"]["source"] == "autotuned_prefetch"
+    assert "lower bound" in out["summary"] and "Iterator::Root::Prefetch (legacy autotune)" in out["summary"]
+    assert "inject_prefetch = False" in out["actions"][0]["advice"] and "prefetch(2)" in out["recommendations"][0]
+    assert out["actions"][1]["advice"].startswith("preprocessing")
+
+
+def test_a_probe_figure_above_the_line_stays_input_bound_with_the_bound_said():
+    out = autotuned_prefetch.mark(_decided("input"), {"autotuned_prefetch": FOUND, "input_cost_fraction": 0.31,
+                                                      "input_cost_ci95": 0.03}, 0.20)
+    assert out["undecided"] is None and "the what-if 31% is a lower bound" in out["summary"]
+    assert [a["advice"] for a in out["actions"]] == ["preprocessing dominates: …"]
+
+
+def test_a_straddling_interval_gets_the_fix_in_place_of_measuring_longer():
+    und = {"between": ["input", "compute"], "input_cost_fraction": 0.24, "ci95": 0.08, "threshold": 0.2,
+           "probe_steps_to_decide": None, "longer_by": 2.0}
+    out = autotuned_prefetch.mark(_decided("input", und), {"autotuned_prefetch": FOUND, "input_cost_fraction": 0.24,
+                                                          "input_cost_ci95": 0.08}, 0.20)
+    assert out["undecided"]["between"] == ["input", "compute"] and out["undecided"]["source"] == "autotuned_prefetch"
+    assert out["undecided"]["longer_by"] is None
+    assert not any(a["advice"].startswith("measure longer") for a in out["actions"])
+    assert out["actions"][0]["advice"].startswith("measure again before acting on this verdict")
+
+
+@pytest.mark.parametrize("att", [{"autotuned_prefetch": FOUND, "input_cost_fraction": None},
+                                 {"autotuned_prefetch": None, "input_cost_fraction": 0.12}])
+def test_without_a_probe_or_without_such_a_prefetch_the_verdict_is_unchanged(att):
+    decided = _decided("compute")
+    assert autotuned_prefetch.mark(decided, att, 0.20) is decided
+
+
+_FIT = """
+import os, sys, tempfile
+os.environ["KERAS_BACKEND"] = "tensorflow"
+sys.path.insert(0, sys.argv[1])
+import tensorflow as tf
+from keras_jax_tfdata_by_hand import compiled_model, pipeline
+from tfbertperf.keras import ProfileCallback
+ds = pipeline(repeat_first=True, prefetch=tf.data.AUTOTUNE if sys.argv[2] == "autotune" else 2)
+if sys.argv[2] == "fixed":
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    ds = ds.with_options(options)
+compiled_model().fit(ds, epochs=1, steps_per_epoch=30, verbose=0,
+                     callbacks=[ProfileCallback(sys.argv[3], profile_steps="12:16")])
+"""
+
+
+@pytest.mark.parametrize("variant", ["autotune", "fixed"])
+def test_a_real_fit_shows_its_autotuned_prefetch_in_the_report(variant, tmp_path):
+    import subprocess
+
+    from tfbertperf.analyze import analyze
+
+    logdir = tmp_path / "logs"
+    proc = subprocess.run([sys.executable, "-c", _FIT, str(PROGRAMS), variant, str(logdir)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    att = analyze(str(logdir))["attribution"]
+    if variant == "autotune":
+        assert att["autotuned_prefetch"] and att["autotuned_prefetch"][0]["autotune_mode"] == "legacy"
+        assert att["autotuned_prefetch"][0]["iterator"].startswith("Iterator::Root::Prefetch")
+    else:
+        assert att["autotuned_prefetch"] is None
