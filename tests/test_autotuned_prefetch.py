@@ -82,7 +82,7 @@ def test_without_a_probe_or_without_such_a_prefetch_the_verdict_is_unchanged(att
 
 
 _FIT = """
-import os, sys, tempfile
+import json, os, sys, tempfile
 os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.path.insert(0, sys.argv[1])
 import tensorflow as tf
@@ -93,24 +93,49 @@ if sys.argv[2] == "fixed":
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     ds = ds.with_options(options)
-compiled_model().fit(ds, epochs=1, steps_per_epoch=30, verbose=0,
-                     callbacks=[ProfileCallback(sys.argv[3], profile_steps="12:16")])
+probe = sys.argv[4] == "probe"
+cb = ProfileCallback(sys.argv[3], profile_steps="12:16", probe=probe, probe_steps=8 if probe else "auto",
+                     probe_blocks=2)
+compiled_model().fit(ds, epochs=1, steps_per_epoch=60 if probe else 30, verbose=0, callbacks=[cb])
+print(json.dumps(cb.what_if))
 """
+
+
+def _fit(variant: str, logdir: Path, probe: bool = False):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _FIT, str(PROGRAMS), variant, str(logdir),
+                           "probe" if probe else "no"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
 
 
 @pytest.mark.parametrize("variant", ["autotune", "fixed"])
 def test_a_real_fit_shows_its_autotuned_prefetch_in_the_report(variant, tmp_path):
-    import subprocess
-
     from tfbertperf.analyze import analyze
 
     logdir = tmp_path / "logs"
-    proc = subprocess.run([sys.executable, "-c", _FIT, str(PROGRAMS), variant, str(logdir)], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    _fit(variant, logdir)
     att = analyze(str(logdir))["attribution"]
     if variant == "autotune":
         assert att["autotuned_prefetch"] and att["autotuned_prefetch"][0]["autotune_mode"] == "legacy"
         assert att["autotuned_prefetch"][0]["iterator"].startswith("Iterator::Root::Prefetch")
     else:
         assert att["autotuned_prefetch"] is None
+
+
+def test_a_probed_fit_under_an_autotuned_prefetch_says_its_figure_is_a_lower_bound(tmp_path):
+    import json
+
+    from tfbertperf.analyze import analyze
+
+    proc = _fit("autotune", tmp_path / "logs", probe=True)
+    what_if = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert what_if["input_cost_fraction"] is not None, proc.stderr[-2000:]
+    assert what_if["autotuned_prefetch"][0]["iterator"].startswith("Iterator::Root::Prefetch")
+    assert "is a lower bound" in proc.stderr and "inject_prefetch = False" in proc.stderr
+    doc = analyze(str(tmp_path / "logs"))
+    assert doc["attribution"]["input_cost_fraction"] is not None and "is a lower bound" in doc["verdict"]["summary"]
+    # its pipeline already ends in an autotuned prefetch: no advice to add one
+    assert not any("prefetch → autotune at the end" in r for r in doc["verdict"]["recommendations"])

@@ -160,7 +160,8 @@ ADVICE: tuple[Advice, ...] = (
                     "cache after parse, or preprocess offline",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
            runs="foreign"),
-    Advice("input", "prefetch → autotune at the end of the pipeline", _tfdata_input, runs="foreign"),
+    Advice("input", "prefetch → autotune at the end of the pipeline",  # not where the capture shows one there
+           lambda c: _tfdata_input(c) and not c["root_autotuned"], runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
@@ -286,6 +287,8 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "step_ms": float(att.get("step_time_ms") or 0.0), "measured": att.get("input_cost_fraction")
            if att.get("au_compute_only_ratio") is not None else None,
            "estimate": float(att.get("input_cost_estimate_fraction") or 0.0),
+           "root_autotuned": any(f["iterator"] == "Iterator::Root::Prefetch" for f in att.get("autotuned_prefetch")
+                                 or ()),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     ctx["seen"] = max(ctx["input"], ctx["estimate"])  # the capture's whole input reading: wait and stolen CPU

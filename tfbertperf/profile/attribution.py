@@ -161,6 +161,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     att["au_pass"] = bool(au >= threshold)
     att["input_cost_ci95"] = (round(float(input_cost_ci95), 6) if input_cost_ci95 is not None
                               and att.get("input_cost_fraction") is not None else None)
+    # a user's fit: tf.data prefetches sizing their own buffer (profile/autotuned_prefetch.py; our runs: null)
+    att["autotuned_prefetch"] = (load_trace(xplanes).autotuned_prefetch() or None) if config is None else None
     vkw = {"config": config, "storage": storage, "au_threshold": threshold, "cpu_flags": cpu_flags}
     decided = verdict(att, au, **vkw)
     if refine_with is not None:
@@ -168,7 +170,6 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
     decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None), **vkw)
     if config is None:  # a user's fit: a what-if its probe measured under an autotuned prefetch is a lower bound
-        att["autotuned_prefetch"] = load_trace(xplanes).autotuned_prefetch() or None
         decided = autotuned_prefetch.mark(decided, att, INPUT_BOUND_THRESHOLD)
     return {
         "attribution": att,

@@ -15,17 +15,14 @@ nothing injected −2.2 to +7.0 pp.  The recovery rule (train/recovery.py) canno
 its own pace between blocks.
 
 The capture shows such a prefetch: its iterator events carry `autotune: true` and `autotune_mode` (columns.py
-HostThread.prefetch).  `mark` keeps an input-bound verdict whose measured figure already reaches the line (a lower
-bound above it), and makes one below the line undecided between compute and input, its first action the fix for
-measuring: a fixed prefetch size and no injected prefetch while the probe runs.  Only for a user's fit (no run
+HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound verdict whose measured figure already
+reaches the line (a lower bound above it), and makes one below the line undecided between compute and input, its
+first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
+ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`).  Only for a user's fit (no run
 report: `run`'s own probe is measured against its truth in BENCHMARKS.md, not this).
 """
 
 from __future__ import annotations
-
-import numpy as np
-
-from tfbertperf.profile.xspace_wire import MISSING
 
 FIX = ("for the measuring fit give every prefetch a fixed size — `prefetch(2)` in place of "
        "`prefetch(tf.data.AUTOTUNE)` — and turn tf.data's injected one off (`options = tf.data.Options(); "
@@ -33,20 +30,26 @@ FIX = ("for the measuring fit give every prefetch a fixed size — `prefetch(2)`
        "again with ProfileCallback(probe=True)")
 
 
-def from_line(line, names, table, strings) -> tuple:
-    """(iterator name, autotune mode, largest buffer_limit recorded) per autotuned prefetch among a host line's
-    events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS)."""
-    auto = line.stats.get("autotune")
-    true = [i for i, v in enumerate(strings) if v == "true"]
-    if auto is None or not true:
-        return ()
-    hit = np.flatnonzero(np.isin(auto, true))
-    mode, limit = line.stats.get("autotune_mode"), line.stats.get("buffer_limit")
-    out: dict = {}
-    for i in hit.tolist():
-        key = (names.values[table[i]], strings[mode[i]] if mode is not None and mode[i] >= 0 else "")
-        out[key] = max(out.get(key, 0), int(limit[i]) if limit is not None and limit[i] != MISSING else 0)
-    return tuple((name, m, lim) for (name, m), lim in sorted(out.items()))
+def in_capture(session) -> list[dict]:
+    """The autotuned prefetches a capture session's `.xplane.pb` files show ([] where there is none, or no
+    readable capture: ProfileCallback asks at the end of a fit, which must not fail for it)."""
+    from pathlib import Path
+
+    from tfbertperf.profile.trace import load_trace
+
+    try:
+        files = sorted(Path(session).glob("*.xplane.pb"))
+        return load_trace(files).autotuned_prefetch() if files else []
+    except Exception:  # noqa: BLE001 — a damaged capture is analyze's to report, in one line, not the fit's
+        return []
+
+
+def fit_warning(what_if: dict, found: list[dict]) -> str:
+    """ProfileCallback's warning at the end of a probed fit whose capture shows an autotuned prefetch."""
+    return (f"tfbertperf ProfileCallback: the measured input cost {what_if['input_cost_fraction']:.1%} is a lower "
+            f"bound: this fit's tf.data pipeline prefetches with a buffer tf.data sizes itself ({words(found)}), "
+            f"which grows at each of the probe's pauses, so the real steps between its blocks ran on batches banked "
+            f"during them (measured: ~20 pp low on an input-bound fit) — {FIX}")
 
 
 def words(found: list[dict]) -> str:

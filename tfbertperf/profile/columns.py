@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tfbertperf.profile import autotuned_prefetch
 from tfbertperf.profile import intervals as iv
-from tfbertperf.profile import kernel_programs
+from tfbertperf.profile import kernel_programs, prefetch_stats
 from tfbertperf.profile.intervals import parents
 from tfbertperf.profile.xspace import MISSING, read_columns
 
@@ -293,7 +292,7 @@ def _thread(line, host: str, names: Names, table, strings: list = ()) -> HostThr
     else:
         step = np.full(len(order), MISSING, dtype=np.int64)
     return HostThread(host, line.display_name or line.name, line.id, start, end, codes, step, names,
-                      prefetch=autotuned_prefetch.from_line(line, names, table, strings))
+                      prefetch=prefetch_stats.from_line(line, names, table, strings))
 
 
 def _progress(path: Path, size: int):

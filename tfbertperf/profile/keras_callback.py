@@ -57,7 +57,7 @@ import keras
 import tensorflow as tf
 
 from tfbertperf.config import parse_window
-from tfbertperf.profile import capture, stepfile, threadcpu
+from tfbertperf.profile import autotuned_prefetch, capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, fit_running, unpatch, what_if_record
 from tfbertperf.train import recovery
@@ -102,8 +102,9 @@ class ProfileCallback(keras.callbacks.Callback):
       step_file: where the step file was written (after fit), or None.
       what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction", "input_cost_ci95" (the half-width
         of its 95 % interval from the blocks' spread, profile/stepfile.py), "probe_steps" and "probe_blocks" (what
-        ran), "stopped" (the auto probe's reason to stop before its plan's end, else None)} after fit with
-        probe=True.
+        ran), "stopped" (the auto probe's reason to stop before its plan's end, else None), and where the capture
+        shows a tf.data prefetch sizing its own buffer "autotuned_prefetch" (the figure is then a lower bound:
+        profile/autotuned_prefetch.py)} after fit with probe=True.
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
@@ -328,6 +329,10 @@ class ProfileCallback(keras.callbacks.Callback):
                                            target=self.probe_ci95 if self.auto else None)
             if said:
                 warnings.warn(said, stacklevel=2)
+            found = autotuned_prefetch.in_capture(self._session) if self.what_if and self._session else []
+            if found:  # the figure is a lower bound (profile/autotuned_prefetch.py)
+                self.what_if["autotuned_prefetch"] = found
+                warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
 
 
 def _read_back(logs) -> None:

@@ -1,0 +1,25 @@
+"""The autotuned tf.data prefetches among a host line's events, from their iterator stats (xspace.HOST_STATS:
+`autotune`, `autotune_mode`, `buffer_limit`) — columns.HostThread.prefetch; what they mean for a measured what-if:
+autotuned_prefetch.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tfbertperf.profile.xspace_wire import MISSING
+
+
+def from_line(line, names, table, strings) -> tuple:
+    """(iterator name, autotune mode, largest buffer_limit recorded) per autotuned prefetch among a host line's
+    events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS)."""
+    auto = line.stats.get("autotune")
+    true = [i for i, v in enumerate(strings) if v == "true"]
+    if auto is None or not true:
+        return ()
+    hit = np.flatnonzero(np.isin(auto, true))
+    mode, limit = line.stats.get("autotune_mode"), line.stats.get("buffer_limit")
+    out: dict = {}
+    for i in hit.tolist():
+        key = (names.values[table[i]], strings[mode[i]] if mode is not None and mode[i] >= 0 else "")
+        out[key] = max(out.get(key, 0), int(limit[i]) if limit is not None and limit[i] != MISSING else 0)
+    return tuple((name, m, lim) for (name, m), lim in sorted(out.items()))
