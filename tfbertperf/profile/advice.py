@@ -160,7 +160,8 @@ ADVICE: tuple[Advice, ...] = (
                     "cache after parse, or preprocess offline",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
            runs="foreign"),
-    Advice("input", "prefetch → autotune at the end of the pipeline",  # not where the capture shows one there
+    Advice("input", "prefetch → autotune at the end of the pipeline (to train with: a what-if measured under it "
+                    "reads low, measure with a fixed size)",  # not where the capture shows one there
            lambda c: _tfdata_input(c) and not c["root_autotuned"], runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
