@@ -103,7 +103,7 @@ class ProfileCallback(keras.callbacks.Callback):
       what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction", "input_cost_ci95" (the half-width
         of its 95 % interval from the blocks' spread, profile/stepfile.py), "probe_steps" and "probe_blocks" (what
         ran), "stopped" (the auto probe's reason to stop before its plan's end, else None), and where the capture
-        shows a tf.data prefetch sizing its own buffer "autotuned_prefetch" (the figure is then a lower bound:
+        shows a tf.data prefetch sizing its own buffer "autotuned_prefetch" (the figure may then read low:
         profile/autotuned_prefetch.py)} after fit with probe=True.
     """
 
@@ -330,7 +330,7 @@ class ProfileCallback(keras.callbacks.Callback):
             if said:
                 warnings.warn(said, stacklevel=2)
             found = autotuned_prefetch.in_capture(self._session) if self.what_if and self._session else []
-            if found:  # the figure is a lower bound (profile/autotuned_prefetch.py)
+            if found:  # the figure may read low (profile/autotuned_prefetch.py)
                 self.what_if["autotuned_prefetch"] = found
                 warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
 

@@ -11,7 +11,9 @@ from tfbertperf.profile.xspace_wire import MISSING
 
 def from_line(line, names, table, strings) -> tuple:
     """(iterator name, autotune mode, largest buffer_limit recorded) per autotuned prefetch among a host line's
-    events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS)."""
+    events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS).  Only prefetches: a
+    `map` or `interleave` with num_parallel_calls=AUTOTUNE carries `autotune: true` too (our own pipeline's
+    ParallelMapV2 and ParallelInterleaveV4), and tunes its parallelism, not a buffer the probe's pauses fill."""
     auto = line.stats.get("autotune")
     true = [i for i, v in enumerate(strings) if v == "true"]
     if auto is None or not true:
@@ -20,6 +22,9 @@ def from_line(line, names, table, strings) -> tuple:
     mode, limit = line.stats.get("autotune_mode"), line.stats.get("buffer_limit")
     out: dict = {}
     for i in hit.tolist():
-        key = (names.values[table[i]], strings[mode[i]] if mode is not None and mode[i] >= 0 else "")
+        name = names.values[table[i]]
+        if not name.rsplit("::", 1)[-1].startswith("Prefetch"):  # a map or interleave whose parallelism is tuned
+            continue
+        key = (name, strings[mode[i]] if mode is not None and mode[i] >= 0 else "")
         out[key] = max(out.get(key, 0), int(limit[i]) if limit is not None and limit[i] != MISSING else 0)
     return tuple((name, m, lim) for (name, m), lim in sorted(out.items()))
