@@ -169,7 +169,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         # the step's blocked wait for input: on a contended host the cause is what the run waits on
         decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
     decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None), **vkw)
-    if config is None:  # a user's fit: a what-if its probe measured under an autotuned prefetch is a lower bound
+    if config is None:  # a user's fit: a what-if its probe measured under an autotuned prefetch may read low
         decided = autotuned_prefetch.mark(decided, att, INPUT_BOUND_THRESHOLD)
     return {
         "attribution": att,
