@@ -38,6 +38,16 @@ def test_the_capture_names_each_autotuned_prefetch_with_its_largest_buffer(tmp_p
     assert none.autotuned_prefetch() == []
 
 
+def test_stats_of_unexpected_types_read_as_absent_not_as_an_error(tmp_path):
+    # a writer that puts the flag as a number and the limit as text: nothing is listed or the limit is unknown
+    host = {"t/1": [("Iterator::Root::Prefetch", 10, 5.0, {"autotune": 1, "buffer_limit": "many"})],
+            "t/2": [("Iterator::Root::Prefetch::Map::Prefetch", 20, 5.0, {"autotune": "true", "buffer_limit": "x"})],
+            "python3": [("train", 0, 300, {"step_num": 1, "_r": 1})]}
+    trace = load_trace([synthetic_xspace(tmp_path / "odd.xplane.pb", host)])
+    assert trace.autotuned_prefetch() == [{"iterator": "Iterator::Root::Prefetch::Map::Prefetch", "autotune_mode": "",
+                                          "buffer_limit_max": 0}]
+
+
 FOUND = [{"iterator": "Iterator::Root::Prefetch", "autotune_mode": "legacy", "buffer_limit_max": 2}]
 
 
