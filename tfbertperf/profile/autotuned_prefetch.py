@@ -18,10 +18,10 @@ The capture shows such a prefetch: its iterator events carry `autotune: true` an
 HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound verdict whose measured figure already
 reaches the line (a low reading above it), and makes one below the line undecided between compute and input, its
 first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
-ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`).  Only for a user's fit (no run
-report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run −1.0…+1.8 pp off an
-unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the Keras fit is not
-measured — hence "may read low").
+ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`).  Only for a user's fit
+(no run report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run
+−1.0…+1.8 pp off an unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the
+Keras fit is not measured — hence "may read low").
 """
 
 from __future__ import annotations
@@ -46,12 +46,18 @@ def in_capture(session) -> list[dict]:
         return []
 
 
+def reads_low(figure: str, found: list[dict]) -> str:
+    """Why `figure` (the measured what-if, in words) may read low: the one sentence analyze and ProfileCallback
+    give."""
+    return (f"{figure} may read low: the capture shows tf.data prefetching with a buffer it sizes itself "
+            f"({words(found)}), which grows at each of the probe's pauses and can feed the real steps between its "
+            "blocks from batches banked during them (a Keras fit read 18–28 pp low so)")
+
+
 def fit_warning(what_if: dict, found: list[dict]) -> str:
     """ProfileCallback's warning at the end of a probed fit whose capture shows an autotuned prefetch."""
-    return (f"tfbertperf ProfileCallback: the measured input cost {what_if['input_cost_fraction']:.1%} may read "
-            f"low: this fit's tf.data pipeline prefetches with a buffer tf.data sizes itself ({words(found)}), "
-            f"which grows at each of the probe's pauses and can feed the real steps between its blocks from batches "
-            f"banked during them (measured: 18–28 pp low on an input-bound fit) — {FIX}")
+    figure = f"the measured input cost {what_if['input_cost_fraction']:.1%}"
+    return f"tfbertperf ProfileCallback: {reads_low(figure, found)} — {FIX}"
 
 
 def words(found: list[dict]) -> str:
@@ -66,9 +72,7 @@ def mark(decided: dict, att: dict, threshold: float) -> dict:
     found, icf = att.get("autotuned_prefetch"), att.get("input_cost_fraction")
     if not found or icf is None or decided.get("bottleneck") not in ("input", "compute"):
         return decided
-    why = (f"the what-if {icf:.0%} may read low: the capture shows tf.data prefetching with a buffer it sizes "
-           f"itself ({words(found)}), which grows at each of the probe's pauses and can feed the real steps "
-           "between its blocks from batches banked during them (a Keras fit read 18–28 pp low so)")
+    why = reads_low(f"the what-if {icf:.0%}", found)
     decided = {**decided, "summary": f"{decided['summary']}; {why}"}
     und = decided.get("undecided")
     if decided["bottleneck"] == "input" and not und:  # a low reading above the line: input-bound all the more

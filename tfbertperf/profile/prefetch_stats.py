@@ -15,8 +15,10 @@ def from_line(line, names, table, strings) -> tuple:
     `map` or `interleave` with num_parallel_calls=AUTOTUNE carries `autotune: true` too (our own pipeline's
     ParallelMapV2 and ParallelInterleaveV4), and tunes its parallelism, not a buffer the probe's pauses fill."""
     auto = line.stats.get("autotune")
+    if auto is None:  # most lines: no tf.data iterator events (checked before the plane's strings are walked)
+        return ()
     true = [i for i, v in enumerate(strings) if v == "true"]
-    if auto is None or not true:
+    if not true:
         return ()
     hit = np.flatnonzero(np.isin(auto, true))
     mode, limit = line.stats.get("autotune_mode"), line.stats.get("buffer_limit")

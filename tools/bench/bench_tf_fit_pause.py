@@ -82,6 +82,10 @@ def main(argv=None) -> int:
                    help="--experiment options: which (also repeat_first_2, repeat_first_autotune: `.repeat()` first "
                         "and the pipeline ending in prefetch(2) / prefetch(tf.data.AUTOTUNE))")
     a = p.parse_args(argv)
+    known = {"default", "no_inject", "no_autotune", "prefetch_end", "repeat_first_2", "repeat_first_autotune"}
+    if not set(a.variants.split(",")) <= known:
+        p.error(f"--variants {a.variants}: unknown {', '.join(sorted(set(a.variants.split(',')) - known))} "
+                f"(one of {', '.join(sorted(known))})")
     model, base = compiled_model(), pipeline()
     model.fit(base, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
     cached = iter(tf.data.Dataset.from_tensors(next(iter(base.take(1)))).repeat())
