@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 
 import numpy as np
@@ -33,6 +34,17 @@ def test_the_steps_a_drained_pipeline_fed_stay_out_of_T_until_back_to_pace():
     assert s.unprofiled_step_ms == pytest.approx(np.mean([x for i, x in enumerate(steps) if i >= 3 and i not in out]),
                                                 abs=1e-3)
     assert s.unprofiled_step_ms > 6.0 and s.input_cost_fraction > 0.55
+
+
+def test_a_reference_half_of_whose_steps_a_bank_fed_still_reads_the_pipelines_pace():
+    # the 10 steps after warm-up fed from what the pipeline banked while the probe grabbed its batch (3 ms), then 7 at
+    # its own pace (~6 ms), a block before step 20 and 12 more steps from a bank: the median of the 17 clean steps
+    # is the bank's 3 ms, and every drained step would be "back" (a Keras fit on TensorFlow read 16-21 pp low so)
+    steps = [9.0] * 3 + [3.0] * 10 + _steady(7, seed=4) + [3.0] * 12 + _steady(20, seed=5)
+    ref = recovery._reference([steps[i] for i in range(3, 20)])
+    assert ref > 5.0 and statistics.median(steps[3:20]) == 3.0
+    out, end = recovery.observed(steps, [(20, 5)], 3, None, len(steps))
+    assert out == list(range(20, 31)) and end == 31  # back with the run 3.0, 6.6, 6.9 ms (its mean within 20 %)
 
 
 def test_a_pipeline_that_keeps_up_loses_only_the_blocks_own_steps():

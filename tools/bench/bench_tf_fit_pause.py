@@ -10,16 +10,19 @@ its real steps timed by a callback, in one process, the variants alternating.
                                                                     #   / a prefetch(2) after the repeat
                                                                     #   (--variants: also repeat first, then
                                                                     #   prefetch(2) or prefetch(AUTOTUNE))
+    python tools/bench/bench_tf_fit_pause.py --experiment options --rounds 4 --references median,upper \
+        --variants default,repeat_first_2,repeat_first_autotune     # the recovery's reference rules side by side
     python tools/bench/bench_tf_fit_pause.py --experiment deep      # plain fits with a deeper prefetch at the end
 
 Each line: the variant, the median and mean real step (ms, after 10 steps) and 20- or 30-step medians through the
-fit, or for the probe its T, T_c and input cost beside the plain fit's (plain − T_c) / plain.  Results:
+fit, or for the probe its T, T_c and input cost beside the plain fit's (plain − T_c) / plain, and the error.  Results:
 BENCHMARKS.md, "the pause is what speeds the real steps".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -35,6 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_jax_tfdata_by_hand import compiled_model, pipeline  # noqa: E402
 from tfbertperf.keras import ProfileCallback  # noqa: E402
+from tfbertperf.train import recovery  # noqa: E402
 from tfbertperf.train.probe import Snapshot  # noqa: E402
 
 EVERY = 40  # steps between pauses (--experiment pauses)
@@ -78,6 +82,10 @@ def main(argv=None) -> int:
     p.add_argument("--experiment", choices=("probe", "pauses", "options", "deep"), required=True)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--references", default="current",
+                   help="--experiment options: the recovery's reference rules to alternate, comma-separated: "
+                        "current (train/recovery.py as it is), median (the median of the clean steps: the rule "
+                        "before 2026-11-27 13:00), upper (the median of their slower half: today's)")
     p.add_argument("--variants", default="default,no_inject,no_autotune,prefetch_end",
                    help="--experiment options: which (also repeat_first_2, repeat_first_autotune: `.repeat()` first "
                         "and the pipeline ending in prefetch(2) / prefetch(tf.data.AUTOTUNE))")
@@ -86,6 +94,10 @@ def main(argv=None) -> int:
     if not set(a.variants.split(",")) <= known:
         p.error(f"--variants {a.variants}: unknown {', '.join(sorted(set(a.variants.split(',')) - known))} "
                 f"(one of {', '.join(sorted(known))})")
+    refs = a.references.split(",")
+    if not set(refs) <= set(REFERENCES):
+        p.error(f"--references {a.references}: unknown {', '.join(sorted(set(refs) - set(REFERENCES)))} "
+                f"(one of {', '.join(REFERENCES)})")
     model, base = compiled_model(), pipeline()
     model.fit(base, epochs=1, steps_per_epoch=20, verbose=0)  # compiled, warm
     cached = iter(tf.data.Dataset.from_tensors(next(iter(base.take(1)))).repeat())
@@ -118,13 +130,18 @@ def main(argv=None) -> int:
             for name, ds in ((v, variants[v]) for v in a.variants.split(",")):
                 tm = Timer()
                 model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
-                cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None, probe=True)
-                model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
-                plain, w = statistics.fmean(tm.t[10:]), cb.what_if
-                print(f"{name:21s} {r} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
-                      f"{w['compute_only_step_ms']:.2f} input {w['input_cost_fraction']:.3f} ± "
-                      f"{w['input_cost_ci95']:.3f} | (plain − T_c) / plain "
-                      f"{(plain - w['compute_only_step_ms']) / plain:.3f}", flush=True)
+                plain = statistics.fmean(tm.t[10:])
+                for ref in refs:
+                    with _reference(ref):
+                        cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None,
+                                             probe=True)
+                        model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
+                    w = cb.what_if
+                    truth = (plain - w['compute_only_step_ms']) / plain
+                    print(f"{name:21s} {r} {ref:7s} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
+                          f"{w['compute_only_step_ms']:.2f} input {w['input_cost_fraction']:.3f} ± "
+                          f"{w['input_cost_ci95']:.3f} | (plain − T_c) / plain {truth:.3f} | error "
+                          f"{100 * (w['input_cost_fraction'] - truth):+.1f} pp, {len(cb._ran)} blocks", flush=True)
         else:
             for name, ds in (("default", base), ("no_inject", no_inject), ("prefetch32", base.prefetch(32)),
                              ("prefetch2", base.prefetch(2))):
@@ -133,6 +150,21 @@ def main(argv=None) -> int:
                 print(_line(f"{name} {r}", tm.t, 30), flush=True)
     print(f"load at the end {os.getloadavg()[0]:.1f}")
     return 0
+
+
+REFERENCES = {"current": None, "median": statistics.median,
+              "upper": lambda clean: statistics.median(sorted(clean)[len(clean) // 2:])}
+
+
+@contextlib.contextmanager
+def _reference(name: str):
+    """train/recovery.py's reference rule for the fits inside (`current`: as it is)."""
+    saved = recovery._reference
+    recovery._reference = REFERENCES[name] or saved
+    try:
+        yield
+    finally:
+        recovery._reference = saved
 
 
 def _options(autotune: bool) -> tf.data.Options:
