@@ -105,19 +105,22 @@ if sys.argv[2] == "fixed":
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     ds = ds.with_options(options)
+if sys.argv[2] == "inject":  # tf.data's defaults: prefetch(2), then .repeat(), and an autotuned prefetch injected
+    ds = pipeline()
 probe = sys.argv[4] == "probe"
-cb = ProfileCallback(sys.argv[3], profile_steps="12:16", probe=probe, probe_steps=8 if probe else "auto",
-                     probe_blocks=2)
+cb = ProfileCallback(sys.argv[3], profile_steps=None if sys.argv[5:] == ["nocapture"] else "12:16", probe=probe,
+                     probe_steps=8 if probe else "auto", probe_blocks=2)
 compiled_model().fit(ds, epochs=1, steps_per_epoch=60 if probe else 30, verbose=0, callbacks=[cb])
 print(json.dumps(cb.what_if))
 """
 
 
-def _fit(variant: str, logdir: Path, probe: bool = False):
+def _fit(variant: str, logdir: Path, probe: bool = False, capture: bool = True):
     import subprocess
 
     proc = subprocess.run([sys.executable, "-c", _FIT, str(PROGRAMS), variant, str(logdir),
-                           "probe" if probe else "no"], capture_output=True, text=True, timeout=600,
+                           "probe" if probe else "no", *([] if capture else ["nocapture"])],
+                          capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -151,3 +154,69 @@ def test_a_probed_fit_under_an_autotuned_prefetch_says_its_figure_may_read_low(t
     assert doc["attribution"]["input_cost_fraction"] is not None and "may read low" in doc["verdict"]["summary"]
     # its pipeline already ends in an autotuned prefetch: no advice to add one
     assert not any("prefetch → autotune at the end" in r for r in doc["verdict"]["recommendations"])
+
+
+@pytest.mark.parametrize("variant", ["autotune", "inject", "fixed"])
+def test_a_probed_fit_with_no_capture_reads_its_autotuned_prefetch_from_the_dataset(variant, tmp_path):
+    import json
+
+    proc = _fit(variant, tmp_path / "logs", probe=True, capture=False)
+    what_if = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert what_if["input_cost_fraction"] is not None, proc.stderr[-2000:]
+    if variant == "fixed":  # prefetch(2) at the end, nothing injected
+        assert "autotuned_prefetch" not in what_if and "may read low" not in proc.stderr
+        return
+    name = "prefetch(tf.data.AUTOTUNE)" if variant == "autotune" else "the prefetch tf.data injects at the end"
+    assert [f["iterator"] for f in what_if["autotuned_prefetch"]] == [name]
+    assert "may read low: the dataset has tf.data prefetching" in proc.stderr and name in proc.stderr
+
+
+_PIPELINES = """
+import json, sys, tempfile
+from pathlib import Path
+import numpy as np, keras, tensorflow as tf
+from tfbertperf.keras import ProfileCallback
+from tfbertperf.profile import autotuned_prefetch
+x, y = np.random.rand(256, 8).astype("float32"), np.random.rand(256, 1).astype("float32")
+base = lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+off = tf.data.Options()
+off.experimental_optimization.inject_prefetch = False
+pipelines = {
+    "repeat last": lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2).repeat(),
+    "a stateless map last": lambda: base().batch(16).map(lambda a, b: (a * 2, b)),
+    "a stateful map last": lambda: base().batch(16).map(lambda a, b: (a + tf.random.uniform(tf.shape(a)), b)),
+    "a parallel map last": lambda: base().batch(16).map(lambda a, b: (a * 2, b), num_parallel_calls=tf.data.AUTOTUNE),
+    "prefetch(2) last": lambda: base().batch(16).prefetch(2),
+    "prefetch(AUTOTUNE) before batch": lambda: base().prefetch(tf.data.AUTOTUNE).batch(16),
+    "inject_prefetch off": lambda: base().batch(16).with_options(off),
+    "cache, then repeat": lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(16).cache().repeat(),
+}
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+out = {}
+for name, make in pipelines.items():
+    logdir = tempfile.mkdtemp(dir=sys.argv[1])
+    model.fit(make(), epochs=1, steps_per_epoch=8, verbose=0, callbacks=[ProfileCallback(logdir, profile_steps="2:5")])
+    captured = autotuned_prefetch.in_capture(next(Path(logdir).glob("plugins/profile/*")))
+    out[name] = [len(captured), len(autotuned_prefetch.in_dataset(iter(make())))]
+print(json.dumps(out))
+"""
+
+
+def test_the_dataset_names_as_many_autotuned_prefetches_as_its_capture_shows(tmp_path):
+    """in_dataset reproduces tf.data's own rewrite (the injected prefetch): checked against real captures."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _PIPELINES, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"repeat last": [1, 1], "a stateless map last": [0, 0], "a stateful map last": [1, 1],
+                    "a parallel map last": [0, 0], "prefetch(2) last": [0, 0],
+                    "prefetch(AUTOTUNE) before batch": [2, 2], "inject_prefetch off": [0, 0],
+                    "cache, then repeat": [1, 1]}
+
+
+def test_an_iterator_that_is_no_tf_data_iterator_names_none():
+    assert autotuned_prefetch.in_dataset(iter([1, 2])) == [] and autotuned_prefetch.in_dataset(None) == []

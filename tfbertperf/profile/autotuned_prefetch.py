@@ -21,7 +21,9 @@ The capture shows such a prefetch: its iterator events carry `autotune: true` an
 HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound verdict whose measured figure already
 reaches the line (a low reading above it), and makes one below the line undecided between compute and input, its
 first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
-ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`).  Only for a user's fit
+ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`), and where the fit
+captured nothing (`profile_steps=None`) from its dataset (`in_dataset`: the chain of the iterator Keras hands its
+train_function, and tf.data's own rule for the prefetch it injects).  Only for a user's fit
 (no run report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run
 −1.0…+1.8 pp off an unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the
 Keras fit is not measured — hence "may read low").
@@ -49,10 +51,65 @@ def in_capture(session) -> list[dict]:
         return []
 
 
+ASYNC = ("_ParallelMapDataset", "_ParallelInterleaveDataset", "_ParallelBatchDataset", "_MapAndBatchDataset",
+         "_PrefetchDataset")  # a pipeline ending in one of these gets no injected prefetch
+PASS_THROUGH = ("_OptionsDataset", "_AssertNextDataset", "_MaxIntraOpParallelismDataset",
+                "_PrivateThreadPoolDataset")  # … looked through to the transformation before them
+
+
+def in_dataset(iterator) -> list[dict]:
+    """The autotuned prefetches a tf.data iterator's dataset will run, read from the dataset before the fit's first
+    step, where no capture may come (`ProfileCallback(profile_steps=None, probe=True)`): each
+    `prefetch(tf.data.AUTOTUNE)` in its chain, and the prefetch tf.data injects at the end (its default
+    `inject_prefetch`, with autotuning on) unless the last transformation already runs ahead (a parallel map,
+    interleave or batch, a prefetch) or is a map tf.data makes parallel (a stateless one: `map_parallelization`).
+    Checked against real captures of fifteen pipelines (tests/test_autotuned_prefetch.py).  [] where the iterator
+    is no tf.data iterator or its dataset cannot be read (a distributed one): the check must not fail a fit."""
+    try:
+        return _walk(iterator._dataset)
+    except Exception:  # noqa: BLE001 — an iterator of another kind, a dataset of another TF version
+        return []
+
+
+def _walk(root) -> list[dict]:
+    import tensorflow as tf
+
+    found, seen, todo = [], set(), [root]
+    while todo:
+        ds = todo.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        if type(ds).__name__ == "_PrefetchDataset" and tf.get_static_value(ds._buffer_size) == tf.data.AUTOTUNE:
+            found.append(_entry("prefetch(tf.data.AUTOTUNE)"))
+        todo.extend(ds._inputs())
+    last = root
+    while type(last).__name__ in PASS_THROUGH:
+        last = last._input_dataset
+    options = root.options()
+    if options.experimental_optimization.inject_prefetch is not False and options.autotune.enabled is not False \
+            and type(last).__name__ not in ASYNC and not (type(last).__name__ == "_MapDataset" and _stateless(last)):
+        found.insert(0, _entry("the prefetch tf.data injects at the end"))
+    return found
+
+
+def _entry(name: str) -> dict:
+    """in_capture's shape (trace.py Trace.autotuned_prefetch), its buffer unknown before the fit: "in" says so."""
+    return {"iterator": name, "autotune_mode": "", "buffer_limit_max": None, "in": "dataset"}
+
+
+def _stateless(ds) -> bool:
+    """Whether a map's function has no stateful op (tf.data's map_parallelization then runs it in parallel)."""
+    graph = ds._map_func.function.graph
+    return not any(op._is_stateful for op in graph.get_operations()) and \
+        ds.options().experimental_optimization.map_parallelization is not False
+
+
 def reads_low(figure: str, found: list[dict]) -> str:
     """Why `figure` (the measured what-if, in words) may read low: the one sentence analyze and ProfileCallback
     give."""
-    return (f"{figure} may read low: the capture shows tf.data prefetching with a buffer it sizes itself "
+    where = "the dataset has" if all(f.get("in") == "dataset" for f in found) else "the capture shows"
+    return (f"{figure} may read low: {where} tf.data prefetching with a buffer it sizes itself "
             f"({words(found)}), which grows at each of the probe's pauses and can feed the real steps between its "
             "blocks from batches banked during them (a Keras fit read 18–28 pp low so)")
 

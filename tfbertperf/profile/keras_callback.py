@@ -150,6 +150,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._warmup, self._batch, self._armed = 0, None, False
         self._runner: Probe | None = None
         self._grabbed_at: int | None = None  # the step whose batch the probe caches
+        self._autotuned: list[dict] = []  # the autotuned prefetches its dataset runs (read where the batch is grabbed)
         self._block_ms = 0.0
         self._train_function = None
         self._batches = 1  # batches a marker: the model's steps_per_execution (on_train_begin)
@@ -209,6 +210,7 @@ class ProfileCallback(keras.callbacks.Callback):
                     break
                 batches.append(local(nxt.get_value()))
             self._batch, self._grabbed_at = (batches or [None])[0], i
+            self._autotuned = autotuned_prefetch.in_dataset(iterator)
             ds = tf.data.Dataset.from_tensors(batches[0]) if batches else None
             for b in batches[1:]:
                 ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
@@ -329,7 +331,8 @@ class ProfileCallback(keras.callbacks.Callback):
                                            target=self.probe_ci95 if self.auto else None)
             if said:
                 warnings.warn(said, stacklevel=2)
-            found = autotuned_prefetch.in_capture(self._session) if self.what_if and self._session else []
+            found = ((autotuned_prefetch.in_capture(self._session) if self._session else []) or self._autotuned) \
+                if self.what_if else []
             if found:  # the figure may read low (profile/autotuned_prefetch.py)
                 self.what_if["autotuned_prefetch"] = found
                 warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
