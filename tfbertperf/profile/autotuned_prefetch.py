@@ -13,8 +13,8 @@ map, the probe against a plain fit beside it): with `prefetch(tf.data.AUTOTUNE)`
 45.3–55.8 % (−18 to −26 pp, five pairs), with the injected prefetch 9–34 pp low; with a fixed `prefetch(2)` and
 nothing injected −2.2 to +7.0 pp.  The recovery rule (train/recovery.py) saw too little of it: the fit rarely
 returned to its own pace between blocks.  Its reference, now the slower half of the clean steps, reads the injected
-prefetch within 8 pp in 8 of 11 pairs (the median had read all 11 16–32 pp low) and `prefetch(AUTOTUNE)` at the end
-11 pp off on average (17.7 before), but not every time: the banked steps run at 0.7–0.8 of the fit's pace, near the
+prefetch within 8 pp in 9 of 15 pairs (the median had read all 11 16–32 pp low) and `prefetch(AUTOTUNE)` at the end
+12 pp off on average (17.7 before), but not every time: the banked steps run at 0.7–0.8 of the fit's pace, near the
 20 % its test allows — hence the flag stays.
 
 The capture shows such a prefetch: its iterator events carry `autotune: true` and `autotune_mode` (columns.py

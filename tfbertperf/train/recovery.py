@@ -84,11 +84,12 @@ def _reference(clean_ms: list[float]) -> float:
     between warm-up and the first block fed from what the pipeline banked while the probe grabbed its batch, and
     tf.data's autotuned prefetch (profile/autotuned_prefetch.py) growing at each block: on a Keras fit on the
     TensorFlow backend whose pipeline ends in `.repeat()` (tf.data injects such a prefetch after it) the median
-    read the input cost 16–32 pp low against a plain fit beside it in 11 pairs of 11, the slower half −1.9…+7.9 pp
-    in 8 and 15–29 pp low in 3 (tools/bench/bench_tf_fit_pause.py --experiment options --references median,upper;
-    BENCHMARKS.md, "the recovery's reference").  With up to half the clean steps fed from a bank the slower half
-    is still the pipeline's pace; on a fit with nothing to drain it sits a little above the median (steady steps
-    are right-skewed), inside RECOVERY_TOL: own Keras fits of five shapes and `run`'s own probe read as before."""
+    read the input cost 16–32 pp low against a plain fit beside it in 11 pairs of 11, the slower half −5.1…+7.9 pp
+    in 9 of 15 and 15–29 pp low in 6 (tools/bench/bench_tf_fit_pause.py --experiment options --references
+    median,upper; BENCHMARKS.md, "the recovery's reference").  With up to half the clean steps fed from a bank
+    the slower half is still the pipeline's pace; on a fit with nothing to drain it sits a little above the median
+    (steady steps are right-skewed), inside RECOVERY_TOL: own Keras fits of five shapes and `run`'s own probe read
+    as before."""
     ordered = sorted(clean_ms)
     return statistics.median(ordered[len(ordered) // 2:])
 
