@@ -220,3 +220,36 @@ def test_the_dataset_names_as_many_autotuned_prefetches_as_its_capture_shows(tmp
 
 def test_an_iterator_that_is_no_tf_data_iterator_names_none():
     assert autotuned_prefetch.in_dataset(iter([1, 2])) == [] and autotuned_prefetch.in_dataset(None) == []
+
+
+_JAX_FIT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from keras_jax_tfdata_by_hand import compiled_model, pipeline  # KERAS_BACKEND=jax (its own default)
+import keras
+from tfbertperf.keras import ProfileCallback
+assert keras.backend.backend() == "jax"
+cb = ProfileCallback(sys.argv[3], profile_steps=None, probe=True, probe_steps=8, probe_blocks=2)
+compiled_model().fit(pipeline(inject_prefetch=sys.argv[2] == "inject"), epochs=1, steps_per_epoch=60, verbose=0,
+                     callbacks=[cb])
+print(json.dumps(cb.what_if))
+"""
+
+
+@pytest.mark.parametrize("variant", ["inject", "fixed"])
+def test_a_probed_keras_jax_fit_reads_its_autotuned_prefetch_from_the_dataset(variant, tmp_path):
+    """jax.profiler records no tf.data events, so only the dataset can tell (the adapter's generator holds it)."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _JAX_FIT, str(PROGRAMS), variant, str(tmp_path / "logs")],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    what_if = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert what_if["input_cost_fraction"] is not None, proc.stderr[-2000:]
+    if variant == "fixed":  # prefetch(2), then .repeat(), inject_prefetch off
+        assert "autotuned_prefetch" not in what_if and "may read low" not in proc.stderr
+    else:
+        assert [f["iterator"] for f in what_if["autotuned_prefetch"]] == ["the prefetch tf.data injects at the end"]
+        assert "may read low: the dataset has tf.data prefetching" in proc.stderr

@@ -31,6 +31,7 @@ import warnings
 import keras
 
 from tfbertperf.jax_steps import StepTimer
+from tfbertperf.profile import autotuned_prefetch
 from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
@@ -96,7 +97,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self.timer.close()
         if self.timer.step_times_ms:  # a second fit: its own window, capture and step file (as the TensorFlow one)
             self.timer = self._new_timer()
-        self._planned = False
+        self._planned, self._autotuned = False, []
         self._batches = k = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))  # one call: k batches
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
@@ -132,6 +133,7 @@ class ProfileCallback(keras.callbacks.Callback):
             return self._train_function(state, iterator)
         self._armed = False
         if self.timer.wants_batch():
+            self._autotuned = autotuned_prefetch.in_dataset(iterator)  # the dataset's, before the chain hides it
             first = next(iterator)  # the end of the epoch ends the call here as it would have inside it
             iterator = itertools.chain([first], iterator)
             self.timer.keep_batch(first)
@@ -176,3 +178,6 @@ class ProfileCallback(keras.callbacks.Callback):
             self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
         self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches)
+        if self.what_if and self._autotuned:  # the figure may read low (profile/autotuned_prefetch.py)
+            self.what_if["autotuned_prefetch"] = self._autotuned
+            warnings.warn(autotuned_prefetch.fit_warning(self.what_if, self._autotuned), stacklevel=2)

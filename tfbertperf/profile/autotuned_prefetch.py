@@ -22,7 +22,7 @@ HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound ve
 reaches the line (a low reading above it), and makes one below the line undecided between compute and input, its
 first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
 ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`), and where the fit
-captured nothing (`profile_steps=None`) from its dataset (`in_dataset`: the chain of the iterator Keras hands its
+captured nothing (`profile_steps=None`) or runs on Keras' JAX backend (tfbertperf/keras_jax.py) from its dataset (`in_dataset`: the chain of the iterator Keras hands its
 train_function, and tf.data's own rule for the prefetch it injects).  Only for a user's fit
 (no run report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run
 −1.0…+1.8 pp off an unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the
@@ -59,16 +59,31 @@ PASS_THROUGH = ("_OptionsDataset", "_AssertNextDataset", "_MaxIntraOpParallelism
 
 def in_dataset(iterator) -> list[dict]:
     """The autotuned prefetches a tf.data iterator's dataset will run, read from the dataset before the fit's first
-    step, where no capture may come (`ProfileCallback(profile_steps=None, probe=True)`): each
+    step, where no capture may come (`ProfileCallback(profile_steps=None, probe=True)`), or where a capture cannot
+    show them (Keras on JAX: jax.profiler records no tf.data events; `_dataset_of`): each
     `prefetch(tf.data.AUTOTUNE)` in its chain, and the prefetch tf.data injects at the end (its default
     `inject_prefetch`, with autotuning on) unless the last transformation already runs ahead (a parallel map,
     interleave or batch, a prefetch) or is a map tf.data makes parallel (a stateless one: `map_parallelization`).
-    Checked against real captures of fifteen pipelines (tests/test_autotuned_prefetch.py).  [] where the iterator
-    is no tf.data iterator or its dataset cannot be read (a distributed one): the check must not fail a fit."""
+    Checked against real captures of eight pipelines (tests/test_autotuned_prefetch.py).  [] where the iterator
+    is over no tf.data dataset or its dataset cannot be read (a distributed one): the check must not fail a fit."""
     try:
-        return _walk(iterator._dataset)
+        return _walk(_dataset_of(iterator))
     except Exception:  # noqa: BLE001 — an iterator of another kind, a dataset of another TF version
         return []
+
+
+def _dataset_of(iterator):
+    """The tf.data dataset behind the iterator a Keras fit hands its train_function: on TensorFlow a tf.data
+    iterator holding it; on JAX the adapter's generator (TFDatasetAdapter.get_jax_iterator), whose frame holds the
+    adapter and its dataset.  Raises where there is none."""
+    import tensorflow as tf
+
+    if hasattr(iterator, "_dataset"):
+        return iterator._dataset
+    frame = iterator.gi_frame
+    found = [d for d in (getattr(v, "_dataset", None) for v in frame.f_locals.values())
+             if isinstance(d, tf.data.Dataset)]
+    return found[0]
 
 
 def _walk(root) -> list[dict]:
