@@ -229,23 +229,30 @@ from keras_jax_tfdata_by_hand import compiled_model, pipeline  # KERAS_BACKEND=j
 import keras
 from tfbertperf.keras import ProfileCallback
 assert keras.backend.backend() == "jax"
-cb = ProfileCallback(sys.argv[3], profile_steps=None, probe=True, probe_steps=8, probe_blocks=2)
+cb = ProfileCallback(sys.argv[3], profile_steps=sys.argv[4] if sys.argv[4:] else None, probe=True, probe_steps=8,
+                     probe_blocks=2)
 compiled_model().fit(pipeline(inject_prefetch=sys.argv[2] == "inject"), epochs=1, steps_per_epoch=60, verbose=0,
                      callbacks=[cb])
 print(json.dumps(cb.what_if))
 """
 
 
+def _jax_fit(variant: str, logdir: Path, *window: str):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _JAX_FIT, str(PROGRAMS), variant, str(logdir), *window],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
 @pytest.mark.parametrize("variant", ["inject", "fixed"])
 def test_a_probed_keras_jax_fit_reads_its_autotuned_prefetch_from_the_dataset(variant, tmp_path):
     """jax.profiler records no tf.data events, so only the dataset can tell (the adapter's generator holds it)."""
     import json
-    import subprocess
 
-    proc = subprocess.run([sys.executable, "-c", _JAX_FIT, str(PROGRAMS), variant, str(tmp_path / "logs")],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "jax"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = _jax_fit(variant, tmp_path / "logs")
     what_if = json.loads(proc.stdout.strip().splitlines()[-1])
     assert what_if["input_cost_fraction"] is not None, proc.stderr[-2000:]
     if variant == "fixed":  # prefetch(2), then .repeat(), inject_prefetch off
@@ -253,3 +260,22 @@ def test_a_probed_keras_jax_fit_reads_its_autotuned_prefetch_from_the_dataset(va
     else:
         assert [f["iterator"] for f in what_if["autotuned_prefetch"]] == ["the prefetch tf.data injects at the end"]
         assert "may read low: the dataset has tf.data prefetching" in proc.stderr
+
+
+def test_analyze_reads_a_keras_jax_fits_autotuned_prefetch_from_its_step_file(tmp_path):
+    """The capture of a Keras-JAX fit holds no tf.data events: the step file carries what the callback read from the
+    dataset, and analyze reports the measured what-if as possibly low from it."""
+    import json
+
+    from tfbertperf.analyze import analyze
+
+    _jax_fit("inject", tmp_path / "logs", "12:16")
+    steps = json.loads(next((tmp_path / "logs").rglob("tfbertperf_steps.json")).read_text())
+    injected = "the prefetch tf.data injects at the end"
+    assert [f["iterator"] for f in steps["what_if"]["autotuned_prefetch"]] == [injected]
+    doc = analyze(str(tmp_path / "logs"))
+    found = doc["attribution"]["autotuned_prefetch"]
+    assert found == [{"iterator": injected, "autotune_mode": "", "buffer_limit_max": None, "in": "dataset"}]
+    assert doc["step_file"]["autotuned_prefetch"] == found
+    assert doc["attribution"]["input_cost_fraction"] is not None
+    assert "may read low: the dataset has tf.data prefetching" in doc["verdict"]["summary"]

@@ -185,12 +185,18 @@ def test_probe_steps_must_be_auto_or_a_count(bad):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", [0.5, 1e-9])
-def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block(tmp_path, target):
+def test_the_auto_probe_stops_at_its_target_interval_or_runs_every_planned_block(tmp_path, target, monkeypatch):
     """probe_steps="auto" (the default): blocks of 5 until the interval is as narrow as probe_ci95 (checked before
     each block from the blocks that ran, once 4 have) — a loose target stops it after 4 blocks, one no machine can
     meet runs all the blocks the fit has room for; either way the training is unchanged."""
     from tfbertperf.profile.keras_callback import WIDE_CI95, precision_hint
+    from tfbertperf.train import recovery
     from tfbertperf.train.probe import AUTO_MIN_BLOCKS, auto_plan
+
+    # every block where planned: under CI's load the recovery rule (its reference the slower half of the clean
+    # steps) held blocks back onto the end of the fit (3 blocks: [11, 5], [28, 5], [120, 20]); postponement has its
+    # own tests (test_probe_recovery.py)
+    monkeypatch.setattr(recovery, "ready", lambda *a: True)
 
     plain, _ = _fit(tmp_path, [], steps=120, sleep_ms=4.0)
     cb = ProfileCallback(str(tmp_path / "logs"), profile_steps="60:64", probe=True, probe_ci95=target,

@@ -163,10 +163,13 @@ class StepTimer:
         self._session = stepfile.session_dir(self.logdir, self._before)
 
     def document(self, what_if: dict | None = None, excluded_steps=(), warmup_steps: int | None = None,
-                 written_by: str = "tfbertperf.jax_steps.StepTimer", batches_per_step: int = 1) -> dict:
+                 written_by: str = "tfbertperf.jax_steps.StepTimer", batches_per_step: int = 1,
+                 autotuned_prefetch: list | None = None) -> dict:
         """The step file's object for the steps so far (profile/stepfile.py): `warmup_steps` None = this timer's,
         at most a quarter of the steps; a what-if probe's record and the steps it excludes, where one ran
-        (tfbertperf/keras_jax.py)."""
+        (tfbertperf/keras_jax.py), with the autotuned prefetches of the fit's dataset."""
+        if what_if and autotuned_prefetch:
+            what_if = {**what_if, "autotuned_prefetch": autotuned_prefetch}
         steps = self.step_times_ms
         warmup = short_run_budget(len(steps), self.warmup_steps, 0)[0] if warmup_steps is None else warmup_steps
         excluded = [*excluded_steps, *stepfile.after_stop(steps, self._profiled, warmup, self._stop_ms)]

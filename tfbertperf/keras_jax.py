@@ -177,7 +177,8 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._train_function is not None:
             self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
-        self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches)
+        self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches,
+                         autotuned_prefetch=self._autotuned or None)
         if self.what_if and self._autotuned:  # the figure may read low (profile/autotuned_prefetch.py)
             self.what_if["autotuned_prefetch"] = self._autotuned
             warnings.warn(autotuned_prefetch.fit_warning(self.what_if, self._autotuned), stacklevel=2)

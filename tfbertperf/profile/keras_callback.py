@@ -315,6 +315,8 @@ class ProfileCallback(keras.callbacks.Callback):
             excluded = excluded_steps(self._ran, self.step_times_ms, self._warmup, self.traced, self._grabbed_at)
             what_if = what_if_record(self._runner.step_times_ms, self._ran, self.auto, self.probe_ci95,
                                      len(self._plan), self._stopped)
+            if what_if and self._autotuned:  # the dataset's (analyze: where the capture shows none)
+                what_if["autotuned_prefetch"] = self._autotuned
         warmup = self._warmup if self._runner else short_run_budget(len(self.step_times_ms), self.warmup_steps, 0)[0]
         excluded += stepfile.after_stop(self.step_times_ms, self._profiled, warmup, self._stop_ms)
         return stepfile.document(self.step_times_ms, profiled_steps=self._profiled, warmup_steps=warmup,

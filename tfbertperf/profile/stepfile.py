@@ -16,7 +16,11 @@ Schema "tfbertperf.steps/1" (JSON object; times in milliseconds; step i = the i-
                                and the steps right after the capture stopped (filled while the profiler wrote
                                it: `after_stop`, and with a probe train/recovery.py's rule too).
   what_if          null | {"compute_only_step_ms": [float, …] (the probe's timed steps on one cached batch),
-                           "blocks": [[before_step, timed_steps], …]}
+                           "blocks": [[before_step, timed_steps], …],
+                           "autotuned_prefetch": [{"iterator": str, …}, …] optional: the tf.data prefetches
+                           sizing their own buffer that the fit's dataset runs, under which the figure may read
+                           low (profile/autotuned_prefetch.py in_dataset; analyze reports them where its capture
+                           shows none, as on Keras' JAX backend)}
   batches_per_step int ≥ 1     optional (1): the batches one step covers — a Keras fit with steps_per_execution=k
                                calls back, and is timed, once per call of k batches.
   written_by       str         which helper wrote it (informational).
@@ -82,6 +86,7 @@ class StepSummary:
     written_by: str = ""
     drift: float | None = None  # |mean after the window − mean before it| ÷ T (≥ 3 unprofiled steps each side)
     batches_per_step: int = 1  # a step (marker) is one call of this many batches (Keras steps_per_execution)
+    autotuned_prefetch: list[dict] | None = None  # what_if.autotuned_prefetch (module docstring)
 
     def as_dict(self) -> dict:
         r = lambda x: None if x is None else round(x, 4)  # noqa: E731
@@ -93,7 +98,7 @@ class StepSummary:
                 "input_cost_fraction": r(self.input_cost_fraction), "input_cost_ci95": r(self.input_cost_ci95),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
                 "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms], "drift": r(self.drift),
-                "batches_per_step": self.batches_per_step}
+                "batches_per_step": self.batches_per_step, "autotuned_prefetch": self.autotuned_prefetch}
 
 
 def _times(where: str, key: str, value) -> list[float]:
@@ -182,6 +187,11 @@ def summarize(doc: dict, where: str) -> StepSummary:
         if not isinstance(wi, dict):
             raise UsageError(f"{where}: 'what_if' must be an object or null")
         probe = _times(where, "what_if.compute_only_step_ms", wi.get("compute_only_step_ms"))
+        found = wi.get("autotuned_prefetch")
+        if found is not None and not (isinstance(found, list) and all(
+                isinstance(f, dict) and isinstance(f.get("iterator"), str) for f in found)):
+            raise UsageError(f"{where}: 'what_if.autotuned_prefetch' must be a list of {{\"iterator\": name, …}}")
+        s.autotuned_prefetch = [{"autotune_mode": "", **f} for f in found] if found else None
         blocks = wi.get("blocks") or []
         if probe and T:
             kept = uninterrupted(probe)
