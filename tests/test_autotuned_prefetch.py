@@ -166,7 +166,7 @@ def test_a_probed_fit_with_no_capture_reads_its_autotuned_prefetch_from_the_data
     if variant == "fixed":  # prefetch(2) at the end, nothing injected
         assert "autotuned_prefetch" not in what_if and "may read low" not in proc.stderr
         return
-    name = "prefetch(tf.data.AUTOTUNE)" if variant == "autotune" else "the prefetch tf.data injects at the end"
+    name = {"autotune": "prefetch(tf.data.AUTOTUNE) at the end"}.get(variant, "the prefetch tf.data injects at the end")
     assert [f["iterator"] for f in what_if["autotuned_prefetch"]] == [name]
     assert "may read low: the dataset has tf.data prefetching" in proc.stderr and name in proc.stderr
 
@@ -279,3 +279,6 @@ def test_analyze_reads_a_keras_jax_fits_autotuned_prefetch_from_its_step_file(tm
     assert doc["step_file"]["autotuned_prefetch"] == found
     assert doc["attribution"]["input_cost_fraction"] is not None
     assert "may read low: the dataset has tf.data prefetching" in doc["verdict"]["summary"]
+    # the input is where the capture does not look: the advice is about the pipeline, less the prefetch it has
+    advice = " ".join(doc["verdict"]["recommendations"])
+    assert "look at the pipeline itself" in advice and "prefetch(AUTOTUNE)" not in advice

@@ -87,6 +87,12 @@ def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's
     return bool(c["pyframes"]) and not c["idle"] and not any(v > 0 for v in c["ops"].values()) and not _unseen(c)
 
 
+AT_THE_END = ("Iterator::Root::Prefetch", "the prefetch tf.data injects at the end",
+              "prefetch(tf.data.AUTOTUNE) at the end")
+"""An autotuned prefetch at the pipeline's root, as the capture (trace.py) or the dataset (autotuned_prefetch.py) names
+it: no advice to add one."""
+
+
 def _unseen(c: dict) -> bool:
     """The measured what-if puts ≥ 20 % of the step in input and the capture sees under half of it: the input's
     work runs where the capture does not record it (a Keras-JAX fit fed by tf.data: jax.profiler records none of
@@ -139,7 +145,7 @@ ADVICE: tuple[Advice, ...] = (
     # ---- input-bound, foreign programs: what to look at in their pipeline
     Advice("input", "the measured what-if puts {measured:.0%} of the step in input, the capture sees {seen:.0%}: the "
                     "pipeline works where this capture does not record it (jax.profiler records no tf.data threads) "
-                    "— look at the pipeline itself: map(num_parallel_calls=AUTOTUNE), prefetch(AUTOTUNE), cache "
+                    "— look at the pipeline itself: map(num_parallel_calls=AUTOTUNE),{end_prefetch} cache "
                     "after the costly step, or prepare the batches offline", _unseen, runs="foreign"),
     Advice("input", _PY_SOURCE + " and its Python computes (it wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} "
                     "ms step), out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
@@ -288,11 +294,11 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "step_ms": float(att.get("step_time_ms") or 0.0), "measured": att.get("input_cost_fraction")
            if att.get("au_compute_only_ratio") is not None else None,
            "estimate": float(att.get("input_cost_estimate_fraction") or 0.0),
-           "root_autotuned": any(f["iterator"] == "Iterator::Root::Prefetch" for f in att.get("autotuned_prefetch")
-                                 or ()),
+           "root_autotuned": any(f["iterator"] in AT_THE_END for f in att.get("autotuned_prefetch") or ()),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     ctx["seen"] = max(ctx["input"], ctx["estimate"])  # the capture's whole input reading: wait and stolen CPU
+    ctx["end_prefetch"] = "" if ctx["root_autotuned"] else " prefetch(AUTOTUNE),"
     ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")
     ctx["xla_words"] = ", compile with XLA (tf.function(jit_compile=True))" if _not_compiled(ctx) else ""
     ctx["graph_words"] = "" if att.get("cuda_graphs") else ", replay launches as CUDA graphs"

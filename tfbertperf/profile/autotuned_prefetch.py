@@ -22,8 +22,9 @@ HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound ve
 reaches the line (a low reading above it), and makes one below the line undecided between compute and input, its
 first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
 ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`), and where the fit
-captured nothing (`profile_steps=None`) or runs on Keras' JAX backend (tfbertperf/keras_jax.py) from its dataset (`in_dataset`: the chain of the iterator Keras hands its
-train_function, and tf.data's own rule for the prefetch it injects).  Only for a user's fit
+captured nothing (`profile_steps=None`) or runs on Keras' JAX backend (tfbertperf/keras_jax.py) from its dataset
+(`in_dataset`: the chain of the iterator Keras hands its train_function, and tf.data's own rule for the prefetch
+it injects; the step file carries them to analyze).  Only for a user's fit
 (no run report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run
 −1.0…+1.8 pp off an unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the
 Keras fit is not measured — hence "may read low").
@@ -96,11 +97,9 @@ def _walk(root) -> list[dict]:
             continue
         seen.add(id(ds))
         if type(ds).__name__ == "_PrefetchDataset" and tf.get_static_value(ds._buffer_size) == tf.data.AUTOTUNE:
-            found.append(_entry("prefetch(tf.data.AUTOTUNE)"))
+            found.append(_entry("prefetch(tf.data.AUTOTUNE)" + (" at the end" if ds is _last(root) else "")))
         todo.extend(ds._inputs())
-    last = root
-    while type(last).__name__ in PASS_THROUGH:
-        last = last._input_dataset
+    last = _last(root)
     options = root.options()
     if options.experimental_optimization.inject_prefetch is not False and options.autotune.enabled is not False \
             and type(last).__name__ not in ASYNC and not (type(last).__name__ == "_MapDataset" and _stateless(last)):
@@ -111,6 +110,13 @@ def _walk(root) -> list[dict]:
 def _entry(name: str) -> dict:
     """in_capture's shape (trace.py Trace.autotuned_prefetch), its buffer unknown before the fit: "in" says so."""
     return {"iterator": name, "autotune_mode": "", "buffer_limit_max": None, "in": "dataset"}
+
+
+def _last(root):
+    """The pipeline's last transformation, looked through options and the like (PASS_THROUGH)."""
+    while type(root).__name__ in PASS_THROUGH:
+        root = root._input_dataset
+    return root
 
 
 def _stateless(ds) -> bool:
