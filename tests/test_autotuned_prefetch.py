@@ -108,8 +108,10 @@ if sys.argv[2] == "fixed":
 if sys.argv[2] == "inject":  # tf.data's defaults: prefetch(2), then .repeat(), and an autotuned prefetch injected
     ds = pipeline()
 probe = sys.argv[4] == "probe"
-cb = ProfileCallback(sys.argv[3], profile_steps=None if sys.argv[5:] == ["nocapture"] else "12:16", probe=probe,
+cb = ProfileCallback(sys.argv[3], profile_steps=None if "nocapture" in sys.argv else "12:16", probe=probe,
                      probe_steps=8 if probe else "auto", probe_blocks=2)
+import keras
+assert keras.backend.backend() == "tensorflow"
 compiled_model().fit(ds, epochs=1, steps_per_epoch=60 if probe else 30, verbose=0, callbacks=[cb])
 print(json.dumps(cb.what_if))
 """
@@ -118,8 +120,9 @@ print(json.dumps(cb.what_if))
 def _fit(variant: str, logdir: Path, probe: bool = False, capture: bool = True):
     import subprocess
 
+    # --backend=tensorflow: the by-hand program sets KERAS_BACKEND from it when imported (else to jax)
     proc = subprocess.run([sys.executable, "-c", _FIT, str(PROGRAMS), variant, str(logdir),
-                           "probe" if probe else "no", *([] if capture else ["nocapture"])],
+                           "probe" if probe else "no", *([] if capture else ["nocapture"]), "--backend=tensorflow"],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
