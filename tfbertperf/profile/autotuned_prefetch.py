@@ -90,16 +90,15 @@ def _dataset_of(iterator):
 def _walk(root) -> list[dict]:
     import tensorflow as tf
 
-    found, seen, todo = [], set(), [root]
+    found, seen, todo, last = [], set(), [root], _last(root)
     while todo:
         ds = todo.pop()
         if id(ds) in seen:
             continue
         seen.add(id(ds))
         if type(ds).__name__ == "_PrefetchDataset" and tf.get_static_value(ds._buffer_size) == tf.data.AUTOTUNE:
-            found.append(_entry("prefetch(tf.data.AUTOTUNE)" + (" at the end" if ds is _last(root) else "")))
+            found.append(_entry("prefetch(tf.data.AUTOTUNE)" + (" at the end" if ds is last else "")))
         todo.extend(ds._inputs())
-    last = _last(root)
     options = root.options()
     if options.experimental_optimization.inject_prefetch is not False and options.autotune.enabled is not False \
             and type(last).__name__ not in ASYNC and not (type(last).__name__ == "_MapDataset" and _stateless(last)):

@@ -152,8 +152,7 @@ def main(argv=None) -> int:
     return 0
 
 
-REFERENCES = {"current": None, "median": statistics.median,
-              "upper": lambda clean: statistics.median(sorted(clean)[len(clean) // 2:])}
+REFERENCES = {"current": None, "median": statistics.median, "upper": recovery._reference}  # upper: today's rule
 
 
 @contextlib.contextmanager
