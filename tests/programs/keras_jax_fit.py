@@ -218,8 +218,6 @@ def main() -> None:
     logdir = os.path.join(a.out, a.shape)
     options = None
     if a.no_python_tracer:
-        import jax
-
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0
     cb = ProfileCallback(logdir, profile_steps=a.window, probe=True, profiler_options=options)
