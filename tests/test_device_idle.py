@@ -224,6 +224,22 @@ def test_rule_other_is_named_checkpoint_and_python(tmp_path):
     assert named["checkpoint"] == pytest.approx(3.0, abs=0.01) and named["python"] == pytest.approx(2.0, abs=0.01)
 
 
+def test_rule_a_callback_waiting_for_the_steps_result_is_a_sync_not_the_loader(tmp_path):
+    # Keras on JAX: on_train_batch_end converts the logs with np.asarray of a jax.Array (inside JAX's
+    # annotate_function wrapper), waiting for the step's result; its "numpy" frames read as loader work (input 58 %
+    # of a fit whose loader is free) and the wrapper as the profiler's own cost
+    att = _steps(tmp_path, lambda t: [("python3", "PjitFunction(step)", t, 500),
+                                      ("python3", "$callback_list.py:194 on_train_batch_end", t + 1_600, 6_000),
+                                      ("python3", "$core.py:404 convert_to_numpy", t + 1_650, 5_900),
+                                      ("python3", "$profiler.py:417 wrapper", t + 1_680, 5_850),
+                                      ("python3", "np.asarray(jax.Array)", t + 1_700, 5_800),
+                                      ("python3", "CommonPjRtBuffer::ToLiteral", t + 1_750, 20)],
+                 lambda t: [("fusion", t + 500, 1_000)])
+    named = att["other_named_ms"]
+    assert att["fractions"]["input"] == 0 and named["profiler"] == 0
+    assert named["sync"] == pytest.approx(5.8, abs=0.01) and named["python"] == pytest.approx(0.2, abs=0.01)
+
+
 def test_rule_without_markers_steps_are_consecutive_launches_of_one_xla_module(tmp_path):
     att = _steps(tmp_path, lambda t: [("python3", "CommonPjRtLoadedExecutable::Execute (jit_step)", t, 500)],
                  lambda t: [("fusion", t + 500, 9_000)], markers=False)

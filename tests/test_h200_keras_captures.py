@@ -22,7 +22,11 @@ FITS = ("arrays", "wait", "numpy", "numpy-wide", "compute-gpu")
 def test_each_keras_jax_fit_on_the_h200_reads_the_bottleneck_its_truth_has(fit, with_steps):
     d = analyze(str(FIX / f"{fit}.xplane.pb.gz"), steps=str(FIX / f"{fit}.steps.json") if with_steps else None)
     truth = TRUTH["fits"][fit]["r1"]["fit_truth"]
-    assert (d["verdict"]["bottleneck"] == "input") == (truth >= INPUT_BOUND_THRESHOLD), d["verdict"]
+    named = [d["verdict"]["bottleneck"]] + [a["bottleneck"] for a in d["verdict"]["also"]]
+    if not with_steps:
+        assert (d["verdict"]["bottleneck"] == "input") == (truth >= INPUT_BOUND_THRESHOLD), d["verdict"]
+    else:  # input named, first or beside the host's own work where that measured more (the array fit: 56 % vs 41 %)
+        assert ("input" in named) == (truth >= INPUT_BOUND_THRESHOLD), d["verdict"]
     if with_steps:  # the measured what-if, read from the step file: the answer's figure
         assert d["attribution"]["input_cost_fraction"] == pytest.approx(
             TRUTH["fits"][fit]["r1"]["probe"]["input_cost_fraction"], abs=1e-3)
@@ -55,5 +59,18 @@ def test_the_measured_what_if_and_the_unprofiled_view_agree_on_a_keras_fit():
     u = a["unprofiled"]["fractions"]
     assert u["input"] + u["host_to_device"] == pytest.approx(a["input_cost_fraction"], abs=0.005)
     assert u["kernel_launch"] + u["other"] == pytest.approx(0.56, abs=0.02)  # T_c less the device's 3 %
-    assert d["verdict"]["bottleneck"] == "input" and d["verdict"]["also"][0]["bottleneck"] == "other"
-    assert "steps_per_execution" in d["verdict"]["recommendations"][1]  # Keras' own per-step work, after input
+    # Keras' own per-step work (T_c less the device: 56 %) measured more than the input (41 %): both named, the
+    # larger first (steps_per_execution=8 measured 1.6–1.7× the batches a second; free input would give 1.69×)
+    assert d["verdict"]["bottleneck"] == "other" and d["verdict"]["also"] == [
+        {"bottleneck": "input", "share": pytest.approx(0.405, abs=0.001)}]
+    said = d["verdict"]["recommendations"]
+    assert "steps_per_execution" in said[0] and "own loader" in said[1]
+
+
+def test_keras_reading_its_logs_back_each_step_is_a_wait_for_the_device_not_the_loader():
+    # on_train_batch_end converts the logs with np.asarray(jax.Array), waiting ~0.46 ms for the step's result: its
+    # NumPy frames read as loader work, and the array fit's capture alone said input 63 % against a truth of 39 %
+    d = analyze(str(FIX / "arrays.xplane.pb.gz"))
+    a, truth = d["attribution"], TRUTH["fits"]["arrays"]["r1"]["fit_truth"]
+    assert a["other_named_ms"]["sync"] >= 0.4 and a["other_named_ms"]["profiler"] == 0
+    assert a["fractions"]["input"] + a["fractions"]["host_to_device"] == pytest.approx(truth, abs=0.05)

@@ -56,8 +56,10 @@ LAUNCH = re.compile(r"PjitFunction|Execute\b|ExecuteThunks|XLA GPU module|comman
                     r"cudaLaunch|hipLaunch|hipModuleLaunch|hipGraphLaunch|EagerExecute|EagerKernelExecute|"
                     r"ExecutorState::Process|ThunkExecutor|LaunchKernel|PJRT_LoadedExecutable|ExecuteHelper")
 CHECKPOINT = re.compile(r"checkpoint|SaveV2|RestoreV2|MergeV2Checkpoints|orbax|\bsave\w*\b|\brestore\b", re.I)
-PROFILER = re.compile(r"profiler\.py|start_trace|stop_trace|ProfilerSession|BUFFER_FLUSH")
-SYNC = re.compile(r"block_until_ready|BlockHostUntilReady|Wait for|WaitFor|\bsynchronize\b|Await")
+# (not jax.profiler.annotate_function's `wrapper`: the function it wraps is the program's, np.asarray of a jax.Array)
+PROFILER = re.compile(r"profiler\.py(?!:\d+ wrapper\b)|start_trace|stop_trace|ProfilerSession|BUFFER_FLUSH")
+SYNC = re.compile(r"block_until_ready|BlockHostUntilReady|Wait for|WaitFor|\bsynchronize\b|Await|"
+                  r"np\.asarray\(jax\.Array\)|ToLiteral")
 
 # Charge order (module docstring); the first covering an idle interval takes it.
 CHARGE_ORDER = ("host_to_device", "output", "input", "compile", "kernel_launch", "checkpoint", "profiler", "sync",
@@ -122,11 +124,13 @@ def _python_frames(thread: HostThread, markers, loader_only: bool = False) -> tu
     own = np.isin(kinds, [_KINDS.index(k) for k in _HANDOFF])
     handoff = own.copy()
     loader = thread.mask(_is_host_loader_frame if loader_only else _is_loader_frame)
+    waits = kinds == _KINDS.index("sync")  # the thread waiting for the device's results: never the loader's work
     parent, depth = thread.nesting()
     for d in range(int(depth.max()), 0, -1):  # children after parents: fold the flags up, deepest level first
         at = np.flatnonzero(depth == d)
         handoff[parent[at[handoff[at]]]] = True
         loader[parent[at[loader[at]]]] = True
+        waits[parent[at[waits[at]]]] = True
     starts = start[own]  # the hand-off events themselves (sorted: the thread is)
     first_handoff = {}
     for m in markers:
@@ -149,7 +153,7 @@ def _python_frames(thread: HostThread, markers, loader_only: bool = False) -> tu
     h_first = np.where(k < len(starts), np.minimum(h_end, nxt), h_end)
     k = np.searchsorted(marker_starts, start, side="right") - 1  # the marker each frame starts in, if any
     before = (k >= 0) & (end <= (first[np.maximum(k, 0)] if len(first) else end - 1))
-    inputs = frame & ~handoff & (loader if loader_only else (before | loader))
+    inputs = frame & ~handoff & ~waits & (loader if loader_only else (before | loader))
     other = frame & ~handoff & ~inputs
     if loader_only:
         h_first = h_start  # no hand-off frame's lead-in either: the loader's own frames, as they end
