@@ -65,6 +65,10 @@ def main(argv=None) -> int:
                    "<config>.tgz from tools/bench/keras_jax_gpu.sh): score those, run none")
     a = p.parse_args(argv)
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-kerasjax-"))
+    if a.source and (Path(a.source) / "all.tgz").is_file():  # keras_jax_gpu.sh's one archive of everything
+        with tarfile.open(Path(a.source) / "all.tgz") as t:
+            t.extractall(out / "from", filter="data")
+        a.source = str(out / "from")
     if a.source and not (Path(a.source) / "results.jsonl").is_file():
         print(f"bench_keras_jax_probe: --from {a.source}: no results.jsonl there", file=sys.stderr)
         return 2

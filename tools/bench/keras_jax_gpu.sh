@@ -3,10 +3,12 @@
 # (probe=True), next to the what-if truth measured in the same process (tests/programs/keras_jax_fit.py), at CPU and
 # GPU sizes.  Run on the lent device machine (JAX there, no TensorFlow; Keras carried as wheels in .whl/):
 #   run(command="bash tools/bench/keras_jax_gpu.sh", carry=[".whl"])
-# (ONLY=REGEX picks configs, REPS=N repetitions, SKIP_PIP=1 where Keras is installed.)  It writes $OUT/results.jsonl (one line per fit), $OUT/<config>.tgz (its captures and step files) and $OUT/log.
+# (ONLY=REGEX picks configs, REPS=N repetitions, SKIP_PIP=1 where Keras is installed.)  It writes results.jsonl (one
+# line per fit), <config>.tgz (its captures and step files) and log, all packed in $OUT/all.tgz (a device call returns
+# at most 8 files), results.jsonl and log beside it too.
 # Read them here with `python tools/bench/bench_keras_jax_probe.py --from DIR` (DIR: the files that came back).
 set -u
-OUT=${OUT:-/tmp/kjgpu-out}; REPS=${REPS:-2}; mkdir -p "$OUT"
+DEST=${OUT:-/tmp/kjgpu-out}; OUT=$(mktemp -d /tmp/kjgpu-work.XXXX); REPS=${REPS:-2}; mkdir -p "$DEST"
 [ -n "${SKIP_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=/tmp/site:$PWD KERAS_BACKEND=jax PYTHONUNBUFFERED=1
@@ -28,7 +30,7 @@ for c in "${CONFIGS[@]}"; do
   name=${c%%|*}; args=${c#*|}
   [[ "$name" =~ ^(${ONLY:-.*})$ ]] || continue
   for rep in $(seq 1 "$REPS"); do
-    t0=$(date +%s)
+    t0=$(date +%s); rm -rf "/tmp/kj/$name/r$rep"  # one capture per logdir: a rerun's would sit beside it
     line=$(python3 tests/programs/keras_jax_fit.py $args --out "/tmp/kj/$name/r$rep" 2>>"$OUT/log" | tail -1)
     echo "[$name r$rep] $(( $(date +%s) - t0 )) s" | tee -a "$OUT/log"
     [ -n "$line" ] && echo "{\"config\": \"$name\", \"rep\": $rep, \"fit\": $line}" >> "$OUT/results.jsonl"
@@ -36,3 +38,4 @@ for c in "${CONFIGS[@]}"; do
   tar czf "$OUT/$name.tgz" -C /tmp/kj "$name"
 done
 ls -la "$OUT" | tee -a "$OUT/log"
+tar czf "$DEST/all.tgz" -C "$OUT" . && cp "$OUT/results.jsonl" "$OUT/log" "$DEST/"
