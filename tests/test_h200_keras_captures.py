@@ -74,3 +74,22 @@ def test_keras_reading_its_logs_back_each_step_is_a_wait_for_the_device_not_the_
     a, truth = d["attribution"], TRUTH["fits"]["arrays"]["r1"]["fit_truth"]
     assert a["other_named_ms"]["sync"] >= 0.4 and a["other_named_ms"]["profiler"] == 0
     assert a["fractions"]["input"] + a["fractions"]["host_to_device"] == pytest.approx(truth, abs=0.05)
+
+
+@pytest.mark.parametrize("tracer", [True, False], ids=["python tracer", "no python tracer"])
+def test_the_program_that_recorded_these_fixtures_runs_and_its_capture_reads(tracer, tmp_path):
+    # tests/programs/keras_jax_fit.py at CPU sizes (tools/bench/keras_jax_gpu.sh runs it on the GPU): its traced fits
+    # crashed for a day (a local `import jax` for --no-python-tracer left `jax` unbound) and no test ran it
+    import subprocess
+    import sys
+
+    program = Path(__file__).resolve().parent / "programs" / "keras_jax_fit.py"
+    proc = subprocess.run([sys.executable, str(program), "--shape", "arrays", "--out", str(tmp_path), "--examples",
+                           "1024", "--rounds", "2", "--block", "6", "--window", "20:26",
+                           *([] if tracer else ["--no-python-tracer"])],
+                          capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["probe"]["input_cost_fraction"] is not None and 0 <= r["fit_truth"] <= 1 and r["fit_T_ms"] > 0
+    d = analyze(r["logdir"])
+    assert d["attribution"]["steps_profiled"] >= 5 and d["attribution"]["input_cost_fraction"] is not None

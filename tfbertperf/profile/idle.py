@@ -21,8 +21,9 @@ device's kernels) and idle.  Every idle picosecond is charged to the first of th
   5. kernel_launch: the host issuing work — op dispatch, executable launch, `cuLaunchKernel`/`cuGraphLaunch`
      (HTA's kernel wait: the device waits for the host to issue the next kernel);
   6. other, named: checkpoint (save/restore), profiler (the profiler's own start/stop and buffer flushes),
-     sync (the host waiting on the device), python (the training thread running other Python), idle (no host
-     event recorded at all).
+     sync (the host waiting on the device: `block_until_ready`, a jax.Array read back with `np.asarray` — Keras
+     converting its logs every step — never the loader's work, whatever NumPy the frame holding it runs), python
+     (the training thread running other Python), idle (no host event recorded at all).
 Input that overlaps device compute is hidden and costs nothing by itself: only idle time is charged.  But the
 training thread is serial: input (or staging) it ran while the device was busy delayed the dispatch that came
 after it by as long, so launch idle that follows it in the same step is charged to input (the training thread's
