@@ -21,6 +21,8 @@ CONFIGS=(
   "numpy-wide|--shape numpy --hidden 8192 --layers 4"
   "compute-gpu|--shape compute --batch 1024 --hidden 8192 --examples 131072"
   "arrays-spe8|--shape arrays --steps-per-execution 8 --examples 32768 --window 64:160"
+  "arrays-b256|--shape arrays --batch 256 --examples 32768"
+  "wait-b256|--shape wait --batch 256 --examples 16384"
   "arrays-notrace|--shape arrays --no-python-tracer"
   "numpy-notrace|--shape numpy --no-python-tracer"
   "numpy-wide-notrace|--shape numpy --hidden 8192 --layers 4 --no-python-tracer"
