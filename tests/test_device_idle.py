@@ -181,6 +181,19 @@ def test_rule_a_device_put_whose_copy_takes_microseconds_is_the_loaders_hand_off
     assert idle_findings(att)[0] == [("input", pytest.approx(0.30, abs=0.01))]  # one finding, not two
 
 
+def test_rule_a_loader_and_its_hand_off_each_under_their_line_are_one_input_over_it(tmp_path):
+    # an H200 Keras fit without the Python tracer: input 19 % + a hand-off of 6 %, truth 28 % — each share under its
+    # own line (20 %, 15 %), so the capture read compute-bound; the hand-off is the loader's, one finding of both
+    att = _steps(tmp_path, lambda t: [("python3", "$loader.py:12 next_batch", t, 1_300),
+                                      ("python3", "$time sleep", t + 10, 1_200),
+                                      ("python3", "$api.py:2307 device_put", t + 1_300, 1_000),
+                                      ("python3", "PjitFunction(step)", t + 2_300, 200)],
+                 lambda t: [("fusion", t + 2_500, 7_400)], copies=lambda t: [(t + 2_290, 5, 8_192)])
+    assert att["fractions"]["input"] == pytest.approx(0.13, abs=0.01)
+    assert att["fractions"]["host_to_device"] == pytest.approx(0.10, abs=0.01)
+    assert idle_findings(att)[0] == [("input", pytest.approx(0.23, abs=0.01))] and idle_bottleneck(att) == "input"
+
+
 def test_rule_launch_bound_short_kernels_between_host_dispatch(tmp_path):
     att = _steps(tmp_path, lambda t: [("python3", "cuLaunchKernel", t + 2_000 * k, 1_800) for k in range(5)],
                  lambda t: [("k", t + 2_000 * k + 1_800, 200) for k in range(5)])

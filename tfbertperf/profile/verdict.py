@@ -42,29 +42,29 @@ def profiler_ms(att: dict) -> tuple[float, str] | None:
 
 
 def idle_findings(att: dict) -> tuple[list[tuple[str, float]], dict | None]:
-    """([(bottleneck, share), …] past their thresholds, first the bottleneck; discounted) of a device_idle
-    attribution (profile/device_attribution.py).  The charged idle
-    shares — input, host→device (transfer), kernel launch or the rest (other) — are taken largest first; the first
-    that reaches its threshold (INPUT_BOUND_THRESHOLD, TRANSFER_BOUND_THRESHOLD, advice.LAUNCH_BOUND_SHARE,
-    OTHER_BOUND_THRESHOLD) is the bottleneck, compute when none does.  Launch-bound steps are "other" (host-bound:
-    the host issuing work), named in the summary.  The profiler slows the host, and a host-bound share (HOST_BOUND)
-    holds that time: it is ranked, and decides only when it still reaches its threshold, with the profiler's cost
-    per step P (profiler_ms) out of it and out of the step: (share × step − P) ÷ (step − P); the others are ranked
-    as captured (P may be an estimate).  When it does not decide, the next finding does, and `discounted` says so:
-    {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}.  (A real H200 capture of
-    a Python loader traced frame by frame, tests/fixtures/h200: launch 35 %, ~17 % without P, against input 31 %;
-    input-bound, 30 % measured without the profiler.)  With an unprofiled view (att["unprofiled"],
+    """([(bottleneck, share), …] past their thresholds, first the bottleneck; discounted) of a device_idle attribution
+    (profile/device_attribution.py).  The charged idle shares — input, host→device (transfer), kernel launch or the rest
+    (other) — are taken largest first; the first that reaches its threshold (INPUT_BOUND_THRESHOLD,
+    TRANSFER_BOUND_THRESHOLD, advice.LAUNCH_BOUND_SHARE, OTHER_BOUND_THRESHOLD) is the bottleneck, compute if none.
+    Launch-bound steps are "other" (host-bound: the host issuing work), named in the summary.  The profiler slows the
+    host, and a host-bound share (HOST_BOUND) holds that time: it is ranked, and decides only when it still reaches its
+    threshold, with the profiler's cost per step P (profiler_ms) out of it and out of the step: (share × step − P) ÷
+    (step − P); the others are ranked as captured (P may be an estimate).  When it does not decide, the next finding
+    does, and `discounted` says so: {"finding", "share", "share_without_profiler", "profiler_ms", "basis", "threshold"}.
+    (A real H200 capture of a Python loader traced frame by frame, tests/fixtures/h200: launch 35 %, ~17 % without P,
+    against input 31 %; input-bound, 30 % measured without the profiler.)  With an unprofiled view (att["unprofiled"],
     profile/unprofiled.py) the shares are its fractions, P already out of them; with a measured what-if
-    (input_cost_fraction) the input share is that less the host→device share.  Host→device time whose device
-    copies take under a tenth of it (transfer.hand_off_ms_per_step) is the loader handing the batch over: in the
-    what-if's input whole; without one, its own finding (≥ 15 %) named input, one with the input's (captured, it
-    is Python the tracer slows most: an H200 Keras fit's 12 % hand-off + 15 % input against a truth of 14.5 %)."""
+    (input_cost_fraction) the input share is that less the host→device share.  Host→device time whose device copies take
+    under a tenth of it (transfer.hand_off_ms_per_step) is the loader handing the batch over: in the what-if's input
+    whole; without one, in the input's share before its line (an H200 Keras fit, input 19 % + hand-off 6 %, truth 28 %,
+    read compute-bound while each had its own line)."""
     fr = (att.get("unprofiled") or {}).get("fractions") or att["fractions"]
     hand_off = (att.get("transfer") or {}).get("hand_off_ms_per_step") is not None  # device_attribution.py
     icf = att.get("input_cost_fraction")  # the what-if, measured (it holds the copies too): beats the idle share
     inp = fr["input"] if icf is None else max(0.0, icf - unprofiled.copies_share(att))
+    inp += fr["host_to_device"] if hand_off and icf is None else 0.0  # the loader's hand-off: its input's
     shares = {"input": (inp, INPUT_BOUND_THRESHOLD),
-              "transfer": (0.0 if hand_off and icf is not None else fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
+              "transfer": (0.0 if hand_off else fr["host_to_device"], TRANSFER_BOUND_THRESHOLD),
               "launch": (fr["kernel_launch"], LAUNCH_BOUND_SHARE),
               "other": (fr["other"] + fr["compile"] + fr["output"], OTHER_BOUND_THRESHOLD)}
     cost, step = (None if att.get("unprofiled") else profiler_ms(att)), float(att.get("step_time_ms") or 0.0)
