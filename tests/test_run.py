@@ -112,7 +112,9 @@ def test_attribution_covers_the_profiled_window_and_sums_to_one(tuned_run):
     # measured, not the remainder: training on the CPU shows as host compute, and xprof's profiled step is the
     # length our own step timer measured for the steady steps (the window adds the tracer's overhead only)
     assert a["fractions"]["host_compute"] >= 0.5 and a["fractions"]["other"] < 0.25, a["fractions"]
-    assert 0.7 < a["step_time_ms"] / a["steady_step_time_ms"] < 2.0, (a["step_time_ms"], a["steady_step_time_ms"])
+    # (a band of 2× either way: the window is a few steps of a shared machine, and under CI's load it once ran 222 ms
+    # a step against the steady steps' 320 ms mean; a unit or remainder mistake is off by far more)
+    assert 0.5 < a["step_time_ms"] / a["steady_step_time_ms"] < 2.0, (a["step_time_ms"], a["steady_step_time_ms"])
     assert 0.0 <= a["input_bound_fraction"] <= 1.0
     assert a["input_cost_fraction"] is not None and -1.0 < a["input_cost_fraction"] < 1.0
     assert set(a["input_ops_us"]) >= {"storage_read", "preprocessing", "enqueue"}

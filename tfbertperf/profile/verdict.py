@@ -81,9 +81,8 @@ def idle_findings(att: dict) -> tuple[list[tuple[str, float]], dict | None]:
             discounted = discounted or {"finding": name, "share": share, "share_without_profiler": without[name],
                                         "profiler_ms": cost[0], "basis": cost[1], "threshold": threshold}
             continue
-        found.append(("other" if name == "launch" else "input" if name == "transfer" and hand_off else name,
-                      round(without[name], 6)))
-    merged: dict[str, float] = {}  # a hand-off named input beside the input's own finding: one finding, both shares
+        found.append(("other" if name == "launch" else name, round(without[name], 6)))
+    merged: dict[str, float] = {}  # kernel launch beside the rest of the host's own work: one finding, both shares
     for name, share in found:
         merged[name] = round(merged.get(name, 0.0) + share, 6)
     return sorted(merged.items(), key=lambda f: -f[1]), discounted
