@@ -3,6 +3,8 @@
 # (probe=True), next to the what-if truth measured in the same process (tests/programs/keras_jax_fit.py), at CPU and
 # GPU sizes.  Run on the lent device machine (JAX there, no TensorFlow; Keras carried as wheels in .whl/):
 #   run(command="bash tools/bench/keras_jax_gpu.sh", carry=[".whl"])
+# (.whl/, git-ignored, filled here once: pip download --no-deps --only-binary=:all: --python-version 3.12
+#  --platform manylinux_2_28_x86_64 -d .whl keras==3.15.1 namex==0.1.0 optree==0.20.0 — the device's Python is 3.12)
 # (ONLY=REGEX picks configs, REPS=N repetitions, SKIP_PIP=1 where Keras is installed.)  It writes results.jsonl (one
 # line per fit), <config>.tgz (its captures and step files) and log, all packed in $OUT/all.tgz (a device call returns
 # at most 8 files), results.jsonl and log beside it too.
