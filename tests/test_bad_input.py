@@ -197,3 +197,14 @@ def test_the_keras_jax_bench_refuses_a_folder_without_results_in_one_line(tmp_pa
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [f"bench_keras_jax_probe: --from {tmp_path}: no results.jsonl there"]
+
+
+def test_the_keras_jax_bench_refuses_a_broken_archive_in_one_line(tmp_path):
+    # keras_jax_gpu.sh packs everything in all.tgz (a device call returns at most 8 files); a cut-off transfer
+    (tmp_path / "all.tgz").write_bytes(b"\x1f\x8b\x08\x00 not the rest of a gzip stream")
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_keras_jax_probe.py"), "--from",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"bench_keras_jax_probe: --from {tmp_path}: all.tgz is not a readable archive (")

@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,8 +67,13 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-kerasjax-"))
     if a.source and (Path(a.source) / "all.tgz").is_file():  # keras_jax_gpu.sh's one archive of everything
-        with tarfile.open(Path(a.source) / "all.tgz") as t:
-            t.extractall(out / "from", filter="data")
+        try:
+            with tarfile.open(Path(a.source) / "all.tgz", "r:gz") as t:
+                t.extractall(out / "from", filter="data")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            print(f"bench_keras_jax_probe: --from {a.source}: all.tgz is not a readable archive "
+                  f"({' '.join(str(e).split())})", file=sys.stderr)
+            return 2
         a.source = str(out / "from")
     if a.source and not (Path(a.source) / "results.jsonl").is_file():
         print(f"bench_keras_jax_probe: --from {a.source}: no results.jsonl there", file=sys.stderr)
