@@ -84,8 +84,10 @@ def test_the_program_that_recorded_these_fixtures_runs_and_its_capture_reads(tra
     import sys
 
     program = Path(__file__).resolve().parent / "programs" / "keras_jax_fit.py"
-    proc = subprocess.run([sys.executable, str(program), "--shape", "arrays", "--out", str(tmp_path), "--examples",
-                           "1024", "--rounds", "2", "--block", "6", "--window", "20:26",
+    # its default 4096 examples: an epoch of 128 steps holds a truth block's settle (up to 60 steps) and block; with
+    # 1024 (32 steps) a loaded machine's settle ran past the epoch's end and the block timed nothing
+    proc = subprocess.run([sys.executable, str(program), "--shape", "arrays", "--out", str(tmp_path),
+                           "--rounds", "2", "--block", "6", "--window", "20:26",
                            *([] if tracer else ["--no-python-tracer"])],
                           capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
