@@ -186,6 +186,22 @@ def test_the_measured_input_cost_carries_a_95_percent_interval_from_its_blocks_s
     assert stepfile.summarize(one, "t").input_cost_ci95 is None
 
 
+def test_blocks_all_after_the_last_step_pair_each_with_its_stretch_of_the_fit_in_order():
+    # 40 steps, warm-up 2: the 38 real steps in two stretches of 19 (10 ms, then 20 ms); two blocks after the loop,
+    # T_c 4 and 6 ms: T_blocks 10 and 20, d = 6 and 14 → cost (30 − 10) / 30, interval t(0.975, 1) × sd / √2 / 15
+    times = [50.0, 50.0] + [10.0] * 19 + [20.0] * 19
+    doc = stepfile.document(times, warmup_steps=2, what_if={"compute_only_step_ms": [4.0, 4.0, 6.0, 6.0],
+                                                            "blocks": [[40, 2], [40, 2]]})
+    s = stepfile.summarize(doc, "t")
+    assert s.probe_after_steps and s.T_blocks_ms == [10.0, 20.0] and s.T_c_blocks_ms == [4.0, 6.0]
+    assert s.input_cost_fraction == pytest.approx(20 / 30)
+    assert s.input_cost_ci95 == pytest.approx(12.706 * statistics.stdev([6.0, 14.0]) / 2 ** 0.5 / 15)
+    # one of them inside the fit: each against the steps around it, as ever
+    inside = stepfile.summarize(stepfile.document(times, warmup_steps=2, excluded_steps=[21], what_if={
+        "compute_only_step_ms": [4.0, 4.0, 6.0, 6.0], "blocks": [[21, 2], [40, 2]]}), "t")
+    assert not inside.probe_after_steps and inside.T_blocks_ms[0] == pytest.approx(15.0)  # 5 steps each side
+
+
 def test_a_wide_interval_gets_a_hint_to_raise_the_probe_steps():
     from tfbertperf.profile.keras_callback import precision_hint
 

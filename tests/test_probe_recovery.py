@@ -123,6 +123,11 @@ def test_a_keras_fit_behind_a_prefetching_loader_is_timed_at_the_loaders_pace(tm
     wait = lambda a, b: (tf.py_function(lambda t: (time.sleep(0.012), t)[1], [a], tf.float32), b)  # noqa: E731
     ds = (tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True).map(wait)
           .map(lambda a, b: (tf.ensure_shape(a, (8, 16)), b)).prefetch(16).repeat())
+    # a fixed-size buffer only: with tf.data's injected (autotuned) prefetch after the repeat the blocks would run
+    # after the last step instead (profile/autotuned_prefetch.py), and no recovery would be there to test
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    ds = ds.with_options(options)
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)])
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     # warm-up past the first drain: while the first step compiles the loader fills all 16 batches, and the ~20

@@ -106,6 +106,7 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
         kw["compute_only_step_ms"] = None if icf is None else T * (1.0 - icf)
         kw["input_cost_ci95"] = measured.input_cost_ci95
         kw["dataset_prefetch"] = measured.autotuned_prefetch if icf is not None else None
+        kw["what_if_after_steps"] = measured.probe_after_steps
     try:
         doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:

@@ -8,7 +8,8 @@ that a step that donates its state consumes the copy, never the loop's own), and
 block.  The loop goes on from the state it holds, which the probe never touched: nothing is restored, and the
 training is unchanged.  The cached batch is a batch the loop hands over at the last warm-up step, put on the device
 once (`jax.device_put`: a NumPy batch to the default device; a `jax.Array` already placed or sharded stays as it
-is), so T_c holds no host→device copy.
+is), so T_c holds no host→device copy.  `to_end()` moves every block after the loop's last step (Keras-JAX under a
+tf.data prefetch that sizes its own buffer: profile/autotuned_prefetch.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class JaxProbe:
         self.total, self.traced = 0, None
         self.ran: list[tuple[int, int]] = []
         self.step_times_ms: list[float] = []
+        self.tail: list[int] = []  # to_end(): the blocks' sizes, run back to back after the last step
 
     def make_plan(self, steps: int, warmup_steps: int, traced) -> None:
         """Plan the blocks for a run of `steps` steps captured over `traced` (train/probe.py plan_for)."""
@@ -41,6 +43,11 @@ class JaxProbe:
         self.warmup, self.plan = plan_for(steps, warmup_steps, traced, self.auto, self.probe_steps, self.probe_blocks)
         self.total, self.traced = steps, traced
         self.blocks_at = dict(self.plan)
+
+    def to_end(self) -> None:
+        """Run every planned block after the loop's last step, back to back (the pipeline refilled before the
+        first only), instead of through the steady steps."""
+        self.tail, self.blocks_at = [n for _, n in self.plan or ()], {}
 
     def wants(self, step: int) -> bool:
         """Whether keep() would keep a batch handed over at `step`."""
@@ -57,10 +64,16 @@ class JaxProbe:
         return True
 
     def block(self, step_fn: Callable, state, step: int, real_ms: list[float], summary: Callable[[], dict | None],
-              wait: Callable) -> None:
+              wait: Callable, settle: bool = True) -> None:
         """Run the block planned before `step`, if any: `step_fn(state, batch)` returns the new state first (a tuple
         or list whose first item is it); `state` the loop's state now (or a callable that returns it, called only
         when a block runs); `summary()` the step file's summary so far (the auto probe's rule to stop)."""
+        if self.tail and step >= self.total:  # to_end(): every block now
+            sizes, self.tail = self.tail, []
+            for k, n in enumerate(sizes):
+                self.blocks_at = {step: n}
+                self.block(step_fn, state, step, real_ms, summary, wait, settle=k == 0)
+            return
         n = self.blocks_at.get(step)
         if not n or self.batch is None:
             return
@@ -83,7 +96,8 @@ class JaxProbe:
             return out[1:] or out[0]
 
         self.step_times_ms += time_block(one, wait, n, PROBE_WARMUP_STEPS if not self.ran else PROBE_SETTLE_STEPS,
-                                         settle_ms(real_ms, self.warmup), SETTLE_MAX_STEPS, self.wait_each,
+                                         settle_ms(real_ms, self.warmup) if settle else 0, SETTLE_MAX_STEPS,
+                                         self.wait_each,
                                          floor_ms=recovery.settled_floor(self.step_times_ms, [k for _, k in self.ran]))
         self.ran.append((step, n))
 

@@ -99,6 +99,11 @@ class StepTimer:
         """Plan the probe's blocks for a run of `total_steps` steps (StepTimer(total_steps=N) does it at once)."""
         self._probe.make_plan(total_steps, self.warmup_steps, self.traced)
 
+    def probe_at_end(self) -> None:
+        """Run the probe's blocks after the last step, back to back, not through the steps (JaxProbe.to_end)."""
+        if self._probe is not None:
+            self._probe.to_end()
+
     def wants_batch(self) -> bool:
         """Whether the probe would keep a batch handed over now (keep_batch)."""
         return self._probe is not None and self._probe.wants(len(self.step_times_ms))

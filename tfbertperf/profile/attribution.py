@@ -88,7 +88,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
               storage: dict | None = None, config: dict | None = None, trace: bool = True,
               env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
               emulated_step_ms: float | None = None, xprof: str = "auto",
-              input_cost_ci95: float | None = None, dataset_prefetch: list | None = None) -> dict:
+              input_cost_ci95: float | None = None, dataset_prefetch: list | None = None,
+              what_if_after_steps: bool = False) -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -100,6 +101,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
       dataset_prefetch: the autotuned prefetches the step file names (read from the fit's dataset:
         profile/autotuned_prefetch.py in_dataset), reported where the capture shows none (Keras on JAX records no
         tf.data events).
+      what_if_after_steps: the what-if's blocks all ran after the fit's last step (profile/stepfile.py
+        probe_after_steps: no block grew such a prefetch's buffer, so the figure is not read as possibly low).
       storage: report.json `storage` block (adds latency-based advice).  Its `joined_read_ms` (our untraced
         blocking reads in the traced window) is set here per step the capture spans, as
         `joined_read_ms_per_step`, like the input-op figures (attribution.input_ops_capture_steps).
@@ -167,6 +170,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     # a user's fit: tf.data prefetches sizing their own buffer (profile/autotuned_prefetch.py; our runs: null)
     att["autotuned_prefetch"] = (load_trace(xplanes).autotuned_prefetch() or dataset_prefetch or None) \
         if config is None else None
+    att["what_if_after_steps"] = bool(what_if_after_steps) if att.get("input_cost_fraction") is not None else None
     vkw = {"config": config, "storage": storage, "au_threshold": threshold, "cpu_flags": cpu_flags}
     decided = verdict(att, au, **vkw)
     if refine_with is not None:

@@ -150,7 +150,8 @@ def mark(decided: dict, att: dict, threshold: float) -> dict:
     """`decided` with the what-if read as possibly low where the capture shows an autotuned prefetch and a user's
     probe measured the figure (module docstring); else `decided` unchanged."""
     found, icf = att.get("autotuned_prefetch"), att.get("input_cost_fraction")
-    if not found or icf is None or decided.get("bottleneck") not in ("input", "compute"):
+    if not found or icf is None or att.get("what_if_after_steps") or decided.get("bottleneck") not in ("input",
+                                                                                                     "compute"):
         return decided
     why = reads_low(f"the what-if {icf:.0%}", found)
     decided = {**decided, "summary": f"{decided['summary']}; {why}"}

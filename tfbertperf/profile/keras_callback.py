@@ -30,7 +30,9 @@ enough; docs/own-training.md) and per block the untimed ones before them (at lea
 as many as fill SETTLE_REAL_STEPS real steps' worth of time, at most SETTLE_MAX_STEPS: train/probe.py), one more
 tracing of the step function (the cached batch's fixed shapes), and per block a snapshot and restore of the state
 (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a temporary directory: train/probe.py
-Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out of T.
+Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out of T.  Where
+the dataset runs a prefetch that sizes its own buffer (blocks inside the fit would grow it), every block runs after
+the last step instead, each against its stretch of the fit (profile/autotuned_prefetch.py, profile/stepfile.py).
 Supported under one replica (the default strategy, or a one-device tf.distribute one).
 
 Usage:
@@ -102,9 +104,9 @@ class ProfileCallback(keras.callbacks.Callback):
       step_file: where the step file was written (after fit), or None.
       what_if: {"step_ms": T, "compute_only_step_ms": T_c, "input_cost_fraction", "input_cost_ci95" (the half-width
         of its 95 % interval from the blocks' spread, profile/stepfile.py), "probe_steps" and "probe_blocks" (what
-        ran), "stopped" (the auto probe's reason to stop before its plan's end, else None), and where the capture
-        shows a tf.data prefetch sizing its own buffer "autotuned_prefetch" (the figure may then read low:
-        profile/autotuned_prefetch.py)} after fit with probe=True.
+        ran), "stopped" (the auto probe's reason to stop before its plan's end, else None), "after_steps" (the
+        blocks all ran after the last step), and where the capture or dataset shows a tf.data prefetch sizing its
+        own buffer "autotuned_prefetch" (profile/autotuned_prefetch.py)} after fit with probe=True.
     """
 
     def __init__(self, logdir: str, profile_steps="20:40", marker: str = "train", host_tracer_level: int = 2,
@@ -121,10 +123,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self.marker = marker
         self.options = tf.profiler.experimental.ProfilerOptions(
             host_tracer_level=host_tracer_level, python_tracer_level=int(python_tracer),
-            device_tracer_level=device_tracer_level,
-        )
-        self.sync = sync
-        self.threadpool_events = threadpool_events
+            device_tracer_level=device_tracer_level)
+        self.sync, self.threadpool_events = sync, threadpool_events
         self.auto, self.probe_steps, self.probe_ci95 = probe_args(probe_steps, probe_ci95)
         self.probe, self.probe_blocks = bool(probe), int(probe_blocks)
         self.warmup_steps, self.total_steps = int(warmup_steps), total_steps
@@ -139,20 +139,17 @@ class ProfileCallback(keras.callbacks.Callback):
         self.step_file: Path | None = None
         self.what_if: dict | None = None
         self._step, self._trace, self._t0, self._profiling, self._cpu_at_start = 0, None, 0.0, False, None
-        self._profiled: tuple[int, int] | None = None
-        self._stop_ms = 0.0  # how long the profiler took to stop and write the capture
-        self._sessions_before: set[str] = set()
-        self._session: Path | None = None
+        self._profiled, self._stop_ms = None, 0.0  # the steps captured; how long the profiler took to stop and write
+        self._sessions_before, self._session = set(), None  # the sessions before the capture, and its own (Path)
         self._plan: list[tuple[int, int]] = []
         self._blocks_at: dict[int, int] = {}  # the plan as step → timed steps (looked up every step)
         self._ran: list[tuple[int, int]] = []  # the blocks that ran: (before_step, timed_steps)
         self._stopped: str | None = None  # probe_steps="auto": why it stopped before its plan's end
-        self._warmup, self._batch, self._armed = 0, None, False
-        self._runner: Probe | None = None
+        self._warmup, self._batch, self._armed, self._runner = 0, None, False, None  # _runner: a Probe
         self._grabbed_at: int | None = None  # the step whose batch the probe caches
         self._autotuned: list[dict] = []  # the autotuned prefetches its dataset runs (read where the batch is grabbed)
-        self._block_ms = 0.0
-        self._train_function = None
+        self._tail: list[int] = []  # … with one: the blocks' sizes, all run after the last step (_after_loop_block)
+        self._block_ms, self._train_function = 0.0, None
         self._batches = 1  # batches a marker: the model's steps_per_execution (on_train_begin)
 
     # ---- the what-if probe (module docstring)
@@ -176,7 +173,7 @@ class ProfileCallback(keras.callbacks.Callback):
     def _probe_step(self, source):
         return self._train_function(source)
 
-    def _run_block(self, pos: int, n: int) -> None:
+    def _run_block(self, pos: int, n: int, settle: bool = True) -> None:
         if self.auto and self._stopped is None:
             self._stopped = auto_stop(self._document().get("summary"), self._ran, self.probe_ci95)
         if self._stopped is not None:
@@ -184,7 +181,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self._ran.append((pos, n))
         # the state is listed now, not at on_train_begin: the optimizer creates its slots at its first step
         self._runner.state = [*self.model.variables, *self.model.optimizer.variables, *self.model.metrics_variables]
-        self._runner.run_block(self._batch, n, settle_ms=settle_ms(self.step_times_ms, self._warmup),
+        self._runner.run_block(self._batch, n, settle_ms=settle_ms(self.step_times_ms, self._warmup) if settle else 0,
                                settle_max_steps=SETTLE_MAX_STEPS)
 
     def _train_with_probe(self, iterator):
@@ -211,6 +208,9 @@ class ProfileCallback(keras.callbacks.Callback):
                 batches.append(local(nxt.get_value()))
             self._batch, self._grabbed_at = (batches or [None])[0], i
             self._autotuned = autotuned_prefetch.in_dataset(iterator)
+            if self._autotuned:  # blocks inside the fit would grow its buffer: all after the last step instead
+                self._tail = [n for _, n in self._plan]
+                self._blocks_at.clear()
             ds = tf.data.Dataset.from_tensors(batches[0]) if batches else None
             for b in batches[1:]:
                 ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
@@ -226,9 +226,11 @@ class ProfileCallback(keras.callbacks.Callback):
         return self._train_function(iterator)
 
     def _after_loop_block(self) -> None:
-        n = self._blocks_at.get(self._step)
-        if n and self._batch is not None:
-            self._run_block(self._step, n)
+        """The block planned after the last step (a short fit), or all of them where the dataset sizes a prefetch
+        buffer itself (profile/autotuned_prefetch.py): back to back, the pipeline refilled before the first."""
+        for k, n in enumerate(self._tail or [self._blocks_at.get(self._step)]):
+            if n and self._batch is not None and self._stopped is None:
+                self._run_block(self._step, n, settle=k == 0)
 
     # ---- Keras calls these around each `train_function(iterator)` (next(iterator) runs inside it)
     def on_train_begin(self, logs=None):
@@ -335,8 +337,9 @@ class ProfileCallback(keras.callbacks.Callback):
                 warnings.warn(said, stacklevel=2)
             found = ((autotuned_prefetch.in_capture(self._session) if self._session else []) or self._autotuned) \
                 if self.what_if else []
-            if found:  # the figure may read low (profile/autotuned_prefetch.py)
+            if found:  # the blocks ran after the steps: none grew its buffer (profile/autotuned_prefetch.py)
                 self.what_if["autotuned_prefetch"] = found
+            if found and not self.what_if["after_steps"]:  # … else the figure may read low
                 warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
 
 

@@ -51,7 +51,7 @@ def after_fit(summary: dict | None, *, taken: bool, ran: list, stopped: str | No
     what_if = {"step_ms": s["unprofiled_step_ms"], "compute_only_step_ms": s["compute_only_step_ms"],
                "input_cost_fraction": s["input_cost_fraction"], "input_cost_ci95": s.get("input_cost_ci95"),
                "probe_steps": s["compute_only_steps"] + s["compute_only_interrupted"], "probe_blocks": len(ran),
-               "stopped": stopped}
+               "stopped": stopped, "after_steps": bool(s.get("probe_after_steps"))}
     return what_if, precision_hint(what_if, probe_steps, target, who, run)
 
 

@@ -43,7 +43,10 @@ Definitions (`summarize`):
     max(n_k, BRACKET_MIN) unprofiled steps right before block k and as many right after it (n_k its timed steps),
     T_c_blocks_ms[k] = the block's mean, and input_cost_fraction = (Σ n_k T_k − Σ n_k T_c,k) ÷ Σ n_k T_k.  On a
     machine whose speed drifts (a shared host, thermal limits) a block is then compared with the stretch it sat
-    in, not with the whole run; without block positions, (T − T_c) / T.
+    in, not with the whole run; without block positions, (T − T_c) / T.  Where K ≥ 2 blocks all ran after the
+    last step (probe_after_steps: ProfileCallback puts them there under a tf.data prefetch that sizes its own
+    buffer, which blocks inside the fit would grow: profile/autotuned_prefetch.py), T_blocks_ms[k] = the mean of
+    the k-th of K equal stretches of the unprofiled steps, in order.
   input_cost_ci95 = the half-width of a 95 % interval around input_cost_fraction from the blocks' spread: with
     d_k = T_blocks_ms[k] − T_c_blocks_ms[k] over K ≥ 2 blocks, t(0.975, K − 1) × sd(d) / √K ÷ the mean of
     T_blocks_ms; None with fewer than 2 blocks.  On a noisy machine a 5-step block's T_c scatters by ±10 % (a 4 ms
@@ -87,6 +90,7 @@ class StepSummary:
     drift: float | None = None  # |mean after the window − mean before it| ÷ T (≥ 3 unprofiled steps each side)
     batches_per_step: int = 1  # a step (marker) is one call of this many batches (Keras steps_per_execution)
     autotuned_prefetch: list[dict] | None = None  # what_if.autotuned_prefetch (module docstring)
+    probe_after_steps: bool = False  # every what-if block ran after the last step (module docstring)
 
     def as_dict(self) -> dict:
         r = lambda x: None if x is None else round(x, 4)  # noqa: E731
@@ -98,7 +102,8 @@ class StepSummary:
                 "input_cost_fraction": r(self.input_cost_fraction), "input_cost_ci95": r(self.input_cost_ci95),
                 "T_blocks_ms": [round(x, 4) for x in self.T_blocks_ms],
                 "T_c_blocks_ms": [round(x, 4) for x in self.T_c_blocks_ms], "drift": r(self.drift),
-                "batches_per_step": self.batches_per_step, "autotuned_prefetch": self.autotuned_prefetch}
+                "batches_per_step": self.batches_per_step, "autotuned_prefetch": self.autotuned_prefetch,
+                "probe_after_steps": self.probe_after_steps}
 
 
 def _times(where: str, key: str, value) -> list[float]:
@@ -193,6 +198,8 @@ def summarize(doc: dict, where: str) -> StepSummary:
             raise UsageError(f"{where}: 'what_if.autotuned_prefetch' must be a list of {{\"iterator\": name, …}}")
         s.autotuned_prefetch = [{"autotune_mode": "", **f} for f in found] if found else None
         blocks = wi.get("blocks") or []
+        s.probe_after_steps = bool(blocks) and all(isinstance(b, list) and len(b) == 2 and isinstance(b[0], int)
+                                                   and b[0] >= len(steps) for b in blocks)
         if probe and T:
             kept = uninterrupted(probe)
             s.compute_only_step_ms = statistics.fmean(probe[j] for j in kept)

@@ -45,19 +45,22 @@ def interval(steps: list[float], real: list[int], probe: list[float], blocks) ->
 def _blocks(steps, unprofiled, probe, blocks, kept: set[int]) -> tuple[list[float], list[float], list[int]]:
     """Per what-if block: T over the unprofiled steps that bracket it, T_c over its timed steps that were not
     interrupted (`kept`), and that count of them (module docstring); ([], [], []) when the blocks do not account
-    for the probe's steps."""
+    for the probe's steps.  Where K ≥ 2 blocks all ran after the loop (ProfileCallback under an autotuned
+    prefetch: profile/autotuned_prefetch.py) no real step follows them: block k is paired with the k-th of K
+    equal stretches of the unprofiled steps, in order, so that the interval holds the real steps' spread too."""
     at = [int(b[0]) for b in blocks if isinstance(b, list) and len(b) == 2]
     sizes = [int(b[1]) for b in blocks if isinstance(b, list) and len(b) == 2]
     if not at or sum(sizes) != len(probe):
         return [], [], []
     T, Tc, n_used, k = [], [], [], 0
-    for pos, n in zip(at, sizes):
+    tail = len(at) >= 2 and min(at) >= len(steps)  # every block after the loop: K stretches of the real steps
+    for b, (pos, n) in enumerate(zip(at, sizes)):
         m = max(n, BRACKET_MIN)
-        before = [i for i in unprofiled if i < pos][-m:]
-        after = [i for i in unprofiled if i >= pos][:m]
+        near = unprofiled[b * len(unprofiled) // len(at):(b + 1) * len(unprofiled) // len(at)] if tail else \
+            [i for i in unprofiled if i < pos][-m:] + [i for i in unprofiled if i >= pos][:m]
         mine = [probe[j] for j in range(k, k + n) if j in kept]
-        if mine and before + after:
-            T.append(statistics.fmean(steps[i] for i in before + after))
+        if mine and near:
+            T.append(statistics.fmean(steps[i] for i in near))
             Tc.append(statistics.fmean(mine))
             n_used.append(len(mine))
         k += n

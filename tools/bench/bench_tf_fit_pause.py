@@ -86,6 +86,12 @@ def main(argv=None) -> int:
                    help="--experiment options: the recovery's reference rules to alternate, comma-separated: "
                         "current (train/recovery.py as it is), median (the median of the clean steps: the rule "
                         "before 2026-11-27 13:00), upper (the median of their slower half: today's)")
+    p.add_argument("--placements", default="current",
+                   help="--experiment options: where the probe's blocks go, comma-separated: current (as the "
+                        "callback decides: after the last step under an autotuned prefetch), inside (through the "
+                        "fit, as before 2026-11-27 19:00: the callback's look at the dataset patched out)")
+    p.add_argument("--plain-after", action="store_true",
+                   help="--experiment options: a plain fit after each probed one too; the truth from both plain fits")
     p.add_argument("--variants", default="default,no_inject,no_autotune,prefetch_end",
                    help="--experiment options: which (also repeat_first_2, repeat_first_autotune: `.repeat()` first "
                         "and the pipeline ending in prefetch(2) / prefetch(tf.data.AUTOTUNE))")
@@ -94,7 +100,9 @@ def main(argv=None) -> int:
     if not set(a.variants.split(",")) <= known:
         p.error(f"--variants {a.variants}: unknown {', '.join(sorted(set(a.variants.split(',')) - known))} "
                 f"(one of {', '.join(sorted(known))})")
-    refs = a.references.split(",")
+    refs, places = a.references.split(","), a.placements.split(",")
+    if not set(places) <= {"current", "inside"}:
+        p.error(f"--placements {a.placements}: expected current and/or inside")
     if not set(refs) <= set(REFERENCES):
         p.error(f"--references {a.references}: unknown {', '.join(sorted(set(refs) - set(REFERENCES)))} "
                 f"(one of {', '.join(REFERENCES)})")
@@ -128,19 +136,25 @@ def main(argv=None) -> int:
                         "prefetch_end": base.prefetch(2), "repeat_first_2": pipeline(repeat_first=True),
                         "repeat_first_autotune": pipeline(repeat_first=True, prefetch=tf.data.AUTOTUNE)}
             for name, ds in ((v, variants[v]) for v in a.variants.split(",")):
-                tm = Timer()
-                model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
-                plain = statistics.fmean(tm.t[10:])
-                for ref in refs:
-                    with _reference(ref):
+                for ref, place in ((ref, place) for ref in refs for place in places):
+                    tm = Timer()
+                    model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                    plains = [statistics.fmean(tm.t[10:])]
+                    with _reference(ref), _placement(place):
                         cb = ProfileCallback(tempfile.mkdtemp(prefix="bench-pause-"), profile_steps=None,
                                              probe=True)
                         model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[cb])
-                    w = cb.what_if
+                    if a.plain_after:
+                        tm = Timer()
+                        model.fit(ds, epochs=1, steps_per_epoch=a.steps, verbose=0, callbacks=[tm])
+                        plains.append(statistics.fmean(tm.t[10:]))
+                    w, plain = cb.what_if, statistics.fmean(plains)
                     truth = (plain - w['compute_only_step_ms']) / plain
-                    print(f"{name:21s} {r} {ref:7s} plain {plain:.2f} ms | probe T {w['step_ms']:.2f} T_c "
+                    where = "after" if w.get("after_steps") else "inside"
+                    print(f"{name:21s} {r} {ref:7s} {where:6s} plain {'/'.join(f'{x:.2f}' for x in plains)} ms | "
+                          f"probe T {w['step_ms']:.2f} T_c "
                           f"{w['compute_only_step_ms']:.2f} input {w['input_cost_fraction']:.3f} ± "
-                          f"{w['input_cost_ci95']:.3f} | (plain − T_c) / plain {truth:.3f} | error "
+                          f"{w['input_cost_ci95'] or 0:.3f} | (plain − T_c) / plain {truth:.3f} | error "
                           f"{100 * (w['input_cost_fraction'] - truth):+.1f} pp, {len(cb._ran)} blocks", flush=True)
         else:
             for name, ds in (("default", base), ("no_inject", no_inject), ("prefetch32", base.prefetch(32)),
@@ -164,6 +178,21 @@ def _reference(name: str):
         yield
     finally:
         recovery._reference = saved
+
+
+@contextlib.contextmanager
+def _placement(name: str):
+    """`inside`: the callback's look at the dataset patched out, so its blocks run through the fit."""
+    from tfbertperf.profile import keras_callback
+
+    saved = keras_callback.autotuned_prefetch
+    if name == "inside":
+        keras_callback.autotuned_prefetch = type("NoLook", (), {"in_dataset": staticmethod(lambda it: []),
+                                                               "in_capture": staticmethod(lambda s: [])})
+    try:
+        yield
+    finally:
+        keras_callback.autotuned_prefetch = saved
 
 
 def _options(autotune: bool) -> tf.data.Options:
