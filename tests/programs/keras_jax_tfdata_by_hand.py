@@ -15,8 +15,10 @@ fit's real steps ran 2.4-3.4 ms with the probe and 6.3-8 ms without it (a 70 ms 
 the same), and T was the draining pipeline's step, not the fit's.  Since 2026-11-27 the probe reads the drain in the
 step times (tfbertperf/train/recovery.py): 64-72 % against 76-82 % on JAX; on the TensorFlow backend, where the
 drained steps run at 0.7-0.8 of the fit's pace, still 19-25 % against 49-53 % (BENCHMARKS.md).  There tf.data's own
-autotuned prefetch after the `.repeat()` doubles its buffer with each block (`--no-inject-prefetch` turns it off):
-docs/own-training.md, known limit.
+autotuned prefetch after the `.repeat()` doubles its buffer with each block (`--no-inject-prefetch` turns it off).
+Since 2026-11-27 19:00 the callback, seeing that prefetch in the dataset, runs every block after the last step:
+TensorFlow backend −15.8…+0.8 pp (mean |error| 6.0, five runs; 19.8 before), JAX −5.6…−0.1 (2.1; 9.0 before)
+(docs/own-training.md, "tf.data's autotuned prefetch").
 """
 
 from __future__ import annotations

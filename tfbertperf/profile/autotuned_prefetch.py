@@ -1,33 +1,35 @@
-"""A tf.data prefetch that sizes its own buffer, seen in the capture: where a user's fit measured its what-if with
-ProfileCallback's probe, the figure may read low (issue 29; BENCHMARKS.md, "the probe and tf.data's
-autotuned prefetch").
+"""A tf.data prefetch that sizes its own buffer: where a user's fit has one, ProfileCallback's probe runs every block
+after the fit's last step; where a what-if was measured with blocks inside such a fit, the figure may read low
+(issue 29; BENCHMARKS.md, "the probe and tf.data's autotuned prefetch", "blocks after the last step").
 
 tf.data's legacy prefetch autotuner (`prefetch(tf.data.AUTOTUNE)`, and the prefetch tf.data injects after a
 `.repeat()` that ends a pipeline: `Options.experimental_optimization.inject_prefetch`, on by default) doubles its
 buffer each time the buffer fills to its limit and is then drained to empty.  A fit whose pipeline is slower than
-its step keeps that buffer empty and never grows it; each probe block pauses the real pipeline for tens of
-milliseconds, the buffer fills, the real steps after it drain it, and the limit doubles — so within a few blocks
-the real steps between blocks all run on batches banked during the pauses, faster than the fit runs without the
-probe, and T, hence the input cost (T − T_c) / T, reads low.  Measured on Keras' TensorFlow backend (a per-example
-map, the probe against a plain fit beside it): with `prefetch(tf.data.AUTOTUNE)` at the end 23.7–33.0 % against
-45.3–55.8 % (−18 to −26 pp, five pairs), with the injected prefetch 9–34 pp low; with a fixed `prefetch(2)` and
-nothing injected −2.2 to +7.0 pp.  The recovery rule (train/recovery.py) saw too little of it: the fit rarely
-returned to its own pace between blocks.  Its reference, now the slower half of the clean steps, reads the injected
-prefetch within 8 pp in 9 of 15 pairs (the median had read all 11 16–32 pp low) and `prefetch(AUTOTUNE)` at the end
-12 pp off on average (17.7 before), but not every time: the banked steps run at 0.7–0.8 of the fit's pace, near the
-20 % its test allows — hence the flag stays.
+its step keeps that buffer empty and never grows it; each probe block inside the fit pauses the real pipeline for
+tens of milliseconds, the buffer fills, the real steps after it drain it, and the limit doubles — so within a few
+blocks the real steps between blocks all run on batches banked during the pauses, faster than the fit runs without
+the probe, and T, hence the input cost (T − T_c) / T, reads low.  Measured on Keras' TensorFlow backend (a
+per-example map, the probe against a plain fit beside it): with `prefetch(tf.data.AUTOTUNE)` at the end −18 to −26
+pp (five pairs), with the injected prefetch 9–34 pp low; with a fixed `prefetch(2)` and nothing injected −2.2 to
++7.0 pp.  The recovery rule (train/recovery.py) could not see enough of it: the banked steps run at 0.7–0.8 of the
+fit's pace, near the 20 % its test allows.
 
-The capture shows such a prefetch: its iterator events carry `autotune: true` and `autotune_mode` (columns.py
-HostThread.prefetch, read by prefetch_stats.py).  `mark` keeps an input-bound verdict whose measured figure already
-reaches the line (a low reading above it), and makes one below the line undecided between compute and input, its
-first action the fix for measuring: a fixed prefetch size and no injected prefetch while the probe runs;
-ProfileCallback warns the same at the end of a probed fit (`in_capture`, `fit_warning`), and where the fit
-captured nothing (`profile_steps=None`) or runs on Keras' JAX backend (tfbertperf/keras_jax.py) from its dataset
-(`in_dataset`: the chain of the iterator Keras hands its train_function, and tf.data's own rule for the prefetch
-it injects; the step file carries them to analyze).  Only for a user's fit
-(no run report: `run`'s own probe, on its own pipeline's autotuned prefetch, read a bandwidth-bound run
-−1.0…+1.8 pp off an unprobed run beside it, four pairs, tools/bench/bench_run_probe_pace.py; why it differs from the
-Keras fit is not measured — hence "may read low").
+So the callback reads the dataset Keras iterates before the first block (`in_dataset`: the chain of the iterator
+Keras hands its train_function, on either backend, and tf.data's own rule for the prefetch it injects) and, where it
+finds such a prefetch, moves every block after the last step (keras_callback.py; tfbertperf/keras_jax.py through
+jax_probe.JaxProbe.to_end): no pause inside the fit, so T is the fit's own pace; each block is then paired with its
+stretch of the fit's steps (profile/stepfile.py, `probe_after_steps`), and the what-if says `after_steps`.  The
+price: T_c is measured after T, not beside it, so a machine whose speed drifts over the fit widens the interval.
+
+The capture shows such a prefetch too: its iterator events carry `autotune: true` and `autotune_mode` (columns.py
+HostThread.prefetch, read by prefetch_stats.py); analyze lists both kinds as `attribution.autotuned_prefetch`.
+`mark` reads a what-if measured with blocks inside such a fit (a step file written before, or a dataset the callback
+could not read: a distributed one) as possibly low: it keeps an input-bound verdict whose figure already reaches the
+line, and makes one below the line undecided between compute and input, its first action the fix for measuring (a
+fixed prefetch size and no injected prefetch while the probe runs); ProfileCallback warns the same at the end of
+such a fit (`in_capture`, `fit_warning`).  Only for a user's fit (no run report: `run`'s own probe, on its own
+pipeline's autotuned prefetch, read a bandwidth-bound run −1.0…+1.8 pp off an unprobed run beside it, four pairs,
+tools/bench/bench_run_probe_pace.py; why it differs from the Keras fit is not measured).
 """
 
 from __future__ import annotations

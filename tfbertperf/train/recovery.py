@@ -24,9 +24,10 @@ steps at a pace within the tolerance of its own; then the steps fed from them co
 that input cost times the share of such steps.  Such counted steps also become clean steps; the next reference
 moves down with them only where they are over half of its steps (`_reference`).  On Keras' TensorFlow backend the
 steps fed from a bank run at 0.7-0.8 of the fit's pace, close to RECOVERY_TOL, and tf.data's own autotuned prefetch
-doubles its buffer with each block (docs/own-training.md, known limit): the by-hand program
-(tests/programs/keras_jax_tfdata_by_hand.py --backend=tensorflow) read 19-25 % against 49-53 % with the median
-reference, 33 % against 47 % with the slower half.  And the steps before the first block are the first reference:
+doubles its buffer with each block: the by-hand program (tests/programs/keras_jax_tfdata_by_hand.py
+--backend=tensorflow) read 19-25 % against 49-53 % with the median reference, 33 % against 47 % with the slower
+half — so under such a prefetch ProfileCallback runs its blocks after the last step, where no recovery is needed
+(profile/autotuned_prefetch.py; docs/own-training.md).  And the steps before the first block are the first reference:
 a deep prefetch that filled while the first step compiled feeds them all where the warm-up is shorter than its
 drain.
 """
