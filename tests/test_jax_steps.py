@@ -117,3 +117,27 @@ def test_profiler_options_reach_jax_start_trace(tmp_path):
     names = _names(_capture(session))
     assert "train" in names and not any(n.startswith("$") for n in names)
     assert stepfile.read(out["step_file"]).profiled_steps == [1, 6]  # 2:5 and one step on each side
+
+
+_TO_END = """
+import json, jax, jax.numpy as jnp
+from tfbertperf.jax_probe import JaxProbe
+probe = JaxProbe(auto=False, probe_steps=4, probe_blocks=2, probe_ci95=0.025, wait_each=False)
+probe.make_plan(100, 5, None)
+assert probe.keep(jnp.ones(4), 4)
+probe.to_end()
+step = jax.jit(lambda s, b: (s + b.sum(), s))
+probe.block(step, jnp.zeros(()), 10, [1.0] * 10, lambda: None, lambda o: jax.block_until_ready(o))  # none inside
+probe.block(step, jnp.zeros(()), 40, [1.0] * 40, lambda: None, lambda o: jax.block_until_ready(o), last=True)
+print(json.dumps({"ran": probe.ran, "timed": len(probe.step_times_ms)}))
+"""
+
+
+def test_blocks_moved_to_the_end_run_back_to_back_when_the_loop_ends_even_before_its_planned_end():
+    """Keras-JAX under an autotuned prefetch (keras_jax.py: JaxProbe.to_end): no block inside the loop, and all of
+    them at its last step, also where the fit stopped before the steps it planned (an early stop)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _TO_END], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"ran": [[40, 2], [40, 2]], "timed": 4}

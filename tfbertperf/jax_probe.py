@@ -64,20 +64,22 @@ class JaxProbe:
         return True
 
     def block(self, step_fn: Callable, state, step: int, real_ms: list[float], summary: Callable[[], dict | None],
-              wait: Callable, settle: bool = True) -> None:
+              wait: Callable, settle: bool = True, last: bool = False) -> None:
         """Run the block planned before `step`, if any: `step_fn(state, batch)` returns the new state first (a tuple
         or list whose first item is it); `state` the loop's state now (or a callable that returns it, called only
-        when a block runs); `summary()` the step file's summary so far (the auto probe's rule to stop)."""
-        if self.tail and step >= self.total:  # to_end(): every block now
+        when a block runs); `summary()` the step file's summary so far (the auto probe's rule to stop); `last`: the
+        loop has ended (at `step`, perhaps before its planned end: to_end's blocks run then)."""
+        if self.tail and (last or step >= self.total):  # to_end(): every block now
             sizes, self.tail = self.tail, []
             for k, n in enumerate(sizes):
                 self.blocks_at = {step: n}
-                self.block(step_fn, state, step, real_ms, summary, wait, settle=k == 0)
+                self.block(step_fn, state, step, real_ms, summary, wait, settle=k == 0, last=True)
             return
         n = self.blocks_at.get(step)
         if not n or self.batch is None:
             return
-        if step < self.total and not recovery.ready(real_ms, self.ran, self.warmup, self.traced, self.total):
+        if step < self.total and not last and not recovery.ready(real_ms, self.ran, self.warmup, self.traced,
+                                                                 self.total):
             recovery.postpone(self.blocks_at, step, self.total, self.traced)  # the last block's recovery runs on
             return
         if self.auto and self.stopped is None:

@@ -112,11 +112,12 @@ class StepTimer:
         """Hand the probe a batch (kept on the device once, from the last warm-up step on; module docstring)."""
         return self._probe is not None and self._probe.keep(batch, len(self.step_times_ms))
 
-    def probe(self, step_fn: Callable, state, batch=None) -> None:
+    def probe(self, step_fn: Callable, state, batch=None, last: bool = False) -> None:
         """Call before each step, outside `with timer.step()`, and once after the last: `step_fn(state, batch)` is
         your jitted step and returns the new state first; `state` your state now (or a callable returning it);
-        `batch` a batch to cache (the one you are about to train on will do).  Where the plan puts a block it runs
-        on a copy of `state` (your state is never touched) and its time is no step's (tfbertperf/jax_probe.py)."""
+        `batch` a batch to cache (the one you are about to train on will do); `last`: this call comes after the
+        last step (also one before the planned end).  Where the plan puts a block it runs on a copy of `state`
+        (your state is never touched) and its time is no step's (tfbertperf/jax_probe.py)."""
         if self._probe is None or self._probe.plan is None:
             return
         if batch is not None:
@@ -124,7 +125,8 @@ class StepTimer:
         self._jax()
         i = len(self.step_times_ms)
         self._probe.block(step_fn, state, i, self.step_times_ms,
-                          lambda: self.document(**self._probe.record(self.step_times_ms)).get("summary"), self._wait)
+                          lambda: self.document(**self._probe.record(self.step_times_ms)).get("summary"), self._wait,
+                          last=last)
 
     def _jax(self) -> None:
         if None in (self._start, self._stop, self._annotation, self._wait):

@@ -177,7 +177,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._open.__exit__(RuntimeError, RuntimeError("fit stopped"), None)
             self._open = None
         if self._train_function is not None:
-            self.timer.probe(self._probe_step, self._state)  # a block planned after the last step (a short fit)
+            self.timer.probe(self._probe_step, self._state, last=True)  # a block planned after the last step
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
         self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches,
                          autotuned_prefetch=self._autotuned or None)
