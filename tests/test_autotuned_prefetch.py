@@ -165,6 +165,10 @@ def test_a_probed_fit_under_an_autotuned_prefetch_runs_its_blocks_after_the_step
     doc = analyze(str(tmp_path / "logs"))
     assert doc["attribution"]["input_cost_fraction"] is not None and doc["attribution"]["what_if_after_steps"]
     assert "may read low" not in doc["verdict"]["summary"] and doc["step_file"]["probe_after_steps"]
+    from tfbertperf.report.console import measured_lines
+
+    said = " ".join(measured_lines(doc))
+    assert "each probe block against its stretch of the fit's steps, all run after its last step" in said
     # its pipeline already ends in an autotuned prefetch: no advice to add one
     assert not any("prefetch → autotune at the end" in r for r in doc["verdict"]["recommendations"])
 

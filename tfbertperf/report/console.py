@@ -45,12 +45,7 @@ def attribution_table(report: dict) -> str:
     st = report.get("step_timer") or {}
     if st:
         lines.append(f"time blocked in next(), whole run (step timer): {_pct(st.get('input_wait_fraction'))}")
-    gap = _input_gap(report)
-    if gap:
-        lines.append(gap)
-    au = au_explained(report)
-    if au:
-        lines.append(au)
+    lines += [x for x in (_input_gap(report), au_explained(report)) if x]
     lines += input_ops_lines(att)
     return "\n".join(x for line in lines for x in (wrap(line) if line else [line]))
 
@@ -283,10 +278,11 @@ def measured_lines(doc: dict) -> list[str]:
     else:
         out[0] += " (every step was profiled or warm-up: the profiler's cost stays estimated)"
     if sf.get("input_cost_fraction") is not None:
-        ci, cut = sf.get("input_cost_ci95"), sf.get("compute_only_interrupted")
+        ci, cut, tail = sf.get("input_cost_ci95"), sf.get("compute_only_interrupted"), sf.get("probe_after_steps")
         out.append(f"input cost (measured): {100 * sf['input_cost_fraction']:.1f} %" + (
             f" ± {100 * ci:.1f} (95 %, from the spread of its blocks: more probe steps narrow it)" if ci is not None
-            else "") + f"  ((T − T_c) / T, each probe block against the real steps around it: T "
+            else "") + "  ((T − T_c) / T, each probe block against " + ("its stretch of the fit's steps, all run "
+            "after its last step" if tail else "the real steps around it") + f": T "
             f"{sf['unprofiled_step_ms']:.2f} ms on the real pipeline, T_c {sf['compute_only_step_ms']:.2f} ms on one "
             f"cached batch, {sf['compute_only_steps']} probe steps in {len(sf['T_c_blocks_ms']) or 1} blocks"
             + (f", {cut} interrupted left out (over 4× the median)" if cut else "") + ")")
