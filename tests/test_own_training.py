@@ -101,6 +101,8 @@ def test_a_gz_that_is_not_gzip_is_refused_in_one_line(tmp_path):
     ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "batches_per_step": 0}', "'batches_per_step' must"),
     ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "what_if": {"compute_only_step_ms": [1], '
      '"autotuned_prefetch": [{"iterator": 3}]}}', "'what_if.autotuned_prefetch' must be a list"),
+    ('{"schema": "tfbertperf.steps/1", "step_time_ms": [1, 2], "what_if": {"compute_only_step_ms": [1], '
+     '"blocks": [["a", 1]]}}', "'what_if.blocks' must be a list of"),
 ])
 def test_a_bad_step_file_is_refused_in_one_line_naming_it(tmp_path, content, match):
     f = tmp_path / "steps.json"

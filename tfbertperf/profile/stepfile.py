@@ -198,8 +198,10 @@ def summarize(doc: dict, where: str) -> StepSummary:
             raise UsageError(f"{where}: 'what_if.autotuned_prefetch' must be a list of {{\"iterator\": name, …}}")
         s.autotuned_prefetch = [{"autotune_mode": "", **f} for f in found] if found else None
         blocks = wi.get("blocks") or []
-        s.probe_after_steps = bool(blocks) and all(isinstance(b, list) and len(b) == 2 and isinstance(b[0], int)
-                                                   and b[0] >= len(steps) for b in blocks)
+        if not isinstance(blocks, list) or not all(isinstance(b, list) and len(b) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in b) for b in blocks):
+            raise UsageError(f"{where}: 'what_if.blocks' must be a list of [before_step, timed_steps] int pairs ≥ 0")
+        s.probe_after_steps = bool(blocks) and all(b[0] >= len(steps) for b in blocks)
         if probe and T:
             kept = uninterrupted(probe)
             s.compute_only_step_ms = statistics.fmean(probe[j] for j in kept)
