@@ -183,5 +183,5 @@ class ProfileCallback(keras.callbacks.Callback):
                          autotuned_prefetch=self._autotuned or None)
         if self.what_if and self._autotuned:  # listed; the figure may read low unless the blocks ran after the steps
             self.what_if["autotuned_prefetch"] = self._autotuned
-        if self.what_if and self._autotuned and not self.what_if["after_steps"]:
-            warnings.warn(autotuned_prefetch.fit_warning(self.what_if, self._autotuned), stacklevel=2)
+            if not self.what_if["after_steps"]:
+                warnings.warn(autotuned_prefetch.fit_warning(self.what_if, self._autotuned), stacklevel=2)

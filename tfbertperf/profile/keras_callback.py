@@ -337,10 +337,10 @@ class ProfileCallback(keras.callbacks.Callback):
                 warnings.warn(said, stacklevel=2)
             found = ((autotuned_prefetch.in_capture(self._session) if self._session else []) or self._autotuned) \
                 if self.what_if else []
-            if found:  # the blocks ran after the steps: none grew its buffer (profile/autotuned_prefetch.py)
+            if found:  # listed; the figure may read low unless the blocks ran after the steps (autotuned_prefetch.py)
                 self.what_if["autotuned_prefetch"] = found
-            if found and not self.what_if["after_steps"]:  # … else the figure may read low
-                warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
+                if not self.what_if["after_steps"]:
+                    warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
 
 
 def _read_back(logs) -> None:
