@@ -250,7 +250,7 @@ cb = ProfileCallback(sys.argv[3], profile_steps=sys.argv[4] if sys.argv[4:] else
                      probe_blocks=2)
 compiled_model().fit(pipeline(inject_prefetch=sys.argv[2] == "inject"), epochs=1, steps_per_epoch=60, verbose=0,
                      callbacks=[cb])
-print(json.dumps(cb.what_if))
+print(json.dumps({**cb.what_if, "scratch_kept": cb._scratch._jax_state is not None}))  # the probe's state copy
 """
 
 
@@ -278,6 +278,7 @@ def test_a_probed_keras_jax_fit_reads_its_autotuned_prefetch_from_the_dataset(va
     else:  # … else all after the last step (JaxProbe.to_end)
         assert [f["iterator"] for f in what_if["autotuned_prefetch"]] == ["the prefetch tf.data injects at the end"]
         assert what_if["after_steps"] is True and what_if["probe_blocks"] == 2
+    assert what_if["scratch_kept"] is False  # the last block's state copy let go, after the loop too
 
 
 def test_analyze_reads_a_keras_jax_fits_autotuned_prefetch_from_its_step_file(tmp_path):

@@ -154,13 +154,18 @@ class ProfileCallback(keras.callbacks.Callback):
         return tuple([v.value for v in vs] for vs in (m.trainable_variables, m.non_trainable_variables,
                                                       m.optimizer.variables, m.metrics_variables))
 
+    def _probe_now(self, last: bool = False) -> None:
+        """The block planned before this step (`last`: those after the last one) runs; its last state copy is not
+        kept past it (after the loop too: else it held a copy of the whole state until the next fit)."""
+        self.timer.probe(self._probe_step, self._state, last=last)
+        if self._scratch_used:
+            self._scratch._jax_state, self._scratch_used = None, False
+
     # ---- Keras calls these around each `train_function(state, iterator)` (next(iterator) runs inside it)
     def on_train_batch_begin(self, batch, logs=None):
         self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
         if self._train_function is not None:  # a block planned before this step runs first: not the step's time
-            self.timer.probe(self._probe_step, self._state)
-            if self._scratch_used:  # the block's last state copy: not kept past it
-                self._scratch._jax_state, self._scratch_used = None, False
+            self._probe_now()
         self._open = self.timer.step()
         self._result = self._open.__enter__()
 
@@ -177,7 +182,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._open.__exit__(RuntimeError, RuntimeError("fit stopped"), None)
             self._open = None
         if self._train_function is not None:
-            self.timer.probe(self._probe_step, self._state, last=True)  # a block planned after the last step
+            self._probe_now(last=True)  # the blocks planned after the last step (a short fit, or moved there)
             self.model.train_function, self._train_function = self._train_function, None  # a later fit: no probe
         self.timer.close(written_by="tfbertperf.keras.ProfileCallback (JAX)", batches_per_step=self._batches,
                          autotuned_prefetch=self._autotuned or None)
