@@ -4,6 +4,7 @@ training it probes is unchanged, and the step file it writes beside the capture 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import warnings
 
@@ -259,8 +260,11 @@ def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_p
     model, ds = _tiny()
     cb = ProfileCallback(str(tmp_path / "ours"), profile_steps="6:10")
     theirs = keras.callbacks.TensorBoard(str(tmp_path / "theirs"), profile_batch=(3, 12))
-    with pytest.warns(UserWarning, match="another profiler is running at step 5"):
+    with pytest.warns(UserWarning, match="another profiler is running at step 5") as said:
         history = model.fit(ds, steps_per_epoch=16, epochs=1, callbacks=[theirs, cb], verbose=0)
+    # named at the user's line, this fit (it named Keras' callback list, or our module, with stacklevel=2)
+    assert [(w.filename, w.lineno) for w in said if "another profiler" in str(w.message)] == \
+        [(__file__, inspect.currentframe().f_lineno - 3)]
     assert len(history.history["loss"]) == 1 and len(cb.step_times_ms) == 16  # the fit ran to its end
     doc = json.loads(cb.step_file.read_text())  # its step times, with no capture: in the logdir itself
     assert cb.step_file.parent == tmp_path / "ours" and doc["profiled_steps"] is None
@@ -293,10 +297,12 @@ def test_each_fit_gets_its_own_capture_step_file_and_probe_and_evaluate_says_it_
     assert cb.step_file != first and cb.step_file.parent != first.parent  # a capture of its own
     docs = [json.loads(f.read_text()) for f in (first, cb.step_file)]
     assert [len(d["step_time_ms"]) for d in docs] == [24, 16]  # each fit's own steps
+    assert [d["summary"]["file"] for d in docs] == [str(first), str(cb.step_file)]  # was "(being written)"
     assert all(d["profiled_steps"] == [7, 13] for d in docs) and list(cb.step_file.parent.glob("*.xplane.pb"))
     assert first_what_if and cb.what_if and docs[1]["what_if"]["blocks"]  # the probe ran in both fits
-    with pytest.warns(UserWarning, match="evaluate\\(\\) and predict\\(\\) with it capture nothing"):
+    with pytest.warns(UserWarning, match="evaluate\\(\\) and predict\\(\\) with it capture nothing") as said:
         model.evaluate(ds.take(4), callbacks=[cb], verbose=0)
+    assert {w.filename for w in said if "capture nothing" in str(w.message)} == {__file__}  # the user's line
 
 
 def test_a_fit_stopped_by_an_exception_leaves_no_probe_in_the_next_fits(tmp_path):

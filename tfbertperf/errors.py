@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from typing import NoReturn
 
 
@@ -46,6 +47,23 @@ def cli_entry(fn):
             raise SystemExit(130)
 
     return wrapper
+
+
+# Packages whose frames stand between a user's `model.fit(…)` (or training loop) and our callbacks' warnings.
+_LIBRARY_PACKAGES = ("tfbertperf", "keras", "tensorflow", "tf_keras", "keras_hub", "jax", "jaxlib", "optree")
+
+
+def warn_user(message: str) -> None:
+    """A UserWarning that names the user's line: the first frame outside tfbertperf and the libraries that call
+    our callbacks (Keras' fit, TensorFlow, JAX; Python 3.12's skip_file_prefixes).  With stacklevel=2 a callback's
+    warning named Keras' callback list or our own module (".../keras_callback.py:292: UserWarning: …
+    self._write_steps()"), not the user's `model.fit(…)`."""
+    roots = tuple(os.path.dirname(m.__file__) + os.sep for name in _LIBRARY_PACKAGES
+                  if (m := sys.modules.get(name)) is not None and getattr(m, "__file__", None))
+    frame, level = sys._getframe(1), 2  # 2: our caller's line
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(roots):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 def process_main(main) -> NoReturn:

@@ -34,7 +34,6 @@ Tested with real JAX on the CPU in tests/test_jax_steps.py (JAX 0.10.2).
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +41,7 @@ from tfbertperf.config import parse_window
 from tfbertperf.jax_probe import JaxProbe
 from tfbertperf.profile import stepfile
 from tfbertperf.train.probe import AUTO_CI95, probe_args, short_run_budget, traced_steps
+from tfbertperf.errors import warn_user
 
 
 class _Step:
@@ -153,9 +153,9 @@ class StepTimer:
             except RuntimeError as e:  # JAX runs one profile a process: never stop the user's training for it
                 if "already" not in str(e):
                     raise
-                warnings.warn(f"tfbertperf StepTimer: another profiler is running at step {i} ({e}): no capture in "
-                              f"this run; the step times and the probe go on — stop the other one "
-                              f"(jax.profiler.stop_trace) or move profile_steps", stacklevel=3)
+                warn_user(f"tfbertperf StepTimer: another profiler is running at step {i} ({e}): no capture in "
+                          f"this run; the step times and the probe go on — stop the other one "
+                          f"(jax.profiler.stop_trace) or move profile_steps")
                 self.traced = None
         if self.traced and i == self.traced[1] and self._profiling:
             self._end_capture()
@@ -195,10 +195,10 @@ class StepTimer:
             self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced,
                                                     *self.wording)
             if said:
-                warnings.warn(said, stacklevel=2)
+                warn_user(said)
         elif self._probe is not None:  # asked for, never planned: say why no what-if came
-            warnings.warn("tfbertperf StepTimer(probe=True): no what-if: the probe had no plan — pass total_steps=N "
-                          "(or call plan_probe(N) before the loop)", stacklevel=2)
+            warn_user("tfbertperf StepTimer(probe=True): no what-if: the probe had no plan — pass total_steps=N "
+                      "(or call plan_probe(N) before the loop)")
         return self.step_file
 
 

@@ -26,7 +26,6 @@ donated to the probe's steps and dropped), so nothing needs restoring and the lo
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import keras
 
@@ -34,6 +33,7 @@ from tfbertperf.jax_steps import StepTimer
 from tfbertperf.profile import autotuned_prefetch
 from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
+from tfbertperf.errors import warn_user
 
 try:  # what Keras' callback list does to the logs every step while a callback like this one is in the fit
     from keras.src.utils.python_utils import pythonify_logs
@@ -104,8 +104,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
         if not fit_running(self.model):
-            warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
-                          "capture nothing (profile those with jax.profiler.trace)", stacklevel=2)
+            warn_user("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
+                      "capture nothing (profile those with jax.profiler.trace)")
 
     on_predict_begin = on_test_begin
 
@@ -189,4 +189,4 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.what_if and self._autotuned:  # listed; the figure may read low unless the blocks ran after the steps
             self.what_if["autotuned_prefetch"] = self._autotuned
             if not self.what_if["after_steps"]:
-                warnings.warn(autotuned_prefetch.fit_warning(self.what_if, self._autotuned), stacklevel=2)
+                warn_user(autotuned_prefetch.fit_warning(self.what_if, self._autotuned))

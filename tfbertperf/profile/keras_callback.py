@@ -52,13 +52,13 @@ docs/own-training.md: the arguments, what the probe costs, the step file and wha
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from tfbertperf.config import parse_window
+from tfbertperf.errors import warn_user
 from tfbertperf.profile import autotuned_prefetch, capture, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, fit_running, unpatch, what_if_record
@@ -256,10 +256,9 @@ class ProfileCallback(keras.callbacks.Callback):
             try:
                 capture.start(self.logdir, self.options, threadpool_events=self.threadpool_events)
             except tf.errors.AlreadyExistsError:  # one profiler a process: never stop the user's training for it
-                warnings.warn(f"tfbertperf ProfileCallback: another profiler is running at step {self._step} (Keras "
-                              f"TensorBoard(profile_batch=…), tf.profiler.experimental.start): no capture in this fit; "
-                              f"the step times and the probe go on — stop the other one or move profile_steps",
-                              stacklevel=2)
+                warn_user(f"tfbertperf ProfileCallback: another profiler is running at step {self._step} (Keras "
+                          f"TensorBoard(profile_batch=…), tf.profiler.experimental.start): no capture in this fit; "
+                          f"the step times and the probe go on — stop the other one or move profile_steps")
                 self.traced = None
             else:
                 self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: input CPU
@@ -293,8 +292,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
         if not fit_running(self.model):
-            warnings.warn("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
-                          "capture nothing (profile those with tf.profiler.experimental.start/stop)", stacklevel=2)
+            warn_user("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
+                      "capture nothing (profile those with tf.profiler.experimental.start/stop)")
 
     on_predict_begin = on_test_begin
 
@@ -334,13 +333,13 @@ class ProfileCallback(keras.callbacks.Callback):
                                            traced=self.traced, probe_steps=self.probe_steps,
                                            target=self.probe_ci95 if self.auto else None)
             if said:
-                warnings.warn(said, stacklevel=2)
+                warn_user(said)
             found = ((autotuned_prefetch.in_capture(self._session) if self._session else []) or self._autotuned) \
                 if self.what_if else []
             if found:  # listed; the figure may read low unless the blocks ran after the steps (autotuned_prefetch.py)
                 self.what_if["autotuned_prefetch"] = found
                 if not self.what_if["after_steps"]:
-                    warnings.warn(autotuned_prefetch.fit_warning(self.what_if, found), stacklevel=2)
+                    warn_user(autotuned_prefetch.fit_warning(self.what_if, found))
 
 
 def _read_back(logs) -> None:

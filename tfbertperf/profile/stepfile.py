@@ -157,6 +157,8 @@ def write(path, doc: dict) -> Path:
     """Write a step file atomically (a reader sees the old file or the whole new one)."""
     from tfbertperf.storage.atomic import write_atomic
 
+    if doc.get("summary"):  # the file it is in (document() could not know it: it said "(being written)")
+        doc = {**doc, "summary": {**doc["summary"], "file": str(path)}}
     return write_atomic(path, (json.dumps(doc, indent=1) + "\n").encode(), durable=False)
 
 
