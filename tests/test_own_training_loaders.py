@@ -252,3 +252,27 @@ def test_a_tensorflow_capture_that_shows_the_pipeline_is_not_told_it_does_not_se
     assert "jax.profiler" not in said and "capture sees" not in said and "preprocessing dominates" in said, said
     att.update(input_cost_estimate_fraction=0.05, input_cost_fraction=0.6)  # it shows tf.data ops: still not 'unseen'
     assert "jax.profiler" not in " | ".join(a["advice"] for a in actions("input", att))
+
+
+def test_the_keras_hub_program_tokenizes_real_text_and_trains(tmp_path):
+    """tests/programs/keras_hub_bert_by_hand.py, whose figures BENCHMARKS.md reports: its TFRecords hold the pydoc
+    text, keras-hub's WordPiece turns it into real ids (a tokenizer built wrong yields a few ids and [UNK]s: the
+    input cost would be a toy's), and the classifier trains on the pipeline."""
+    import importlib.util
+
+    import numpy as np
+
+    program = Path(__file__).parent / "programs" / "keras_hub_bert_by_hand.py"
+    spec = importlib.util.spec_from_file_location("keras_hub_bert_by_hand", program)
+    kh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kh)
+    files, vocab = kh.write_records(str(tmp_path / "data"))
+    assert len(files) == kh.SHARDS and len(vocab) > 1000
+    x, y = next(iter(kh.pipeline(files, vocab)))
+    ids = x["token_ids"].numpy()
+    assert ids.shape == (kh.BATCH, kh.SEQ) and set(np.unique(y.numpy())) <= {0, 1, 2}
+    words = ids[ids > 4]  # past [PAD] [UNK] [CLS] [SEP] [MASK]
+    assert len(np.unique(words)) > 100 and (ids == vocab.index("[UNK]")).mean() < 0.2, ids[:2]
+    model = kh.compiled_model(len(vocab))
+    history = model.fit(kh.pipeline(files, vocab), steps_per_epoch=3, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
