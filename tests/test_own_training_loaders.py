@@ -256,8 +256,8 @@ def test_a_tensorflow_capture_that_shows_the_pipeline_is_not_told_it_does_not_se
 
 def test_the_keras_hub_program_tokenizes_real_text_and_trains(tmp_path):
     """tests/programs/keras_hub_bert_by_hand.py, whose figures BENCHMARKS.md reports: its TFRecords hold the pydoc
-    text, keras-hub's WordPiece turns it into real ids (a tokenizer built wrong yields a few ids and [UNK]s: the
-    input cost would be a toy's), and the classifier trains on the pipeline."""
+    text, keras-hub's WordPiece turns it into real ids (a tokenizer built wrong yields a few ids and [UNK]s, as the
+    first vocabulary without punctuation did for 35 % of the tokens: the input cost would be a toy's), and the classifier trains on the pipeline."""
     import importlib.util
 
     import numpy as np
@@ -272,7 +272,8 @@ def test_the_keras_hub_program_tokenizes_real_text_and_trains(tmp_path):
     ids = x["token_ids"].numpy()
     assert ids.shape == (kh.BATCH, kh.SEQ) and set(np.unique(y.numpy())) <= {0, 1, 2}
     words = ids[ids > 4]  # past [PAD] [UNK] [CLS] [SEP] [MASK]
-    assert len(np.unique(words)) > 100 and (ids == vocab.index("[UNK]")).mean() < 0.2, ids[:2]
+    tokens = ids[ids != vocab.index("[PAD]")]
+    assert len(np.unique(words)) > 100 and (tokens == vocab.index("[UNK]")).mean() < 0.05, ids[:2]
     model = kh.compiled_model(len(vocab))
     history = model.fit(kh.pipeline(files, vocab), steps_per_epoch=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
