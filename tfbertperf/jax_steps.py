@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Callable
 
 from tfbertperf.config import parse_window
+from tfbertperf.errors import warn_user
 from tfbertperf.jax_probe import JaxProbe
 from tfbertperf.profile import stepfile
 from tfbertperf.train.probe import AUTO_CI95, probe_args, short_run_budget, traced_steps
-from tfbertperf.errors import warn_user
 
 
 class _Step:

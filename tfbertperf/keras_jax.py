@@ -29,11 +29,11 @@ import itertools
 
 import keras
 
+from tfbertperf.errors import warn_user
 from tfbertperf.jax_steps import StepTimer
 from tfbertperf.profile import autotuned_prefetch
 from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
-from tfbertperf.errors import warn_user
 
 try:  # what Keras' callback list does to the logs every step while a callback like this one is in the fit
     from keras.src.utils.python_utils import pythonify_logs
