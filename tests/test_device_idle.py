@@ -14,6 +14,7 @@ from tfbertperf.analyze import analyze
 from tfbertperf.profile.device_attribution import RECAPTURE_PYTHON, attribute_from_idle
 from tfbertperf.profile.steps import SOURCE_MARKERS
 from tfbertperf.profile.trace import load_trace
+from tfbertperf.profile.unprofiled import KERNEL_EVENTS
 from tfbertperf.profile.verdict import idle_bottleneck, idle_findings
 
 from profile_fixtures import ATTENTION, GEMM, H100, synthetic_xspace
@@ -251,6 +252,40 @@ def test_rule_a_callback_waiting_for_the_steps_result_is_a_sync_not_the_loader(t
     named = att["other_named_ms"]
     assert att["fractions"]["input"] == 0 and named["profiler"] == 0
     assert named["sync"] == pytest.approx(5.8, abs=0.01) and named["python"] == pytest.approx(0.2, abs=0.01)
+
+
+@pytest.mark.parametrize("loader", ["python slicing", "sleep"])
+def test_rule_the_measured_profiler_cost_comes_off_the_parts_that_recorded_it(tmp_path, loader):
+    # 3 ms of input a step: a Python loader the tracer recorded 300 frames of, or one sleep; 2 ms of Keras' own
+    # Python (300 frames); a launch; 4.5 ms of one kernel.  Unprofiled the step is 8.5 ms: 1.5 ms is the profiler's.
+    # The view kept the input's captured milliseconds whatever it recorded (input 35 % of T for both loaders)
+    host = {"python3": []}
+    dev = {"Stream #1(Compute)": []}
+    for i in range(4):
+        t = 10_000 * i
+        host["python3"] += [("train", t, 9_900, {"step_num": i, "_r": 1}),
+                            ("$data_adapter.py:40 __next__", t, 3_000, {})]
+        if loader == "sleep":
+            host["python3"].append(("$time sleep", t + 1, 2_998, {}))
+        else:
+            host["python3"] += [(f"$array_slicing.py:{k} take", t + 1 + 9.9 * k, 5, {}) for k in range(300)]
+        host["python3"] += [("PjitFunction(step)", t + 3_000, 500, {}),
+                            ("$trainer.py:90 on_batch", t + 8_000, 1_850, {})]
+        host["python3"] += [(f"$trainer.py:{k} log", t + 8_001 + 6 * k, 3, {}) for k in range(300)]
+        dev["Stream #1(Compute)"].append(("fusion", t + 3_500, 4_500, {"hlo_module": "jit_step"}))
+    path = synthetic_xspace(tmp_path / "own.xplane.pb", host, dev)
+    att = attribute_from_idle(load_trace([path]), measured_step_ms=8.5)
+    assert att["breakdown_ms"]["input"] == pytest.approx(3.0, abs=0.01) and att["kernels_per_step"] == 1
+    events = att["host_events_by_part"]
+    assert events["other"] == pytest.approx(301, abs=1)
+    assert events["input"] == pytest.approx(301 if loader == "python slicing" else 2, abs=1)
+    u, bd, cost = att["unprofiled"]["breakdown_ms"], att["breakdown_ms"], att["step_time_ms"] - 8.5
+    weights = events["input"] + events["other"] + events["kernel_launch"] + KERNEL_EVENTS
+    assert cost == pytest.approx(1.5, abs=0.03)
+    assert u["input"] == pytest.approx(3.0 - cost * events["input"] / weights, abs=0.01)
+    assert u["other"] == pytest.approx(bd["other"] - cost * events["other"] / weights, abs=0.01)
+    assert u["input"] < 2.3 if loader == "python slicing" else u["input"] > 2.98
+    assert u["device_compute"] == pytest.approx(4.5) and sum(u.values()) == pytest.approx(8.5, abs=0.01)
 
 
 def test_rule_without_markers_steps_are_consecutive_launches_of_one_xla_module(tmp_path):

@@ -25,6 +25,8 @@ XPROF_ONLY = ("xprof_step_time_ms", "xprof_breakdown_ms", "xprof_transfer", "xpr
               "input_ops_capture_steps")
 """Keys that hold xprof's own figures (input_ops_capture_steps divides the capture by xprof's step when it ran,
 by the wall-time step when it did not); with xprof skipped they are None or ours."""
+ADDED = ("host_events_by_part", "kernels_per_step")
+"""Keys added after the record (what the profiler recorded in each part, issue 29): new figures, none changed."""
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def test_every_capture_gives_the_recorded_figures_with_xprof_run_as_before(captu
     for name, path in captures.items():
         if name == "corrupt":
             continue
-        assert not _same(recorded[name], flatten(_doc(path, xprof="always"))), name
+        assert not _same(recorded[name], flatten(_doc(path, xprof="always")), skip=ADDED), name
 
 
 @needs_fixtures
@@ -79,7 +81,7 @@ def test_xprof_is_skipped_where_it_adds_nothing_and_every_other_figure_is_unchan
             assert att["xprof_breakdown_ms"] is None and att["hardware_type"] == "GPU"
         elif name == "v100":  # no device-idle reading: xprof's step table is the answer
             assert att["xprof"] == {"ran": True, "tools": ["input_pipeline_analyzer"], "skipped": None}
-        assert not _same(recorded[name], flatten(doc), skip=XPROF_ONLY), name
+        assert not _same(recorded[name], flatten(doc), skip=XPROF_ONLY + ADDED), name
 
 
 @needs_fixtures

@@ -194,6 +194,7 @@ class DevicePlane:
     # None)), for each program's device time inside the steps (program_facts.programs_ran)
     program_kernels: tuple = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     program_keys: list = field(default_factory=list)
+    kernel_starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # every kernel's, sorted
 
 
 @dataclass
@@ -273,7 +274,7 @@ def _device(plane, host: str, kind: str, index: int) -> DevicePlane:
                        iv.union(iv.from_columns(ks, ke)), iv.union(iv.from_columns(cs, ce)), h2d, d2h, steps, copies,
                        kernel_names, hlo, programs, pairs, stats.get("device_vendor") or None, cc,
                        stats.get("device_name") or stats.get("gpu_device_name") or stats.get("device_type_string")
-                       or None, program_kernels, keys)
+                       or None, program_kernels, keys, np.sort(ks))
 
 
 def _thread(line, host: str, names: Names, table, strings: list = ()) -> HostThread:

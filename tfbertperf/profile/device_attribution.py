@@ -17,6 +17,9 @@ Definitions (means over the steps; milliseconds):
     Judged only from BANDWIDTH_FROM_BYTES a step.  copy_ms_per_step: the device copies' own time; where it is
     under HAND_OFF_COPY_SHARE of the host→device time, hand_off_ms_per_step is the rest (the host handing the
     batch over, not copying it).
+  - host_events_by_part: per host part (input, host_to_device, kernel_launch, compile, output, other), the
+    training threads' host events recorded in the idle time charged to it, a step; kernels_per_step: the device's
+    kernels started in a step.  What the profiler's measured cost is shared by (profile/unprofiled.py).
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
@@ -144,6 +147,11 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
         "breakdown_ms": {k: _ms(v) for k, v in bd.items()},
         "fractions": {k: round(v, 6) for k, v in fr.items()},
         "other_named_ms": {k: _ms(v) for k, v in named.items()},
+        "host_events_by_part": {k: round(statistics.fmean(r.events.get(k, 0) for r in rows), 1)
+                                for k in ("input", "host_to_device", "kernel_launch", "compile", "output")} |
+                               {"other": round(sum(statistics.fmean(r.events.get(k, 0) for r in rows)
+                                                   for k in idle.OTHER_NAMED), 1)},
+        "kernels_per_step": round(statistics.fmean(r.kernels for r in rows), 1),
         "delayed_dispatch_ms": {k: _ms(statistics.fmean(r.delayed_dispatch.get(k, 0) for r in rows))
                                 for k in ("input", "host_to_device")},
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),

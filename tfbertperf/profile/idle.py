@@ -31,6 +31,10 @@ own input only: a background loader delays no dispatch), then to host_to_device 
 launch needs the batch), up to the hidden time ("delayed dispatch"; the host would have issued the work that
 much earlier, while the device was still busy).  Per step and device, busy + the charged parts = the
 step's wall time exactly.
+
+Beside the time, what the profiler recorded there (its cost is shared by it: profile/unprofiled.py): per part the
+training threads' host events that started in the idle time charged to it (with delayed dispatch, the hidden work's
+events in proportion to the time moved), and the device's kernels that started in the step (CUPTI's cost per kernel).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class StepIdle:
     charged: dict[str, int] = field(default_factory=dict)  # CHARGE_ORDER categories + "idle"
     transfer_bytes: int = 0
     delayed_dispatch: dict[str, int] = field(default_factory=dict)  # launch idle moved to input / host_to_device
+    events: dict[str, float] = field(default_factory=dict)  # the training threads' events recorded in each part
+    kernels: int = 0  # the device's kernels that started in the step
 
 
 def _kind(name: str) -> str | None:
@@ -191,6 +197,7 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
             if m.any():
                 acts[kind].append(iv.from_columns(t.start[m], t.end[m]))
     acts["input_serial"] = []  # input on the training thread itself: it delays that thread's next dispatch
+    acts["events"] = np.sort(np.concatenate([t.start for t in training])) if training else np.zeros(0, np.int64)
     for t in training:
         inputs, python = _python_frames(t, markers[id(t)])
         inputs = iv.union(np.concatenate([inputs, _before_transfer(t, markers[id(t)])]))
@@ -199,7 +206,15 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
         acts["input_serial"].append(inputs)
         m = t.mask(GET_NEXT)
         acts["input_serial"].append(iv.from_columns(t.start[m], t.end[m]))
-    return {k: iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
+    return {k: v if k == "events" else iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
+
+
+def _events_in(starts: np.ndarray, merged: np.ndarray) -> int:
+    """How many of the sorted event starts fall inside the merged intervals (module docstring: what the profiler's
+    cost is shared by)."""
+    if not len(merged) or not len(starts):
+        return 0
+    return int((np.searchsorted(starts, merged[:, 1]) - np.searchsorted(starts, merged[:, 0])).sum())
 
 
 def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
@@ -219,9 +234,11 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
             for kind in CHARGE_ORDER:
                 got = iv.intersect(idle, iv.clip(covers[kind], st.start, st.end))
                 res.charged[kind] = iv.length(got)
+                res.events[kind] = _events_in(acts["events"], got)
                 launch_idle = got if kind == "kernel_launch" else launch_idle
                 idle = iv.subtract(idle, got)
             res.charged["idle"] = iv.length(idle)
+            res.events["idle"] = _events_in(acts["events"], idle)
             for kind, serial in (("input", "input_serial"), ("host_to_device", "host_to_device")):
                 # delayed dispatch (module docstring): launch idle after the hidden work, up to its length
                 hidden = iv.intersect(busy, iv.clip(acts[serial], st.start, st.end))
@@ -230,7 +247,10 @@ def idle_by_step(trace: Trace, steps: list[Step]) -> list[StepIdle]:
                 res.charged["kernel_launch"] -= moved
                 res.charged[kind] += moved
                 res.delayed_dispatch[kind] = moved
+                if moved:  # the hidden work's events delayed the dispatch: its share of them moves with the time
+                    res.events[kind] += _events_in(acts["events"], hidden) * moved / iv.length(hidden)
                 launch_idle = iv.subtract(launch_idle, after[:1]) if moved else launch_idle
+            res.kernels = int(np.searchsorted(d.kernel_starts, st.end) - np.searchsorted(d.kernel_starts, st.start))
             inside = h2d_copy & (d.copies.start >= st.start) & (d.copies.start < st.end)
             res.transfer_bytes = int(d.copies.bytes[inside].sum())
             out.append(res)

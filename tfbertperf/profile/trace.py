@@ -46,6 +46,7 @@ class DeviceTrace:
     # kernels with an `hlo_module` stat: (start, end, index into program_keys); program_keys: (name, id or None)
     program_kernels: tuple = ()
     program_keys: list = field(default_factory=list)
+    kernel_starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # every kernel's, sorted
 
 
 @dataclass
@@ -110,7 +111,7 @@ def _build(stamps: tuple) -> Trace:
                                              Counter(plane.kernel_names), Counter(plane.hlo_modules),
                                              {**rows[plane.name], "path": str(path)}, Counter(plane.program_ids),
                                              Counter(plane.programs), plane.program_kernels,
-                                             plane.program_keys))
+                                             plane.program_keys, plane.kernel_starts))
         if d.hlo_protos:
             hlo = {**(hlo or {}), **d.hlo_protos}
             trace.hlo_by_id.update(d.hlo_by_id)
