@@ -6,6 +6,11 @@ gain; the errors are against it) and a bare `train_function` loop (beside it).
 
     python tools/bench/bench_keras_jax_probe.py --reps 3
     python tools/bench/bench_keras_jax_probe.py --from DIR   # fits run elsewhere (tools/bench/keras_jax_gpu.sh)
+    python tools/bench/bench_keras_jax_probe.py --from DIR --baseline /tmp/wt_before   # and the code before
+
+Besides the measured what-if: the capture alone (its step file moved aside), the capture with its step file
+(the what-if in it), and the capture with the step file of a fit without the probe (ProfileCallback's default: the
+step times alone; the what-if taken out of the file), each against the truth through fit.
 """
 
 from __future__ import annotations
@@ -29,6 +34,37 @@ ROOT = Path(HERE).parents[1]
 from bench_jax_cpu_loader import INPUT_BOUND, analyze_with, err, pct  # noqa: E402
 
 SHAPES = ("arrays", "wait", "numpy", "compute")
+
+
+_NO_PROBE = """
+import glob, json, os, sys
+from tfbertperf.analyze import analyze
+files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
+for f in files:
+    os.replace(f, f + '.whole')
+    sf = json.load(open(f + '.whole'))
+    sf.pop('what_if', None)
+    sf['summary'] = {k: v for k, v in sf['summary'].items() if not k.startswith(('compute_only', 'input_cost', 'T_'))}
+    json.dump(sf, open(f, 'w'))
+try:
+    d = analyze(sys.argv[1])
+finally:
+    for f in files:
+        os.replace(f + '.whole', f)
+fr = (d['attribution'].get('unprofiled') or {}).get('fractions')
+named = [d['verdict']['bottleneck']] + [a['bottleneck'] for a in d['verdict'].get('also') or []]
+print(json.dumps({'times': fr and fr['input'] + fr['host_to_device'], 'bottleneck': '+'.join(named)}))
+"""
+
+
+def _no_probe(pythonpath: str, logdir: str) -> dict:
+    """The capture read with its step file as a fit without the probe writes it (module docstring)."""
+    proc = subprocess.run([sys.executable, "-c", _NO_PROBE, logdir], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                          cwd=tempfile.gettempdir())
+    if proc.returncode:
+        return {"times": None, "bottleneck": "error: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:60]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _fits_from(folder: Path, out: Path):
@@ -64,6 +100,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2, help="epochs of each profiled fit (128 steps each)")
     p.add_argument("--from", dest="source", default="", help="a folder of fits run elsewhere (results.jsonl and "
                    "<config>.tgz from tools/bench/keras_jax_gpu.sh): score those, run none")
+    p.add_argument("--baseline", default="", help="another checkout (the code before): the step file without the "
+                   "probe read by it too")
     a = p.parse_args(argv)
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-kerasjax-"))
     if a.source and (Path(a.source) / "all.tgz").is_file():  # keras_jax_gpu.sh's one archive of everything
@@ -86,7 +124,9 @@ def main(argv=None) -> int:
         w = r["probe"] or {}
         icf, ci = w.get("input_cost_fraction"), w.get("input_cost_ci95")
         now = analyze_with(str(ROOT), r["logdir"])
-        e = errs.setdefault(label, {"probe": [], "bare": [], "alone": [], "times": [], "in_ci": 0, "n": 0})
+        bare, before = _no_probe(str(ROOT), r["logdir"]), _no_probe(a.baseline, r["logdir"]) if a.baseline else {}
+        e = errs.setdefault(label, {"probe": [], "bare": [], "alone": [], "times": [], "in_ci": 0, "n": 0,
+                                    "no_probe": [], "no_probe_before": [], "no_probe_verdict": 0})
         e["n"] += 1
         if icf is not None:
             e["probe"].append(abs(icf - truth))
@@ -95,6 +135,10 @@ def main(argv=None) -> int:
         for k in ("alone", "times"):
             if now[k] is not None:
                 e[k].append(abs(now[k] - truth))
+        for k, got in (("no_probe", bare), ("no_probe_before", before)):
+            if got.get("times") is not None:
+                e[k].append(abs(got["times"] - truth))
+        e["no_probe_verdict"] += ("input" in bare["bottleneck"]) == (truth >= INPUT_BOUND)
         right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
         halves = " / ".join(pct(h) for h in r.get("fit_truth_halves", r["truth_halves"]))
         interval = f" ± {100 * ci:.1f}" if ci is not None else ""
@@ -103,11 +147,14 @@ def main(argv=None) -> int:
                     f"{r['T_c_ms']:.2f}) | {pct(icf)}{interval} ({err(icf, truth)}), {w.get('probe_blocks')} blocks "
                     f"({w.get('step_ms')} / {w.get('compute_only_step_ms')}) | {pct(now['alone'])} "
                     f"({err(now['alone'], truth)}) | {pct(now['times'])} ({err(now['times'], truth)}) | "
-                    f"{now['bottleneck']} {'✓' if right else '✗'} | {r['load']:.1f} |")
+                    f"{pct(bare['times'])} ({err(bare['times'], truth)}) {bare['bottleneck']}"
+                    + (f"; before {pct(before['times'])} ({err(before['times'], truth)}) {before['bottleneck']}"
+                       if a.baseline else "") +
+                    f" | {now['bottleneck']} {'✓' if right else '✗'} | {r['load']:.1f} |")
     print(f"device: {device}" + (f" (fits from {a.source})" if a.source else ""))
     print("| fit | rep | truth through fit (T / T_c ms) | its halves | bare-loop truth (T / T_c ms) | measured what-if "
-          "(T / T_c ms) | capture alone | capture + step file | verdict alone | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "(T / T_c ms) | capture alone | capture + step file | step file without the probe | verdict alone | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print()
     for label, e in errs.items():
@@ -115,7 +162,16 @@ def main(argv=None) -> int:
               f"(truth inside its interval {e['in_ci']} of {e['n']}; against the bare loop "
               f"{100 * statistics.fmean(e['bare'] or [float('nan')]):.1f} pp); capture alone "
               f"{100 * statistics.fmean(e['alone'] or [float('nan')]):.1f} pp, with the step file "
-              f"{100 * statistics.fmean(e['times'] or [float('nan')]):.1f} pp")
+              f"{100 * statistics.fmean(e['times'] or [float('nan')]):.1f} pp; the step file without the probe "
+              f"{100 * statistics.fmean(e['no_probe'] or [float('nan')]):.1f} pp (input named, first or beside, "
+              f"where the truth is input-bound {e['no_probe_verdict']} of {e['n']})"
+              + (f", before {100 * statistics.fmean(e['no_probe_before'] or [float('nan')]):.1f} pp"
+                 if a.baseline else ""))
+    every = [x for e in errs.values() for x in e["no_probe"]]
+    was = [x for e in errs.values() for x in e["no_probe_before"]]
+    if every:
+        print(f"all fits, the step file without the probe: mean |error| {100 * statistics.fmean(every):.1f} pp "
+              f"over {len(every)}" + (f", before {100 * statistics.fmean(was):.1f} pp over {len(was)}" if was else ""))
     print(f"\n{len(rows)} fits in {time.time() - t0:.0f} s")
     return 0
 
