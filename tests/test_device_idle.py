@@ -14,6 +14,7 @@ from tfbertperf.analyze import analyze
 from tfbertperf.profile.device_attribution import RECAPTURE_PYTHON, attribute_from_idle
 from tfbertperf.profile.steps import SOURCE_MARKERS
 from tfbertperf.profile.trace import load_trace
+from tfbertperf.profile.advice import actions
 from tfbertperf.profile.unprofiled import KERNEL_EVENTS
 from tfbertperf.profile.verdict import idle_bottleneck, idle_findings
 
@@ -286,6 +287,34 @@ def test_rule_the_measured_profiler_cost_comes_off_the_parts_that_recorded_it(tm
     assert u["other"] == pytest.approx(bd["other"] - cost * events["other"] / weights, abs=0.01)
     assert u["input"] < 2.3 if loader == "python slicing" else u["input"] > 2.98
     assert u["device_compute"] == pytest.approx(4.5) and sum(u.values()) == pytest.approx(8.5, abs=0.01)
+
+
+@pytest.mark.parametrize("loader", ["runs Python", "waits on its queue"])
+def test_rule_a_training_thread_awaiting_a_loader_threads_python_is_input(tmp_path, loader):
+    # the training thread launches (1 ms), then sits 5 ms in its own Python frame with nothing below it (awaiting
+    # the interpreter lock) while a second Python thread runs its loader's frames — or waits on a full queue
+    host = {"python3": [], "loader": []}
+    dev = {"Stream #1(Compute)": []}
+    for i in range(4):
+        t = 10_000 * i
+        host["python3"] += [("train", t, 9_900, {"step_num": i, "_r": 1}), ("$train.py:40 step", t, 9_800, {}),
+                            ("PjitFunction(step)", t + 10, 990, {}), ("$train.py:41 log_metrics", t + 1_000, 5_000, {})]
+        if loader == "runs Python":
+            host["loader"] += [("$loader.py:12 next_batch", t + 900, 5_200, {}),
+                               ("$loader.py:30 augment", t + 950, 5_100, {})]
+        else:
+            host["loader"] += [("$queue.py:122 put", t + 900, 5_200, {}),
+                               ("$threading.py:323 wait", t + 910, 5_180, {})]
+        dev["Stream #1(Compute)"].append(("fusion", t + 6_000, 3_900, {"hlo_module": "jit_step"}))
+    path = synthetic_xspace(tmp_path / "thread.xplane.pb", host, dev)
+    att = attribute_from_idle(load_trace([path]))
+    if loader == "runs Python":
+        assert att["breakdown_ms"]["input"] == pytest.approx(5.0, abs=0.05)
+        assert att["input_interpreter_held_ms"] == pytest.approx(5.0, abs=0.05) and idle_bottleneck(att) == "input"
+        assert "interpreter lock" in actions("input", {**att, "hardware_type": "GPU"})[0]["advice"]
+    else:
+        assert att["breakdown_ms"]["input"] < 0.02 and att["input_interpreter_held_ms"] < 0.02
+        assert att["other_named_ms"]["python"] == pytest.approx(5.0, abs=0.05)
 
 
 def test_rule_without_markers_steps_are_consecutive_launches_of_one_xla_module(tmp_path):

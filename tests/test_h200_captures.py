@@ -155,3 +155,19 @@ def test_a_loader_in_front_of_a_launch_bound_step_gets_both_findings_and_both_ad
     assert any("in its own loader" in r for r in v["recommendations"][1:])
     assert "input-bound as well" in v["summary"]
     assert truth["batch_whatif"]["throughput_ratio"] > 1.2
+
+
+def test_a_loader_thread_holding_the_interpreter_lock_is_the_input_with_advice_that_frees_the_lock():
+    # a fourth run (truth-run4.json), not among the captures the rule was found on: next_batch in a background
+    # thread doing as much Python/NumPy a batch as the step computes; the training thread sits in its own Python
+    # awaiting the lock.  Before: "compute-bound, input 2 %", and the loader advice was the thread it already had
+    truth = json.loads((H200 / "truth-run4.json").read_text())["regimes"]["loader_thread"]
+    for steps in (None, str(H200 / "h200-run4-loader-thread.steps.json")):
+        doc = analyze(str(H200 / "h200-run4-loader-thread.xplane.pb.gz"), steps=steps)
+        a, v = doc["attribution"], doc["verdict"]
+        assert v["bottleneck"] == "input", v["summary"]
+        fr = (a.get("unprofiled") or a)["fractions"]
+        assert abs(fr["input"] + fr["host_to_device"] - truth["input_fraction"]) <= 0.12
+        assert a["input_interpreter_held_ms"] >= 0.9 * a["breakdown_ms"]["input"]
+        assert "interpreter lock its loader thread holds" in v["recommendations"][0]
+        assert not any("a background loader thread" in r for r in v["recommendations"])

@@ -25,8 +25,9 @@ XPROF_ONLY = ("xprof_step_time_ms", "xprof_breakdown_ms", "xprof_transfer", "xpr
               "input_ops_capture_steps")
 """Keys that hold xprof's own figures (input_ops_capture_steps divides the capture by xprof's step when it ran,
 by the wall-time step when it did not); with xprof skipped they are None or ours."""
-ADDED = ("host_events_by_part", "kernels_per_step")
-"""Keys added after the record (what the profiler recorded in each part, issue 29): new figures, none changed."""
+ADDED = ("host_events_by_part", "kernels_per_step", "input_interpreter_held_ms")
+"""Keys added after the record (what the profiler recorded in each part, the input awaiting a loader thread's
+interpreter lock; issue 29): new figures, none changed."""
 
 
 @pytest.fixture(scope="module")

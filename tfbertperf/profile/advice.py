@@ -83,6 +83,10 @@ def _loader_not_tfdata(c: dict) -> bool:
     return c["idle"] and not any(v > 0 for v in c["ops"].values())
 
 
+def _lock_held(c: dict) -> bool:  # most of that wait for the interpreter lock a loader thread holds (idle.py)
+    return _loader_not_tfdata(c) and c["held"] >= c["input"] / 2 > 0
+
+
 def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
     return bool(c["pyframes"]) and not c["idle"] and not any(v > 0 for v in c["ops"].values()) and not _unseen(c)
 
@@ -169,10 +173,14 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "prefetch → autotune at the end of the pipeline (to train with: a what-if measured under it "
                     "reads low, measure with a fixed size)",  # not where the capture shows one there
            lambda c: _tfdata_input(c) and not c["root_autotuned"], runs="foreign"),
+    Advice("input", "the training thread waits {held:.0%} of the step for the interpreter lock its loader thread "
+                    "holds (Python and NumPy in threads run one at a time): move the loader's work to processes (a "
+                    "multiprocessing pool, or a tf.data pipeline) or let it release the lock (NumPy on whole arrays, "
+                    "not a Python loop over examples)", _lock_held, runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
-           _loader_not_tfdata, runs="foreign"),
+           lambda c: _loader_not_tfdata(c) and not _lock_held(c), runs="foreign"),
     Advice("input", "the training thread spends {input:.0%} of the step in its own Python loader, in line with the "
                     "compute: load batches ahead of the step, off that thread — a background thread (processes for "
                     "CPU-heavy Python), or a tf.data pipeline with prefetch", _host_loader, runs="foreign"),
@@ -285,7 +293,8 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "launch": float(fr.get("kernel_launch") or 0.0), "h2d": float(fr.get("host_to_device") or 0.0),
            "input": float(fr.get("input") or 0.0) + float(fr.get("host_to_device") or 0.0) * (  # + a hand-off
                "hand_off_ms_per_step" in (att.get("transfer") or {})), "xla": att.get("xla_compiled"),
-           "busy": float(fr.get("device_compute") or 0.0),
+           "busy": float(fr.get("device_compute") or 0.0), "held": float(att.get("input_interpreter_held_ms") or 0.0)
+           * float(fr.get("input") or 0.0) / max(1e-9, float((att.get("breakdown_ms") or {}).get("input") or 0.0)),
            "busy_unprofiled": float(fr.get("device_compute") or 0.0) if att.get("unprofiled") else 0.0,
            "matmul": att.get("matmul_precision"), "tr": att.get("transfer") or {},
            "idle": att.get("source") == "device_idle",

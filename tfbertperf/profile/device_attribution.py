@@ -20,6 +20,8 @@ Definitions (means over the steps; milliseconds):
   - host_events_by_part: per host part (input, host_to_device, kernel_launch, compile, output, other), the
     training threads' host events recorded in the idle time charged to it, a step; kernels_per_step: the device's
     kernels started in a step.  What the profiler's measured cost is shared by (profile/unprofiled.py).
+  - input_interpreter_held_ms: of the input, the training thread stalled in its own Python while a loader thread
+    ran Python (it awaited the interpreter lock: idle.py `_interpreter_held`), per step.
   - xla_programs: the XLA programs that ran, by program id, with their device time inside the steps and
     precision (program_facts.programs_ran); xla_program_variants: the module names that ran as more than one
     compiled program (each judged by its share of device time; matmul_precision is the precision holding most).
@@ -152,6 +154,7 @@ def attribute_from_idle(trace: Trace, *, hw: dict | None = None, measured_step_m
                                {"other": round(sum(statistics.fmean(r.events.get(k, 0) for r in rows)
                                                    for k in idle.OTHER_NAMED), 1)},
         "kernels_per_step": round(statistics.fmean(r.kernels for r in rows), 1),
+        "input_interpreter_held_ms": _ms(statistics.fmean(r.interpreter_held for r in rows)),
         "delayed_dispatch_ms": {k: _ms(statistics.fmean(r.delayed_dispatch.get(k, 0) for r in rows))
                                 for k in ("input", "host_to_device")},
         "input_bound_fraction": round(fr["input"] + fr["host_to_device"], 6),
