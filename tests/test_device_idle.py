@@ -289,6 +289,18 @@ def test_rule_the_measured_profiler_cost_comes_off_the_parts_that_recorded_it(tm
     assert u["device_compute"] == pytest.approx(4.5) and sum(u.values()) == pytest.approx(8.5, abs=0.01)
 
 
+def test_rule_a_profiler_cost_beyond_what_the_recorded_parts_hold_comes_off_the_rest():
+    from tfbertperf.profile.unprofiled import view
+
+    # 3 ms of cost; the launch recorded everything but holds 1 ms; the rest (idle, nothing recorded) pays the 2 ms
+    bd = {"device_compute": 5.0, "input": 0.0, "host_to_device": 0.0, "kernel_launch": 1.0, "compile": 0.0,
+          "output": 0.0, "other": 4.0}
+    att = {"source": "device_idle", "step_time_ms": 10.0, "breakdown_ms": bd, "kernels_per_step": 10,
+           "host_events_by_part": {"kernel_launch": 50, "other": 0}}
+    u = view(att, 7.0)["breakdown_ms"]
+    assert u["kernel_launch"] == 0 and u["other"] == pytest.approx(2.0) and sum(u.values()) == pytest.approx(7.0)
+
+
 @pytest.mark.parametrize("loader", ["runs Python", "waits on its queue"])
 def test_rule_a_training_thread_awaiting_a_loader_threads_python_is_input(tmp_path, loader):
     # the training thread launches (1 ms), then sits 5 ms in its own Python frame with nothing below it (awaiting

@@ -213,11 +213,11 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
         acts["input_serial"].append(held)
         acts["interpreter_held"] = [held]
         # what the profiler recorded there is the loader thread's: its events lengthened the wait
-        mine = {id(t) for t in training}
-        lo, hi = held[:, 0], held[:, 1]
-        theirs = [t.start[(k := np.searchsorted(hi, t.start, side="right")) < len(hi)][
-            lo[np.minimum(k, len(lo) - 1)][k < len(hi)] <= t.start[k < len(hi)]]
-            for t in trace.threads if id(t) not in mine]
+        mine, theirs = {id(t) for t in training}, []
+        for t in trace.threads:
+            if id(t) not in mine:
+                k = np.searchsorted(held[:, 0], t.start, side="right") - 1  # the held interval each starts in, if any
+                theirs.append(t.start[(k >= 0) & (t.start < held[np.maximum(k, 0), 1])])
         acts["events"] = np.sort(np.concatenate([acts["events"], *theirs]))
     return {k: v if k == "events" else iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
 

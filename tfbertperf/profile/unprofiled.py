@@ -162,11 +162,17 @@ def profiler_weights(att: dict) -> dict | None:
 
 def _cost_by_events(bd: dict, out: dict, cost: float, weights: dict) -> None:
     """Each host part less its share of the profiler's measured cost, by what the profiler recorded there
-    (profiler_weights); a part cut to nothing passes the rest of its share to the others."""
+    (profiler_weights); a part cut to nothing passes the rest of its share to the others, and what the recorded
+    parts cannot hold comes off the rest by their milliseconds."""
     left, open_ = cost, [k for k in HOST_PARTS if weights[k] > 0 and bd[k] > 0]
     for k in HOST_PARTS:
         out[k] = bd[k]
-    while left > 1e-9 and open_:
+    while left > 1e-9:
+        if not open_:  # every recorded part is spent: the others, by their milliseconds
+            open_ = [k for k in HOST_PARTS if out[k] > 0]
+            if not open_:
+                return
+            weights = {k: out[k] for k in open_}
         total = sum(weights[k] for k in open_)
         cuts = {k: left * weights[k] / total for k in open_}
         full = [k for k in open_ if cuts[k] >= out[k]]
