@@ -8,6 +8,7 @@ import pytest
 
 from tfbertperf.analyze import analyze
 from tfbertperf.profile.advice import actions
+from tfbertperf.report.headline import input_figure
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 TRUTH = json.loads((H200 / "truth.json").read_text())
@@ -171,3 +172,6 @@ def test_a_loader_thread_holding_the_interpreter_lock_is_the_input_with_advice_t
         assert a["input_interpreter_held_ms"] >= 0.9 * a["breakdown_ms"]["input"]
         assert "interpreter lock its loader thread holds" in v["recommendations"][0]
         assert not any("a background loader thread" in r for r in v["recommendations"])
+        share, words = input_figure(doc)  # the answer's one figure: the verdict's, not the captured share beside it
+        assert share == pytest.approx(fr["input"] + fr["host_to_device"], abs=1e-5)
+        assert ("measured out" in words) == (steps is not None)

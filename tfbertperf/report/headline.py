@@ -76,6 +76,9 @@ def input_figure(report: dict) -> tuple[float | None, str]:
     wait + CPU the pipeline took from compute), else the blocked wait (xprof's, or the step timer's whole run)."""
     att = report.get("attribution") or {}
     for key, words in INPUT_SOURCE.items():
+        if key == "input_bound_fraction" and (att.get("unprofiled") or {}).get("fractions"):
+            fr = att["unprofiled"]["fractions"]  # a device's wait as the program runs without the profiler
+            return float(fr["input"]) + float(fr["host_to_device"]), "blocked wait, the profiler's cost measured out"
         if att.get(key) is not None and not (key == "input_cost_fraction" and probe_ran_slower(att)):
             return float(att[key]), words
     st = report.get("step_timer") or {}
