@@ -51,9 +51,11 @@ try:
 finally:
     for f in files:
         os.replace(f + '.whole', f)
-fr = (d['attribution'].get('unprofiled') or {}).get('fractions')
+att = d['attribution']
+fr = (att.get('unprofiled') or {}).get('fractions')  # an accelerator's view; a host capture's estimate else
+times = att.get('input_cost_estimate_unprofiled_fraction') if fr is None else fr['input'] + fr['host_to_device']
 named = [d['verdict']['bottleneck']] + [a['bottleneck'] for a in d['verdict'].get('also') or []]
-print(json.dumps({'times': fr and fr['input'] + fr['host_to_device'], 'bottleneck': '+'.join(named)}))
+print(json.dumps({'times': times, 'bottleneck': '+'.join(named)}))
 """
 
 
