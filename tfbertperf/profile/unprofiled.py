@@ -12,7 +12,7 @@ profiler's cost P = S − T:
     cut to nothing passes the rest of its share on.  A sleeping loader records one event in milliseconds and keeps
     them; Keras slicing a batch under the Python tracer records hundreds and loses what they cost.  (Keras on JAX
     on an H200 with a step file and no probe: before this rule the input kept its captured milliseconds and read
-    32–35 pp high on array and NumPy loaders, 14.7 pp off on average over 22 fresh fits; 3.9 pp with it.)
+    16–35 pp high on array and NumPy loaders, 14.7 pp off on average over 22 fresh fits; 3.9 pp with it.)
   * a capture without those counts (an attribution from before them): input, host_to_device, output and compile
     keep theirs (HOST_FIXED), scaled down together only when busy plus them would not fit in T; kernel_launch and
     other (HOST_SLOWED) get what is left of T, in proportion to their captured milliseconds;
