@@ -447,14 +447,14 @@ def test_the_verdict_names_the_step_the_what_if_timed_where_the_window_ran_at_an
     assert "73% of the 2.3 ms step (what-if probe; blocked wait 38%)" in verdict(att, 0.27)["summary"]
 
 
-def _what_if_capture(tmp_path, compute_only):
+def _what_if_capture(tmp_path, compute_only, written_by=""):
     """A compute-heavy capture (the device busy 9.5 of each 10 ms step) with a step file beside it: 60 steps of
     10 ms, four what-if blocks of two steps with the given compute-only step times.  (On the launch-heavy capture
     launch-bound wins either side of the input line: decided, profile/undecided.py.)"""
     capture = _launch_heavy_capture(tmp_path / "cap", busy_us=9_500)
     blocks = [[10, 2], [22, 2], [34, 2], [46, 2]]
     doc = stepfile.document([10.0] * 60, excluded_steps=[10, 11, 22, 23, 34, 35, 46, 47],
-                            what_if={"compute_only_step_ms": compute_only, "blocks": blocks})
+                            what_if={"compute_only_step_ms": compute_only, "blocks": blocks}, written_by=written_by)
     stepfile.write(tmp_path / "steps.json", doc)
     return analyze(str(capture), steps=str(tmp_path / "steps.json"))
 
@@ -489,6 +489,15 @@ def test_an_undecided_what_if_near_its_decision_says_how_much_longer_to_a_decima
     assert doc["attribution"]["input_cost_fraction"] == pytest.approx(0.26, abs=1e-3)
     assert doc["verdict"]["undecided"]["longer_by"] == pytest.approx(1.5, abs=0.05)
     assert "a fit about 1.5× as long gives ProfileCallback's probe" in doc["verdict"]["actions"][0]["advice"]
+
+
+def test_an_undecided_what_if_from_a_jax_loop_names_steptimers_probe_not_a_keras_fit(tmp_path):
+    # a JAX loop's step file (tfbertperf.jax_steps.StepTimer) was told "a fit … gives ProfileCallback's probe"
+    doc = _what_if_capture(tmp_path, [7.0, 7.0, 7.8, 7.8, 7.0, 7.0, 7.8, 7.8],
+                           written_by="tfbertperf.jax_steps.StepTimer")
+    said = doc["verdict"]["actions"][0]["advice"]
+    assert "a loop about 1.5× as long gives StepTimer's probe (probe=True, total_steps=…)" in said
+    assert "ProfileCallback" not in said and "fit" not in said
 
 
 def test_a_narrow_what_if_decides_and_a_run_is_told_how_many_probe_steps_would_decide(tmp_path):

@@ -107,6 +107,8 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
         kw["input_cost_ci95"] = measured.input_cost_ci95
         kw["dataset_prefetch"] = measured.autotuned_prefetch if icf is not None else None
         kw["what_if_after_steps"] = measured.probe_after_steps
+    if measured:
+        kw["probe_by"] = measured.written_by  # whose probe a "measure longer" action names
     try:
         doc = attribution.attribute(xplanes, trace=trace, xprof=xprof, **kw)
     except attribution.NoStepsError:

@@ -5,6 +5,8 @@ Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
   wait     a generator that waits --ms per batch (a read from slow storage) and draws the batch
   numpy    NumPy augmentation per batch (random masking, a shuffle, a normalisation) repeated to ~--ms of CPU
   none     the same batch from memory: compute-bound
+--thread runs the loader ahead in a background thread, 2 batches deep (the loader advice followed): the training
+thread then takes each batch from a queue.
 
 Truth: (T − T_c) / T, T the step with the loader, T_c the same jitted step fed one cached batch, in alternating
 unprofiled blocks (half before, half after the profiled run).  Prints one JSON line:
@@ -66,6 +68,17 @@ def loader(kind: str, ms: float):
             yield base
 
 
+def ahead(source, depth: int = 2):
+    """The batches of `source` made in a background thread, `depth` ahead of the consumer."""
+    import queue
+    import threading
+
+    q = queue.Queue(maxsize=depth)
+    threading.Thread(target=lambda: [q.put(x) for x in source], daemon=True).start()
+    while True:
+        yield q.get()
+
+
 def timed(step, p, source, n: int) -> tuple[list[float], dict]:
     out = []
     for _ in range(n):
@@ -85,9 +98,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="truth: blocks of each kind (half before, half after)")
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--probe", action="store_true", help="StepTimer(probe=True): the measured what-if")
+    ap.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
     a = ap.parse_args()
     step, p = make_step()
     real, base = loader(a.loader, a.ms), next(loader("none", 0))
+    real = ahead(real) if a.thread else real
     cached = itertools.repeat(base)  # the same batch every step, from memory
     _, p = timed(step, p, real, 3)  # compile, off the clock
     T, Tc, halves = [], [], []
@@ -105,7 +120,7 @@ def main() -> None:
         halves.append(1 - statistics.fmean(tc) / statistics.fmean(t))
 
     blocks(a.rounds - a.rounds // 2)
-    logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}")
+    logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}" + ("-thread" if a.thread else ""))
     timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps)
     last = None
     for _ in range(a.steps):
@@ -118,7 +133,8 @@ def main() -> None:
     timer.close()
     blocks(a.rounds // 2)
     t, tc = statistics.fmean(T), statistics.fmean(Tc)
-    print(json.dumps({"loader": a.loader, "ms": a.ms, "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
+    print(json.dumps({"loader": a.loader + ("-thread" if a.thread else ""), "ms": a.ms,
+                      "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
                       "halves": halves, "logdir": logdir, "step_file": str(timer.step_file),
                       "probe": timer.what_if, "checksum": float(sum(jnp.sum(v) for v in p.values())),
                       "load": os.getloadavg()[0]}), flush=True)

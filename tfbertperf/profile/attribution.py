@@ -89,7 +89,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
               env_devices=None, cpu_flags=None, refine_with: dict | None = None, emulated_au: float | None = None,
               emulated_step_ms: float | None = None, xprof: str = "auto",
               input_cost_ci95: float | None = None, dataset_prefetch: list | None = None,
-              what_if_after_steps: bool = False) -> dict:
+              what_if_after_steps: bool = False, probe_by: str = "") -> dict:
     """Attribution, verdict and AU for a profile session (DESIGN.md report.json sections).
 
     Args:
@@ -103,6 +103,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
         tf.data events).
       what_if_after_steps: the what-if's blocks all ran after the fit's last step (profile/stepfile.py
         probe_after_steps: no block grew such a prefetch's buffer, so the figure is not read as possibly low).
+      probe_by: the step file's writer (its `written_by`): whose probe a "measure longer" action names.
       storage: report.json `storage` block (adds latency-based advice).  Its `joined_read_ms` (our untraced
         blocking reads in the traced window) is set here per step the capture spans, as
         `joined_read_ms_per_step`, like the input-op figures (attribution.input_ops_capture_steps).
@@ -176,7 +177,8 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     if refine_with is not None:
         # the step's blocked wait for input: on a contended host the cause is what the run waits on
         decided = refine(decided, **{"wait_share": att.get("input_bound_fraction"), **refine_with})
-    decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None), **vkw)
+    decided = undecided.mark(decided, att, au, probe_steps=_cfg_get(config, "profile", "probe_steps", None),
+                             probe_by=probe_by, **vkw)
     if config is None:  # a user's fit: a what-if its probe measured under an autotuned prefetch may read low
         decided = autotuned_prefetch.mark(decided, att, INPUT_BOUND_THRESHOLD)
     return {

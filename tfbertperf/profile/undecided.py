@@ -64,7 +64,8 @@ def estimate_share(att: dict) -> tuple[float, float, str] | None:
     return share, ci * share / est if source.endswith("unprofiled_fraction") else ci, source
 
 
-def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None, **verdict_kw) -> dict:
+def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None, probe_by: str = "",
+         **verdict_kw) -> dict:
     """`decided` (verdict()'s dict) with `undecided` set, its summary extended and a first action to measure
     longer, when att's input_cost_ci95 straddles the line (module docstring) — or, without a probe, the capture's
     estimate's interval over its steps does, and the first action is to measure the what-if; else `decided`
@@ -83,7 +84,7 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
         return decided
     if key != "input_cost_fraction":
-        return _estimate_undecided(decided, share, ci, side, other)
+        return _estimate_undecided(decided, share, ci, side, other, loop="StepTimer" in probe_by)
     longer = longer_by(ci, abs(share - INPUT_BOUND_THRESHOLD))
     auto = isinstance(probe_steps, str)  # a run with profile.probe_steps=auto: a longer run decides it
     more = None if probe_steps is None or auto else max(probe_steps + 1, int(round(probe_steps * longer)))
@@ -99,8 +100,10 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
                   f"(--set profile.probe_steps={more}, in a run long enough to hold them)")
         act = {"advice": advice, "set": [f"profile.probe_steps={more}"]}
     else:
-        advice = (f"measure longer before acting on this verdict — a {'run' if auto else 'fit'} "
+        loop = "StepTimer" in probe_by  # a user's own loop (tfbertperf.jax_steps), not a Keras fit
+        advice = (f"measure longer before acting on this verdict — a {'run' if auto else 'loop' if loop else 'fit'} "
                   f"{as_long(longer)} as long gives " + ("the auto probe (profile.probe_steps=auto; train.steps)" if auto
+                                                     else "StepTimer's probe (probe=True, total_steps=…)" if loop
                                                      else "ProfileCallback's probe (probe_steps=\"auto\")")
                   + f" the blocks to decide {said}")
         act = {"advice": advice, "set": []}
@@ -109,7 +112,7 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     return decided
 
 
-def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other: str) -> dict:
+def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other: str, loop: bool = False) -> dict:
     """An estimate from the capture whose spread over the captured steps straddles the line: the what-if decides
     (a longer capture narrows the spread, not the estimate's bias: BENCHMARKS.md, issue 29)."""
     lo, hi = max(0.0, share - ci), min(1.0, share + ci)
@@ -120,8 +123,9 @@ def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other
                            f"{hi:.0%} straddles the {INPUT_BOUND_THRESHOLD:.0%} line between {side} and {other}")
     advice = (f"measure the what-if before acting on this verdict: the capture's estimate {share:.0%} ± "
               f"{100 * ci:.0f} pp (95%, over its steps) sits on the {INPUT_BOUND_THRESHOLD:.0%} line — "
-              "tfbertperf.keras.ProfileCallback(probe=True) times your steps on one cached batch (a run: "
-              "profile.probe_steps=auto)")
+              + ("tfbertperf.jax_steps.StepTimer(probe=True, total_steps=…)" if loop else
+                 "tfbertperf.keras.ProfileCallback(probe=True)")
+              + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
     decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
     return decided
