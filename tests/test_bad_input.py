@@ -208,3 +208,16 @@ def test_the_keras_jax_bench_refuses_a_broken_archive_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"bench_keras_jax_probe: --from {tmp_path}: all.tgz is not a readable archive (")
+
+
+@pytest.mark.parametrize("truth", [None, "{not json", '{"device": "H200"}'], ids=["missing", "broken", "no regimes"])
+def test_the_jax_loop_bench_refuses_a_folder_without_a_readable_truth_in_one_line(tmp_path, truth):
+    # bench_jax_loop_runs.py reads the folders tests/programs/jax_gpu_user.py wrote on the device machine
+    if truth is not None:
+        (tmp_path / "truth.json").write_text(truth)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_jax_loop_runs.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"bench_jax_loop_runs: {tmp_path}") and ("no truth.json there" if truth is None else
+                                                                     "not a jax_gpu_user.py truth file") in line

@@ -39,6 +39,12 @@ def main(argv=None) -> int:
         if not (Path(run) / "truth.json").is_file():
             print(f"bench_jax_loop_runs: {run}: no truth.json there (a jax_gpu_user.py --out folder)", file=sys.stderr)
             return 2
+        try:
+            json.loads((Path(run) / "truth.json").read_text())["regimes"].items()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"bench_jax_loop_runs: {run}/truth.json: not a jax_gpu_user.py truth file "
+                  f"({' '.join(str(e).split())[:80]})", file=sys.stderr)
+            return 2
     codes = [("now", str(ROOT))] + ([("before", a.baseline)] if a.baseline else [])
     errs = {(c, k): [] for c, _ in codes for k in ("alone", "times")}
     right = {c: 0 for c, _ in codes}
