@@ -179,6 +179,25 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
     assert "own Python loader" in d["verdict"]["actions"][0]["advice"]  # the loader's advice, not tf.data's
 
 
+def test_a_loader_thread_running_ahead_reads_by_the_cpu_it_takes_from_the_step(tmp_path):
+    # the loader advice followed (a thread making NumPy batches 2 ahead): the training thread seldom waits, the
+    # thread's CPU slows XLA's CPU step on the same cores.  Before: "compute-bound, input 0.2-0.5 %" against truths
+    # of 15-40 % (BENCHMARKS.md); StepTimer wrote no thread-CPU record, and no rule read a loader thread's CPU
+    r = _run([str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", "numpy", "--ms", "5", "--thread",
+              "--out", str(tmp_path), "--rounds", "4", "--steps", "40"])
+    session = Path(r["step_file"]).parent
+    record = json.loads((session / "threadcpu.json").read_text())
+    from tfbertperf.profile.trace import load_trace
+
+    lines = {t.id for t in load_trace(list(session.glob("*.xplane.pb"))).threads}
+    loader = [t for t in record["threads"] if str(t.get("python", "")).startswith("Thread-")]
+    assert len(loader) == 1 and loader[0]["line_id"] in lines and loader[0]["cpu_ms"] > 0, loader  # its capture line
+    att = analyze(r["logdir"])["attribution"]
+    assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] > 1.0, att
+    est = att["input_cost_estimate_fraction"]
+    assert est > 0.08 and abs(est - r["truth"]) < 0.15, (est, r["truth"])  # ~3 pp quiet (truth 27 %)
+
+
 @pytest.mark.slow  # two 60-step JAX runs with their truths (~10 s)
 def test_a_jax_loop_measures_its_what_if_with_step_timer_and_trains_the_same(tmp_path):
     # StepTimer(probe=True): T_c on a copy of the loop's state fed a cached batch; a JAX user had the estimate only

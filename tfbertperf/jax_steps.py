@@ -40,7 +40,7 @@ from typing import Callable
 from tfbertperf.config import parse_window
 from tfbertperf.errors import warn_user
 from tfbertperf.jax_probe import JaxProbe
-from tfbertperf.profile import stepfile
+from tfbertperf.profile import stepfile, threadcpu
 from tfbertperf.train.probe import AUTO_CI95, probe_args, short_run_budget, traced_steps
 
 
@@ -87,6 +87,7 @@ class StepTimer:
         self._stop_ms = 0.0
         self._before: set[str] = set()
         self._session: Path | None = None
+        self._cpu_at_start: dict | None = None  # the threads' CPU at the capture's start (threadcpu.json)
         self.what_if: dict | None = None
         self.wording = ("StepTimer", "run")  # who speaks in the probe's warnings, and of what (Keras: a fit)
         auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
@@ -150,6 +151,7 @@ class StepTimer:
             try:
                 self._start(self.logdir, **kw)
                 self._profiling = True
+                self._cpu_at_start = threadcpu.snapshot(loaders=True)
             except RuntimeError as e:  # JAX runs one profile a process: never stop the user's training for it
                 if "already" not in str(e):
                     raise
@@ -163,11 +165,14 @@ class StepTimer:
     def _end_capture(self) -> None:
         t0 = time.perf_counter()
         stepfile.own_second(self.logdir)
+        cpu_at_stop = threadcpu.snapshot(loaders=True) if self._cpu_at_start is not None else None
         self._stop()
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # a prefetching loader runs ahead meanwhile
         self._profiling = False
         self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
+        if cpu_at_stop is not None and self._session is not None:  # a loader thread's CPU: profile/host_loader.py
+            threadcpu.write_in(self._session, self._cpu_at_start, cpu_at_stop)
 
     def document(self, what_if: dict | None = None, excluded_steps=(), warmup_steps: int | None = None,
                  written_by: str = "tfbertperf.jax_steps.StepTimer", batches_per_step: int = 1,

@@ -4,12 +4,16 @@ its what-if truth measured in the same process (tools/bench/bench_jax_cpu_loader
 Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
   wait     a generator that waits --ms per batch (a read from slow storage) and draws the batch
   numpy    NumPy augmentation per batch (random masking, a shuffle, a normalisation) repeated to ~--ms of CPU
+  python   pure-Python work per batch (holds the interpreter lock: a tokenizer written in Python), a fixed amount
+           that takes --ms on an idle machine (calibrated at the start), then the batch drawn
   none     the same batch from memory: compute-bound
 --thread runs the loader ahead in a background thread, 2 batches deep (the loader advice followed): the training
 thread then takes each batch from a queue.
 
 Truth: (T − T_c) / T, T the step with the loader, T_c the same jitted step fed one cached batch, in alternating
-unprofiled blocks (half before, half after the profiled run).  Prints one JSON line:
+unprofiled blocks (half before, half after the profiled run) of --block timed steps each, after a block's first step
+(and, with --thread, the 2 batches the loader queued while the cached block ran: a loader slower than the step would
+read faster than it is).  Prints one JSON line:
 {"loader", "truth", "T_ms", "T_c_ms", "halves", "logdir", "step_file", "probe" (StepTimer.what_if with
 --probe), "checksum" (of the trained parameters: the same with and without the probe)}.
 
@@ -50,9 +54,30 @@ def make_step():
     return step, p
 
 
+def python_work(n: int) -> int:
+    """Pure-Python work (the interpreter lock held throughout): `n` rounds of hashing words into ids."""
+    words, acc = [f"w{i}" for i in range(64)], 0
+    for _ in range(n):
+        acc += sum(hash(w) % 30522 for w in words)
+    return acc
+
+
+def rounds_for(ms: float) -> int:
+    """The python_work rounds that take `ms` on this machine now (the best of 5 timings of 50 rounds)."""
+    best = min(_timed_work(50) for _ in range(5))
+    return max(1, round(50 * ms / 1e3 / best))
+
+
+def _timed_work(n: int) -> float:
+    t0 = time.perf_counter()
+    python_work(n)
+    return time.perf_counter() - t0
+
+
 def loader(kind: str, ms: float):
     rng = np.random.default_rng(0)
     base = rng.standard_normal(SHAPE).astype("float32")
+    rounds = rounds_for(ms) if kind == "python" else 0
     while True:
         if kind == "wait":
             time.sleep(ms / 1e3)
@@ -64,11 +89,17 @@ def loader(kind: str, ms: float):
                 x = x[rng.permutation(SHAPE[0])]
                 x = (x - x.mean(axis=1, keepdims=True)) / (x.std(axis=1, keepdims=True) + 1e-6)
             yield x.astype("float32")
+        elif kind == "python":
+            python_work(rounds)
+            yield base * (rng.random(SHAPE[1]) > 0.15).astype("float32")
         else:
             yield base
 
 
-def ahead(source, depth: int = 2):
+DEPTH = 2  # --thread: batches the loader thread keeps ready
+
+
+def ahead(source, depth: int = DEPTH):
     """The batches of `source` made in a background thread, `depth` ahead of the consumer."""
     import queue
     import threading
@@ -91,7 +122,7 @@ def timed(step, p, source, n: int) -> tuple[list[float], dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--loader", choices=("wait", "numpy", "none"), required=True)
+    ap.add_argument("--loader", choices=("wait", "numpy", "python", "none"), required=True)
     ap.add_argument("--ms", type=float, default=5.0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=60)
@@ -107,14 +138,17 @@ def main() -> None:
     _, p = timed(step, p, real, 3)  # compile, off the clock
     T, Tc, halves = [], [], []
 
+    # a block's first step is left out; with --thread also the batches the loader queued during the cached block
+    settle = 1 + (DEPTH if a.thread else 0)
+
     def blocks(n):
         nonlocal p
         t, tc = [], []
         for _ in range(n):
-            r, p = timed(step, p, real, a.block)
-            c, p = timed(step, p, cached, a.block)
-            t += r[1:]
-            tc += c[1:]
+            r, p = timed(step, p, real, a.block + settle - 1)
+            c, p = timed(step, p, cached, a.block + settle - 1)
+            t += r[settle:]
+            tc += c[settle:]
         T.extend(t)
         Tc.extend(tc)
         halves.append(1 - statistics.fmean(tc) / statistics.fmean(t))

@@ -31,6 +31,7 @@ from tfbertperf.profile.columns import copy_direction, digest, stream_tags  # no
 from tfbertperf.profile.intervals import clip as _clip
 from tfbertperf.profile.intervals import length as _length
 from tfbertperf.profile.intervals import union as _union
+from tfbertperf.profile.steptable import step_number
 
 PS_PER_MS = 1_000_000_000
 CONTRACT_KEYS = ("name", "kind", "busy_ms", "memcpy_ms", "h2d_ms", "d2h_ms", "window_ms", "busy_fraction")
@@ -184,3 +185,19 @@ def format_device_table(devices: list[dict]) -> str:
                     f"{100 * d['busy_fraction']:>6.1f}%")
     rows.append(active_summary(devices))
     return "\n".join(rows)
+
+
+def device_utilization(devs: list[dict], busy_by_step: dict, rows: list[dict]) -> float | None:
+    """attribution.device_busy_fraction: the compute devices' busy time in the steps ÷ their wall time (the
+    rows: xprof's step rows); busy_by_step as busy_ms_by_step.  None without kernels."""
+    compute = [d for d in devs if d["busy_ms"] > 0]
+    wall = sum(r["step_time_ms"] for r in rows)
+    if not compute or wall <= 0:
+        return None
+    by_number = {step_number(k): v for k, v in busy_by_step.items()}
+    matched = [by_number[n] for n in (step_number(r["step"]) for r in rows) if n in by_number]
+    if matched:
+        busy = sum(m.get((d["host"], d["name"]), 0.0) for m in matched for d in compute)
+    else:
+        busy = sum(min(d["busy_ms"], wall) for d in compute)
+    return max(0.0, min(1.0, busy / (len(compute) * wall)))

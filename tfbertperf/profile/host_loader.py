@@ -15,6 +15,18 @@ The same capture's compute is XLA's CPU runtime (`ThunkExecutor::Execute` on its
 table files as "other": a jitted JAX step fed from memory read "bound by other time … compile with XLA" (94.7 % other,
 BENCHMARKS.md).  The union of those executions inside each step moves from other to host compute.
 
+A loader run ahead in a thread of its own (the loader advice followed: a `threading.Thread` filling a queue, a
+PyDataset's worker threads) takes no time inside the steps: its cost is the CPU it takes from XLA's CPU step on the
+same cores.  With the thread-CPU record StepTimer writes beside the capture (profile/threadcpu.py: each thread's CPU
+over the window by its capture line), the process's other Python threads' CPU (less the Python tracer's cost of the
+frames it recorded on them, PY_FRAME_COST_US) is spread over the time their frames run (less their waits: a queue
+`put` on a full queue, a sleep), and the part that overlapped XLA's CPU runtime costs the step by contention.py's
+rule: X × f × C × p, f the fair-share loss per core-ms of k̄ loader threads beside a compute W wide on C cores, p
+the share of XLA's compute CPU on its intra-op pool (`tf_XLAEigen`: parallel regions a preempted part holds up
+whole) against the training thread and XLA's client threads (thread_stolen_by_step).  Found on
+tests/programs/jax_cpu_loader.py --thread (issue 29): a thread making NumPy batches beside a 7 ms XLA step read
+"compute-bound, input 0.2–0.5 %" against truths of 15–40 %.
+
 Left alone: a capture that runs tf.data (its get-next is the input xprof already counts, and the Python frames of a
 TensorFlow program before its function call are Keras' own), and one with no Python frames (nothing to tell a
 loader from compute: the answer then says the input is the blocked wait only, as before).
@@ -40,6 +52,13 @@ RESULT_WAIT = re.compile(r"^\$\S+ (block_until_ready|convert_to_numpy)$")
 logs): the step's compute has not finished, whether or not XLA's threads are on a core.  On a busy machine they
 are not, all the time: a JAX step fed from memory held 7.7 ms of a 7.9 ms step in block_until_ready while its XLA
 events covered less, and 12.5 % of it read "other" (beside two busy processes on 2 cores)."""
+
+
+PY_FRAME_COST_US = 0.2
+"""The Python tracer's cost per frame it records, on the CPU of the thread running the frame: a pure-Python loader
+of fixed work (tests/programs/jax_cpu_loader.py --loader python --thread, 2 and 5 ms a batch unprofiled) used 8.8 and
+32.7 ms of CPU a step under the tracer for 38,000 and 116,000 recorded frames: 0.18 and 0.24 µs a frame."""
+XLA_POOL = re.compile(r"^tf_XLAEigen")  # XLA's CPU intra-op threads: an op's parallel parts (profile/contention.py)
 
 
 def _tf_data(trace) -> bool:
@@ -89,3 +108,58 @@ def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None]:
         run = min(xla.get(n, 0.0), r["other"])  # XLA's CPU runtime: compute xprof filed as other
         moved.append(({**r, "host_compute": r["host_compute"] + run, "other": r["other"] - run}, take))
     return [r for r, _ in moved], (sum(t for _, t in moved) / len(moved) if moved and loader else None)
+
+
+def _pool_share(rows, names: dict[int, str], training: set) -> float:
+    """p (module docstring): XLA's intra-op pool's share of the compute's measured CPU (its pool, its client threads,
+    the training thread), by the capture's line names (`names`: line id → name); 1 where the record names none."""
+    pool = rest = 0.0
+    for r in rows:
+        name = names.get(r.get("line_id"), "")
+        if XLA_POOL.match(name):
+            pool += float(r["cpu_ms"])
+        elif name.startswith("tf_XLA") or r.get("line_id") in training:
+            rest += float(r["cpu_ms"])
+    return pool / (pool + rest) if pool + rest > 0 else 1.0
+
+
+def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float], float | None]:
+    """Per step number, the ms of XLA's CPU step the process's other Python threads took (module docstring), and
+    their measured CPU a step (ms, the tracer's cost taken off); ({}, None) without a thread-CPU record, on a
+    capture that runs tf.data, or where no other Python thread ran."""
+    trace = load_trace(xplanes)
+    if not record or _tf_data(trace):
+        return {}, None
+    marks = trace.markers()
+    training = {t.id for t, _ in marks}
+    rows = [r for r in record.get("threads") or () if r.get("python") and not str(r["python"]).startswith("tfbertperf")
+            and r.get("line_id") not in training]
+    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
+    if not rows or not runs or not marks:
+        return {}, None
+    xla = iv.union(np.concatenate(runs))
+    lines = {t.id: t for t in trace.threads}
+    span = (min(int(t.start.min()) for t in trace.threads if len(t)), max(int(t.end.max()) for t in trace.threads
+                                                                          if len(t)))
+    active, rates = [], []
+    for r in rows:  # each loader thread: when it ran, and its CPU a picosecond of that
+        t = lines.get(r.get("line_id"))
+        a = idle.running_python(t) if t is not None and len(t) else iv.EMPTY
+        a = a if len(a) else np.array([span], dtype=np.int64)  # no frames recorded: spread over the capture
+        cpu = float(r["cpu_ms"]) - (len(t) if t is not None else 0) * PY_FRAME_COST_US / 1e3
+        active.append(a)
+        rates.append(max(0.0, cpu) / max(1, iv.length(a)))
+    cores = int(record.get("cores") or 1)
+    width = min(cores, sum(1 for t in trace.threads if t.mask(XLA_CPU_RUN).any()))
+    p = _pool_share(record.get("threads") or (), {i: t.name for i, t in lines.items()}, training)
+    out, cpu_steps = {}, []
+    for _, m in marks:
+        phase = iv.clip(xla, m.start, m.end)
+        overlaps = [iv.length(iv.intersect(a, phase)) for a in active]
+        together = iv.length(iv.intersect(iv.union(np.concatenate(active)), phase))
+        x_in = sum(o * k for o, k in zip(overlaps, rates))
+        k_bar = max(1.0, sum(overlaps) / together) if together else 1.0
+        fair = max(0.0, width + k_bar - cores) / (k_bar * cores)
+        out[m.step_num] = out.get(m.step_num, 0.0) + x_in * fair * cores * p
+        cpu_steps.append(sum(iv.length(iv.clip(a, m.start, m.end)) * k for a, k in zip(active, rates)))
+    return out, float(np.mean(cpu_steps))

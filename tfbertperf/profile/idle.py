@@ -243,21 +243,24 @@ def _python_owned(t: HostThread) -> np.ndarray:
     return iv.union(np.concatenate(out)) if out else iv.EMPTY
 
 
+def running_python(t: HostThread) -> np.ndarray:
+    """A thread's outermost Python frames less its waits (THREAD_WAIT), as merged intervals: when it ran Python (or
+    wanted a core for it)."""
+    py = t.mask(is_python_frame)
+    parent, _ = t.nesting()
+    outer = py & ~((parent >= 0) & py[np.where(parent >= 0, parent, 0)])
+    waits = t.mask(THREAD_WAIT.search)
+    return iv.subtract(iv.union(iv.from_columns(t.start[outer], t.end[outer])),
+                       iv.union(iv.from_columns(t.start[waits], t.end[waits])))
+
+
 def _interpreter_held(trace: Trace, training: list) -> np.ndarray:
     """Where a training thread sat in its own Python time while another thread of the process ran Python frames (not
     waiting: THREAD_WAIT): with one interpreter lock, the training thread waited for a loader thread (a Python loader
     run ahead in a thread: issue 29 on an H200, its 81 rounds of NumPy a batch read "other 75 %" against a truth of
     45 % input).  Empty where no other thread ran Python."""
     mine = {id(t) for t in training}
-    runs = []
-    for t in trace.threads:
-        if id(t) in mine or not (py := t.mask(is_python_frame)).any():
-            continue
-        parent, _ = t.nesting()
-        outer = py & ~((parent >= 0) & py[np.where(parent >= 0, parent, 0)])
-        waits = t.mask(THREAD_WAIT.search)
-        runs.append(iv.subtract(iv.union(iv.from_columns(t.start[outer], t.end[outer])),
-                                iv.union(iv.from_columns(t.start[waits], t.end[waits]))))
+    runs = [running_python(t) for t in trace.threads if id(t) not in mine and t.mask(is_python_frame).any()]
     running = iv.union(np.concatenate(runs)) if runs else iv.EMPTY
     if not len(running):
         return iv.EMPTY

@@ -156,15 +156,17 @@ def write_beside_newest_capture(logdir: str, a: dict, b: dict):
     """Write window_record(a, b) as SIDECAR into the newest profile session under `logdir`
     (logdir/plugins/profile/<session>/, where the capture that just stopped landed), atomically; returns its
     path, or None when there is no session directory (the capture wrote nothing)."""
+    sessions = [p for p in glob.glob(os.path.join(str(logdir), "plugins", "profile", "*")) if os.path.isdir(p)]
+    return write_in(max(sessions, key=os.path.getmtime), a, b) if sessions else None
+
+
+def write_in(session, a: dict, b: dict) -> str:
+    """Write window_record(a, b) as SIDECAR into the session folder `session`, atomically; returns its path."""
     import json
 
-    sessions = [p for p in glob.glob(os.path.join(str(logdir), "plugins", "profile", "*")) if os.path.isdir(p)]
-    if not sessions:
-        return None
-    session = max(sessions, key=os.path.getmtime)
-    path = os.path.join(session, SIDECAR)
     from tfbertperf.storage.atomic import write_atomic
 
+    path = os.path.join(str(session), SIDECAR)
     write_atomic(path, json.dumps(window_record(a, b)).encode(), durable=False)
     return path
 

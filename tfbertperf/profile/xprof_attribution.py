@@ -68,19 +68,24 @@ class NoStepsError(UsageError):
     """The profile holds no step markers xprof recognises."""
 
 
-def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None, res=None) -> dict | None:
+def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None = None, res=None,
+                    threads: tuple = ({}, None)) -> dict | None:
+    """contention.step_contention's steps summed up; `threads`: host_loader.thread_stolen_by_step's reading (a
+    loader thread's CPU taken from XLA's CPU step), added to each step's stolen time."""
     res = res or contention.step_contention(trace, thread_cpu=thread_cpu)  # res: already read (marker_steps)
-    steps = [v for k, v in res["steps"].items() if k in step_names] or list(res["steps"].values())
+    steps = [(k, v) for k, v in res["steps"].items() if k in step_names] or list(res["steps"].items())
     if not steps:
         return None
+    steps = [{**v, "stolen_ms": v["stolen_ms"] + threads[0].get(k, 0.0)} for k, v in steps]
     cpu = [s["input_cpu_ms"] for s in steps if s["input_cpu_ms"] is not None]
     return {
         "cores": res["cores"],
         "wait_ms": statistics.fmean(s["wait_ms"] for s in steps),
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
-        "input_cpu_ms": statistics.fmean(cpu) if cpu else None,
-        "basis": res["input_cpu_basis"] + (" loader" if res.get("python_loader") else ""),
+        "input_cpu_ms": threads[1] if threads[0] else statistics.fmean(cpu) if cpu else None,
+        "basis": "measured loader" if threads[0] else res["input_cpu_basis"] + (" loader" if res.get("python_loader")
+                                                                                 else ""),
         # the estimate's spread over the captured steps: its 95 % interval (profile/undecided.py reads it)
         "ci95": mean_ci95([(s["wait_ms"] + s["stolen_ms"]) / s["step_ms"] for s in steps if s["step_ms"] > 0]),
         "loader_wanted_ms": res["loader_wanted_ms"],  # the CPU a Python loader wanted a step (advice.py)
@@ -99,21 +104,6 @@ INPUT_CPU_BASIS = {
 def compute_on_host(hardware_type: str, devs: list[dict]) -> bool:
     """True when the training compute runs on the host cores (module docstring, compute_on)."""
     return str(hardware_type or "").upper() in ("CPU_ONLY", "CPU") or not any(d.get("events") for d in devs)
-
-
-def device_utilization(devs: list[dict], busy_by_step: dict, rows: list[dict]) -> float | None:
-    """device_busy_fraction (module docstring); busy_by_step as devices.busy_ms_by_step.  None without kernels."""
-    compute = [d for d in devs if d["busy_ms"] > 0]
-    wall = sum(r["step_time_ms"] for r in rows)
-    if not compute or wall <= 0:
-        return None
-    by_number = {step_number(k): v for k, v in busy_by_step.items()}
-    matched = [by_number[n] for n in (step_number(r["step"]) for r in rows) if n in by_number]
-    if matched:
-        busy = sum(m.get((d["host"], d["name"]), 0.0) for m in matched for d in compute)
-    else:
-        busy = sum(min(d["busy_ms"], wall) for d in compute)
-    return max(0.0, min(1.0, busy / (len(compute) * wall)))
 
 
 def _accelerator(devs: list[dict], env_devices) -> dict | None:
@@ -253,8 +243,9 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
-        c = _contention_for(tv or xprof_tools.convert(xplanes, "trace_viewer"), numbers,
-                            threadcpu.read_beside(xplanes[0]) if xplanes else None, res)
+        record = threadcpu.read_beside(xplanes[0]) if xplanes else None
+        c = _contention_for(tv or xprof_tools.convert(xplanes, "trace_viewer"), numbers, record, res,
+                            host_loader.thread_stolen_by_step(xplanes, record))
         ran["xprof"]["tools"].append("trace_viewer")
         if c and c["step_ms"] > 0:
             cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms = (
@@ -264,7 +255,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             estimate = min(1.0, input_bound + stolen_fraction)
     events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
     unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms, events, program_facts.HOST_EVENT_COST_US)
-    busy = None if on_host else device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
+    busy = None if on_host else devices.device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
         "source": "xprof",
         "steps_profiled": len(rows), "host_events_per_step": round(events) if on_host else None,

@@ -4,6 +4,11 @@ before (profile/host_loader.py): per loader and repetition, the truth, the captu
 the step file StepTimer writes beside it) and the verdict, with per-pair errors.
 
     python tools/bench/bench_jax_cpu_loader.py --reps 3 --baseline /tmp/wt_before
+    python tools/bench/bench_jax_cpu_loader.py --thread --cases numpy:3,numpy:8,wait:8,python:3,none:0 --reps 2
+
+--thread: the loader runs ahead in a thread of its own (the program's --thread; profile/host_loader.py reads the
+thread's CPU from StepTimer's thread-CPU record).  The last line scores a constant guess (the captures' mean truth)
+the same way: a rule that does not beat it says nothing.
 """
 
 from __future__ import annotations
@@ -67,15 +72,22 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baseline", default="", help="another checkout (the code before) to analyze the same captures")
     p.add_argument("--probe", action="store_true", help="the loops run StepTimer(probe=True): its what-if beside")
+    p.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
+    p.add_argument("--cases", default="", help="LOADER:MS,… (default: " + ",".join(f"{k}:{m:g}" for k, m in CASES) + ")")
     a = p.parse_args(argv)
+    try:
+        cases = [(k, float(m)) for k, m in (c.split(":") for c in a.cases.split(","))] if a.cases else CASES
+        assert all(k in ("wait", "numpy", "python", "none") and m >= 0 for k, m in cases)
+    except (ValueError, AssertionError):
+        p.error(f"--cases {a.cases!r}: expected LOADER:MS,… with LOADER one of wait, numpy, python, none")
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
-    rows, errs, probe_errs = [], {}, {}
+    rows, errs, probe_errs, pairs = [], {}, {}, []
     for rep in range(1, a.reps + 1):
-        for kind, ms in CASES:
+        for kind, ms in cases:
             print(f"[bench] {kind} {ms:g} ms: repetition {rep}/{a.reps} …", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"),
                                    "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}"),
-                                   *(["--probe"] if a.probe else [])],
+                                   *(["--probe"] if a.probe else []), *(["--thread"] if a.thread else [])],
                                   capture_output=True, text=True, timeout=900,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
             if proc.returncode:
@@ -86,9 +98,10 @@ def main(argv=None) -> int:
             before = analyze_with(a.baseline, r["logdir"]) if a.baseline else None
             truth = r["truth"]
             right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
-            key = f"{kind} {ms:g} ms"
+            key = f"{kind} {ms:g} ms" + (" (thread)" if a.thread else "")
             if now["alone"] is not None:
                 errs.setdefault(key, []).append(abs(now["alone"] - truth))
+                pairs.append((truth, now["alone"]))
             w = r.get("probe") or {}
             if w.get("input_cost_fraction") is not None:
                 probe_errs.setdefault(key, []).append(abs(w["input_cost_fraction"] - truth))
@@ -112,6 +125,10 @@ def main(argv=None) -> int:
     for key, e in probe_errs.items():
         print(f"{key}: measured what-if (StepTimer probe), mean |error| {100 * statistics.fmean(e):.1f} pp, max "
               f"{100 * max(e):.1f} pp over {len(e)}")
+    if pairs:
+        guess = statistics.fmean(t for t, _ in pairs)
+        print(f"all: capture alone mean |error| {100 * statistics.fmean(abs(e - t) for t, e in pairs):.1f} pp; a "
+              f"constant guess ({100 * guess:.1f} %) {100 * statistics.fmean(abs(guess - t) for t, _ in pairs):.1f} pp")
     print(f"\n{len(rows)} captures in {time.time() - t0:.0f} s")
     return 0
 
