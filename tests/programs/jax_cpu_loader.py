@@ -8,7 +8,7 @@ Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
            that takes --ms on an idle machine (calibrated at the start), then the batch drawn
   none     the same batch from memory: compute-bound
 --thread runs the loader ahead in a background thread, 2 batches deep (the loader advice followed): the training
-thread then takes each batch from a queue.
+thread then takes each batch from a queue.  --no-python-tracer captures without JAX's Python tracer.
 
 Truth: (T − T_c) / T, T the step with the loader, T_c the same jitted step fed one cached batch, in alternating
 unprofiled blocks (half before, half after the profiled run) of --block timed steps each, after a block's first step
@@ -130,6 +130,7 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--probe", action="store_true", help="StepTimer(probe=True): the measured what-if")
     ap.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
+    ap.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
     a = ap.parse_args()
     step, p = make_step()
     real, base = loader(a.loader, a.ms), next(loader("none", 0))
@@ -155,7 +156,11 @@ def main() -> None:
 
     blocks(a.rounds - a.rounds // 2)
     logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}" + ("-thread" if a.thread else ""))
-    timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps)
+    options = None
+    if a.no_python_tracer:
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+    timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps, profiler_options=options)
     last = None
     for _ in range(a.steps):
         timer.probe(step, p, last)  # with --probe: a block on a copy of p where the plan puts one (else nothing)

@@ -73,6 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default="", help="another checkout (the code before) to analyze the same captures")
     p.add_argument("--probe", action="store_true", help="the loops run StepTimer(probe=True): its what-if beside")
     p.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
+    p.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
     p.add_argument("--cases", default="", help="LOADER:MS,… (default: " + ",".join(f"{k}:{m:g}" for k, m in CASES) + ")")
     a = p.parse_args(argv)
     try:
@@ -87,7 +88,8 @@ def main(argv=None) -> int:
             print(f"[bench] {kind} {ms:g} ms: repetition {rep}/{a.reps} …", file=sys.stderr, flush=True)
             proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"),
                                    "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}"),
-                                   *(["--probe"] if a.probe else []), *(["--thread"] if a.thread else [])],
+                                   *(["--probe"] if a.probe else []), *(["--thread"] if a.thread else []),
+                                   *(["--no-python-tracer"] if a.no_python_tracer else [])],
                                   capture_output=True, text=True, timeout=900,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
             if proc.returncode:
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
             before = analyze_with(a.baseline, r["logdir"]) if a.baseline else None
             truth = r["truth"]
             right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
-            key = f"{kind} {ms:g} ms" + (" (thread)" if a.thread else "")
+            key = f"{kind} {ms:g} ms" + (" (thread)" if a.thread else "") + (", no tracer" if a.no_python_tracer else "")
             if now["alone"] is not None:
                 errs.setdefault(key, []).append(abs(now["alone"] - truth))
                 pairs.append((truth, now["alone"]))
