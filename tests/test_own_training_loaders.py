@@ -238,6 +238,26 @@ def test_a_measured_input_the_capture_does_not_see_is_not_blamed_on_a_python_han
     assert "own Python loader" in said and "measured what-if" not in said, said
 
 
+def test_a_loader_thread_that_takes_cpu_from_the_step_is_not_told_to_load_ahead_in_a_thread():
+    """A JAX loop on the CPU whose NumPy loader already runs ahead in a thread (tests/programs/jax_cpu_loader.py
+    --thread): the training thread waits 0.4 % of the step, the thread's CPU takes 31 % from XLA's compute.  The
+    advice said "load batches ahead of the step, off that thread — a background thread" (done already), and with the
+    stolen CPU counted, tf.data's "interleave files in parallel"; now it names the loader thread's CPU."""
+    from tfbertperf.profile.advice import actions
+
+    att = {"source": "xprof", "fractions": {"input": 0.004, "host_compute": 0.995}, "step_time_ms": 11.7,
+           "input_ops_us": {"storage_read": 0.0, "preprocessing": 0.0, "enqueue": 0.0, "unclassified": 0.0},
+           "input_python_loader_ms_per_step": 0.044, "input_stolen_cpu_fraction": 0.31, "cores_seen": 2,
+           "input_cost_estimate_fraction": 0.314}
+    said = " | ".join(a["advice"] for a in actions("input", att))
+    assert said.startswith("a loader thread runs ahead of the step (the training thread waits 0% of it), and its "
+                           "CPU takes 31% of the step from XLA's compute on the same 2 cores"), said
+    assert "off that thread" not in said and "interleave" not in said, said
+    att.update(input_stolen_cpu_fraction=0.0, input_cost_estimate_fraction=0.004)  # the loader in the step: as before
+    said = " | ".join(a["advice"] for a in actions("input", att))
+    assert "own Python loader" in said and "loader thread runs ahead" not in said, said
+
+
 def test_a_tensorflow_capture_that_shows_the_pipeline_is_not_told_it_does_not_see_it():
     """A Keras fit on TensorFlow behind keras-hub's tokenizer (tests/programs/keras_fit_shapes.py --shape tokenize):
     the what-if measured 40 %, the capture's blocked wait was 2 % but its estimate with the stolen CPU 49 %, and its

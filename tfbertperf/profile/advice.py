@@ -22,8 +22,9 @@ from typing import Callable
 
 from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_facts
 from tfbertperf.profile.loaders import (LOADER_COMPUTES_SHARE, PYTHON_LOADER_SHARE, _PY_ELSE,  # noqa: F401
-                                        _PY_SOURCE, _generator_share, _loader_computes, _loader_waits,
-                                        _python_loader)
+                                        _PY_SOURCE, _generator_share, _host_loader, _loader_computes,
+                                        _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held,
+                                        _python_loader, _unseen)
 
 
 @dataclass(frozen=True)
@@ -78,36 +79,16 @@ def _matmul_f32(c: dict) -> bool:
     return c["matmul"] in (None, "f32")
 
 
-def _loader_not_tfdata(c: dict) -> bool:
-    """A device-idle reading whose input wait is the program's own loader: tf.data ran no input ops."""
-    return c["idle"] and not any(v > 0 for v in c["ops"].values())
-
-
-def _lock_held(c: dict) -> bool:  # most of that wait for the interpreter lock a loader thread holds (idle.py)
-    return _loader_not_tfdata(c) and c["held"] >= c["input"] / 2 > 0
-
-
-def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
-    return bool(c["pyframes"]) and not c["idle"] and not any(v > 0 for v in c["ops"].values()) and not _unseen(c)
-
-
 AT_THE_END = ("Iterator::Root::Prefetch", "the prefetch tf.data injects at the end",
               "prefetch(tf.data.AUTOTUNE) at the end")
 """An autotuned prefetch at the pipeline's root, as the capture (trace.py) or the dataset (autotuned_prefetch.py) names
 it: no advice to add one."""
 
 
-def _unseen(c: dict) -> bool:
-    """The measured what-if puts ≥ 20 % of the step in input and the capture sees under half of it: the input's
-    work runs where the capture does not record it (a Keras-JAX fit fed by tf.data: jax.profiler records none of
-    tf.data's threads; it read 1 % beside a measured 73 %, and the advice blamed a 0.06 ms Python hand-off).  Only
-    where it recorded no tf.data input op: a TensorFlow capture that shows the pipeline is judged by its own rows."""
-    return (c["measured"] or 0.0) >= 0.2 and c["seen"] < c["measured"] / 2 and not any(v > 0 for v in c["ops"].values())
-
-
 def _tfdata_input(c: dict) -> bool:
     """The input is tf.data's own work: advice about its maps, reads and prefetch applies."""
-    return not _loader_not_tfdata(c) and not _python_loader(c) and not _host_loader(c) and not _unseen(c)
+    return not _loader_not_tfdata(c) and not _python_loader(c) and not _host_loader(c) and not _unseen(c) \
+        and not _loader_thread(c)
 
 
 def _reduced_precision(c: dict) -> bool:
@@ -148,9 +129,11 @@ ADVICE: tuple[Advice, ...] = (
            lambda c: c["pipe"].get("cache") == "none", runs="ours"),
     # ---- input-bound, foreign programs: what to look at in their pipeline
     Advice("input", "the measured what-if puts {measured:.0%} of the step in input, the capture sees {seen:.0%}: the "
-                    "pipeline works where this capture does not record it (jax.profiler records no tf.data threads) "
-                    "— look at the pipeline itself: map(num_parallel_calls=AUTOTUNE),{end_prefetch} cache "
-                    "after the costly step, or prepare the batches offline", _unseen, runs="foreign"),
+                    "pipeline works where this capture does not record it (jax.profiler records no tf.data threads, "
+                    "and no wait for the interpreter lock a Python loader thread holds) — look at the pipeline "
+                    "itself: tf.data's map(num_parallel_calls=AUTOTUNE),{end_prefetch} cache after the costly step; "
+                    "a Python loader's work in processes (PyDataset(workers=N, use_multiprocessing=True)); or "
+                    "prepare the batches offline", _unseen, runs="foreign"),
     Advice("input", _PY_SOURCE + " and its Python computes (it wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} "
                     "ms step), out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
                     "PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock with the step "
@@ -184,6 +167,11 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "the training thread spends {input:.0%} of the step in its own Python loader, in line with the "
                     "compute: load batches ahead of the step, off that thread — a background thread (processes for "
                     "CPU-heavy Python), or a tf.data pipeline with prefetch", _host_loader, runs="foreign"),
+    Advice("input", "a loader thread runs ahead of the step (the training thread waits {input:.0%} of it), and its CPU "
+                    "takes {stolen:.0%} of the step from XLA's compute on the same {cores} cores: make each batch "
+                    "cheaper (NumPy on whole arrays, not a loop over examples; cache what does not change between "
+                    "epochs), prepare the batches offline, or give the process more cores than the compute uses",
+           _loader_thread, runs="foreign"),
     Advice("input", "storage latency p50 {storage[request_latency_ms][p50]} ms per request: stage remote shards "
                     "(--set data.mode=stage) or raise data.concurrency",
            lambda c: (c["storage"].get("request_latency_ms") or {}).get("p50", 0) > 10),
@@ -302,7 +290,8 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "pyframes": att.get("input_python_loader_ms_per_step"),
            "step_ms": float(att.get("step_time_ms") or 0.0), "measured": att.get("input_cost_fraction")
            if att.get("au_compute_only_ratio") is not None else None,
-           "estimate": float(att.get("input_cost_estimate_fraction") or 0.0),
+           "estimate": float(att.get("input_cost_estimate_fraction") or 0.0), "cores": att.get("cores_seen"),
+           "stolen": float(att.get("input_stolen_cpu_fraction") or 0.0),
            "root_autotuned": any(f["iterator"] in AT_THE_END for f in att.get("autotuned_prefetch") or ()),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
