@@ -110,6 +110,23 @@ def ahead(source, depth: int = DEPTH):
         yield q.get()
 
 
+def _produce(kind: str, ms: float, q) -> None:
+    for x in loader(kind, ms):
+        q.put(x)
+
+
+def ahead_in_process(kind: str, ms: float, depth: int = DEPTH):
+    """The batches of loader(kind, ms) made in a child process (spawned: JAX's threads are running here), `depth`
+    ahead of the consumer, through a multiprocessing queue (the shape of Grain's or PyTorch's worker loaders)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue(maxsize=depth)
+    ctx.Process(target=_produce, args=(kind, ms, q), daemon=True).start()
+    while True:
+        yield q.get()
+
+
 def timed(step, p, source, n: int) -> tuple[list[float], dict]:
     out = []
     for _ in range(n):
@@ -130,17 +147,18 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--probe", action="store_true", help="StepTimer(probe=True): the measured what-if")
     ap.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
+    ap.add_argument("--process", action="store_true", help="the loader runs ahead in a child process")
     ap.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
     a = ap.parse_args()
     step, p = make_step()
     real, base = loader(a.loader, a.ms), next(loader("none", 0))
-    real = ahead(real) if a.thread else real
+    real = ahead(real) if a.thread else ahead_in_process(a.loader, a.ms) if a.process else real
     cached = itertools.repeat(base)  # the same batch every step, from memory
     _, p = timed(step, p, real, 3)  # compile, off the clock
     T, Tc, halves = [], [], []
 
     # a block's first step is left out; with --thread also the batches the loader queued during the cached block
-    settle = 1 + (DEPTH if a.thread else 0)
+    settle = 1 + (DEPTH if a.thread or a.process else 0)
 
     def blocks(n):
         nonlocal p
@@ -155,7 +173,7 @@ def main() -> None:
         halves.append(1 - statistics.fmean(tc) / statistics.fmean(t))
 
     blocks(a.rounds - a.rounds // 2)
-    logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}" + ("-thread" if a.thread else ""))
+    logdir = os.path.join(a.out, f"{a.loader}-{a.ms:g}" + ("-thread" if a.thread else "-process" if a.process else ""))
     options = None
     if a.no_python_tracer:
         options = jax.profiler.ProfileOptions()
@@ -172,7 +190,7 @@ def main() -> None:
     timer.close()
     blocks(a.rounds // 2)
     t, tc = statistics.fmean(T), statistics.fmean(Tc)
-    print(json.dumps({"loader": a.loader + ("-thread" if a.thread else ""), "ms": a.ms,
+    print(json.dumps({"loader": a.loader + ("-thread" if a.thread else "-process" if a.process else ""), "ms": a.ms,
                       "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
                       "halves": halves, "logdir": logdir, "step_file": str(timer.step_file),
                       "probe": timer.what_if, "checksum": float(sum(jnp.sum(v) for v in p.values())),

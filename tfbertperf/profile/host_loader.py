@@ -20,12 +20,13 @@ PyDataset's worker threads) takes no time inside the steps: its cost is the CPU 
 same cores.  With the thread-CPU record StepTimer writes beside the capture (profile/threadcpu.py: each thread's CPU
 over the window by its capture line), the process's other Python threads' CPU (less the Python tracer's cost of the
 frames it recorded on them, PY_FRAME_COST_US) is spread over the time their frames run (less their waits: a queue
-`put` on a full queue, a sleep), and the part that overlapped XLA's CPU runtime costs the step by contention.py's
-rule: X × f × C × p, f the fair-share loss per core-ms of k̄ loader threads beside a compute W wide on C cores, p
-the share of XLA's compute CPU on its intra-op pool (`tf_XLAEigen`: parallel regions a preempted part holds up
-whole) against the training thread and XLA's client threads (thread_stolen_by_step).  Found on
-tests/programs/jax_cpu_loader.py --thread (issue 29): a thread making NumPy batches beside a 7 ms XLA step read
-"compute-bound, input 0.2–0.5 %" against truths of 15–40 %.
+`put` on a full queue, a sleep), a child process's (a loader in worker processes: Grain's, PyTorch's DataLoader) over
+the whole capture, which records none of its work, and the part that overlapped XLA's CPU runtime costs the step by
+contention.py's rule: X × f × C × p, f the fair-share loss per core-ms of k̄ loader threads beside a compute W wide
+on C cores, p the share of XLA's compute CPU on its intra-op pool (`tf_XLAEigen`: parallel regions a preempted part
+holds up whole) against the training thread and XLA's client threads (thread_stolen_by_step).  Found on
+tests/programs/jax_cpu_loader.py --thread / --process (issue 29): a thread or a process making NumPy batches beside
+a 7 ms XLA step read "compute-bound, input 0–0.5 %" against truths of 15–43 %.
 
 Left alone: a capture that runs tf.data (its get-next is the input xprof already counts, and the Python frames of a
 TensorFlow program before its function call are Keras' own), and one with no Python frames (nothing to tell a
@@ -124,9 +125,9 @@ def _pool_share(rows, names: dict[int, str], training: set) -> float:
 
 
 def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float], float | None]:
-    """Per step number, the ms of XLA's CPU step the process's other Python threads took (module docstring), and
-    their measured CPU a step (ms, the tracer's cost taken off); ({}, None) without a thread-CPU record, on a
-    capture that runs tf.data, or where no other Python thread ran."""
+    """Per step number, the ms of XLA's CPU step the process's other Python threads and its child processes took
+    (module docstring), and their measured CPU a step (ms, the tracer's cost taken off); ({}, None) without a
+    thread-CPU record, on a capture that runs tf.data, or where neither ran."""
     trace = load_trace(xplanes)
     if not record or _tf_data(trace):
         return {}, None
@@ -134,6 +135,7 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
     training = {t.id for t, _ in marks}
     rows = [r for r in record.get("threads") or () if r.get("python") and not str(r["python"]).startswith("tfbertperf")
             and r.get("line_id") not in training]
+    rows += [{**c, "line_id": None} for c in record.get("children") or () if float(c.get("cpu_ms") or 0.0) > 0]
     runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
     if not rows or not runs or not marks:
         return {}, None
@@ -142,10 +144,10 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
     span = (min(int(t.start.min()) for t in trace.threads if len(t)), max(int(t.end.max()) for t in trace.threads
                                                                           if len(t)))
     active, rates = [], []
-    for r in rows:  # each loader thread: when it ran, and its CPU a picosecond of that
+    for r in rows:  # each loader thread (or child process): when it ran, and its CPU a picosecond of that
         t = lines.get(r.get("line_id"))
         a = idle.running_python(t) if t is not None and len(t) else iv.EMPTY
-        a = a if len(a) else np.array([span], dtype=np.int64)  # no frames recorded: spread over the capture
+        a = a if len(a) else np.array([span], dtype=np.int64)  # no frames recorded (a process): over the capture
         cpu = float(r["cpu_ms"]) - (len(t) if t is not None else 0) * PY_FRAME_COST_US / 1e3
         active.append(a)
         rates.append(max(0.0, cpu) / max(1, iv.length(a)))

@@ -63,7 +63,8 @@ LAUNCH = re.compile(r"PjitFunction|Execute\b|ExecuteThunks|XLA GPU module|comman
 CHECKPOINT = re.compile(r"checkpoint|SaveV2|RestoreV2|MergeV2Checkpoints|orbax|\bsave\w*\b|\brestore\b", re.I)
 # (not jax.profiler.annotate_function's `wrapper`: the function it wraps is the program's, np.asarray of a jax.Array)
 PROFILER = re.compile(r"profiler\.py(?!:\d+ wrapper\b)|start_trace|stop_trace|ProfilerSession|BUFFER_FLUSH")
-SYNC = re.compile(r"block_until_ready|BlockHostUntilReady|Wait for|WaitFor|\bsynchronize\b|Await|"
+# (not multiprocessing's synchronize.py: its locks guard a loader process's queue, not the device's results)
+SYNC = re.compile(r"block_until_ready|BlockHostUntilReady|Wait for|WaitFor|\bsynchronize\b(?!\.py)|Await|"
                   r"np\.asarray\(jax\.Array\)|ToLiteral")
 
 # Charge order (module docstring); the first covering an idle interval takes it.

@@ -7,7 +7,8 @@ the step file StepTimer writes beside it) and the verdict, with per-pair errors.
     python tools/bench/bench_jax_cpu_loader.py --thread --cases numpy:3,numpy:8,wait:8,python:3,none:0 --reps 2
 
 --thread: the loader runs ahead in a thread of its own (the program's --thread; profile/host_loader.py reads the
-thread's CPU from StepTimer's thread-CPU record).  The last line scores a constant guess (the captures' mean truth)
+thread's CPU from StepTimer's thread-CPU record); --process: in a child process (its CPU from the same
+record).  The last line scores a constant guess (the captures' mean truth)
 the same way: a rule that does not beat it says nothing.
 """
 
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default="", help="another checkout (the code before) to analyze the same captures")
     p.add_argument("--probe", action="store_true", help="the loops run StepTimer(probe=True): its what-if beside")
     p.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
+    p.add_argument("--process", action="store_true", help="the loader runs ahead in a child process")
     p.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
     p.add_argument("--cases", default="", help="LOADER:MS,… (default: " + ",".join(f"{k}:{m:g}" for k, m in CASES) + ")")
     a = p.parse_args(argv)
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
         assert all(k in ("wait", "numpy", "python", "none") and m >= 0 for k, m in cases)
     except (ValueError, AssertionError):
         p.error(f"--cases {a.cases!r}: expected LOADER:MS,… with LOADER one of wait, numpy, python, none")
+    if a.thread and a.process:
+        p.error("--thread and --process: the loader runs in one of them")
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
     rows, errs, probe_errs, pairs = [], {}, {}, []
     for rep in range(1, a.reps + 1):
@@ -89,6 +93,7 @@ def main(argv=None) -> int:
             proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"),
                                    "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}"),
                                    *(["--probe"] if a.probe else []), *(["--thread"] if a.thread else []),
+                                   *(["--process"] if a.process else []),
                                    *(["--no-python-tracer"] if a.no_python_tracer else [])],
                                   capture_output=True, text=True, timeout=900,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -100,7 +105,8 @@ def main(argv=None) -> int:
             before = analyze_with(a.baseline, r["logdir"]) if a.baseline else None
             truth = r["truth"]
             right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
-            key = f"{kind} {ms:g} ms" + (" (thread)" if a.thread else "") + (", no tracer" if a.no_python_tracer else "")
+            key = (f"{kind} {ms:g} ms" + (" (thread)" if a.thread else " (process)" if a.process else "")
+                   + (", no tracer" if a.no_python_tracer else ""))
             if now["alone"] is not None:
                 errs.setdefault(key, []).append(abs(now["alone"] - truth))
                 pairs.append((truth, now["alone"]))
