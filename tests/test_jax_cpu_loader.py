@@ -197,7 +197,7 @@ def test_a_loader_thread_running_ahead_reads_by_the_cpu_it_takes_from_the_step(t
     assert att["input_cpu_basis"].startswith("measured") and att["input_cpu_ms_per_step"] > 1.0, att
     # its advice is the thread's CPU, not "load batches ahead … a background thread" (done) nor tf.data's
     assert "off that thread" not in said and "interleave" not in said, said
-    assert d["verdict"]["bottleneck"] != "input" or "a loader thread runs ahead" in said, said
+    assert d["verdict"]["bottleneck"] != "input" or "a loader runs ahead of the step in a thread" in said, said
     est = att["input_cost_estimate_fraction"]
     assert est > 0.08 and abs(est - r["truth"]) < 0.15, (est, r["truth"])  # ~3 pp quiet (truth 27 %)
 

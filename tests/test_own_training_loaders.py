@@ -250,12 +250,12 @@ def test_a_loader_thread_that_takes_cpu_from_the_step_is_not_told_to_load_ahead_
            "input_python_loader_ms_per_step": 0.044, "input_stolen_cpu_fraction": 0.31, "cores_seen": 2,
            "input_cost_estimate_fraction": 0.314}
     said = " | ".join(a["advice"] for a in actions("input", att))
-    assert said.startswith("a loader thread runs ahead of the step (the training thread waits 0% of it), and its "
-                           "CPU takes 31% of the step from XLA's compute on the same 2 cores"), said
+    assert said.startswith("a loader runs ahead of the step in a thread or a process (the training thread waits 0% "
+                           "of it), and its CPU takes 31% of the step from XLA's compute on the same 2 cores"), said
     assert "off that thread" not in said and "interleave" not in said, said
     att.update(input_stolen_cpu_fraction=0.0, input_cost_estimate_fraction=0.004)  # the loader in the step: as before
     said = " | ".join(a["advice"] for a in actions("input", att))
-    assert "own Python loader" in said and "loader thread runs ahead" not in said, said
+    assert "own Python loader" in said and "loader runs ahead" not in said, said
 
 
 def test_a_tensorflow_capture_that_shows_the_pipeline_is_not_told_it_does_not_see_it():

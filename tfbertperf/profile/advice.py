@@ -167,10 +167,11 @@ ADVICE: tuple[Advice, ...] = (
     Advice("input", "the training thread spends {input:.0%} of the step in its own Python loader, in line with the "
                     "compute: load batches ahead of the step, off that thread — a background thread (processes for "
                     "CPU-heavy Python), or a tf.data pipeline with prefetch", _host_loader, runs="foreign"),
-    Advice("input", "a loader thread runs ahead of the step (the training thread waits {input:.0%} of it), and its CPU "
-                    "takes {stolen:.0%} of the step from XLA's compute on the same {cores} cores: make each batch "
-                    "cheaper (NumPy on whole arrays, not a loop over examples; cache what does not change between "
-                    "epochs), prepare the batches offline, or give the process more cores than the compute uses",
+    Advice("input", "a loader runs ahead of the step in a thread or a process (the training thread waits {input:.0%} of "
+                    "it), and its CPU takes {stolen:.0%} of the step from XLA's compute on the same {cores} cores: make "
+                    "each batch cheaper (NumPy on whole arrays, not a loop over examples; cache what does not change "
+                    "between epochs), prepare the batches offline, or give the process more cores than the compute "
+                    "uses",
            _loader_thread, runs="foreign"),
     Advice("input", "storage latency p50 {storage[request_latency_ms][p50]} ms per request: stage remote shards "
                     "(--set data.mode=stage) or raise data.concurrency",
