@@ -16,7 +16,7 @@ import pytest
 
 from tfbertperf.analyze import analyze
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import stepfile
+from tfbertperf.profile import stepfile, threadcpu
 
 from profile_fixtures import H100, synthetic_xspace
 
@@ -343,6 +343,36 @@ def test_jax_step_timer_writes_the_step_file_beside_its_capture_without_jax(tmp_
     assert json.loads(path.read_text())["excluded_steps"] == after and all(i >= 6 for i in after)
     assert s.profiled_steps == [2, 6] and s.unprofiled_steps == 3 - len(after)
     assert analyze(str(tmp_path / "logs"))["step_file"]["file"] == str(path)
+    # beside it, the threads' CPU over the window (a loader thread's or process's: profile/host_loader.py)
+    record = threadcpu.read_beside(path.parent / "vm.xplane.pb")
+    assert record and record["threads"] and "children" in record, record
+
+
+def test_a_step_timer_that_cannot_write_its_thread_cpu_record_goes_on_and_says_so(tmp_path, monkeypatch):
+    from tfbertperf.jax_steps import StepTimer
+
+    session = tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
+
+    def refuse(*a):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(threadcpu, "write_in", refuse)
+    timer = StepTimer(tmp_path / "logs", profile_steps="2:4", warmup_steps=1, start_trace=lambda logdir, **kw: None,
+                      stop_trace=lambda: _launch_heavy_capture(session), annotation=lambda n, step_num: _NullMark(),
+                      wait=lambda x: None)
+    with pytest.warns(UserWarning, match=r"no thread-CPU record beside the capture \(disk full\)"):
+        for i in range(6):
+            with timer.step() as step:
+                step.result = i
+    assert timer.close() == session / stepfile.STEP_FILE and len(timer.step_times_ms) == 6  # training went on
+
+
+class _NullMark:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def test_step_timer_probe_says_why_no_what_if_came_and_refuses_a_bad_option(tmp_path):

@@ -172,7 +172,10 @@ class StepTimer:
         self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
         if cpu_at_stop is not None and self._session is not None:  # a loader thread's CPU: profile/host_loader.py
-            threadcpu.write_in(self._session, self._cpu_at_start, cpu_at_stop)
+            try:
+                threadcpu.write_in(self._session, self._cpu_at_start, cpu_at_stop)
+            except OSError as e:  # never stop the user's training for it: analyze then says the CPU was not measured
+                warn_user(f"tfbertperf StepTimer: no thread-CPU record beside the capture ({e})")
 
     def document(self, what_if: dict | None = None, excluded_steps=(), warmup_steps: int | None = None,
                  written_by: str = "tfbertperf.jax_steps.StepTimer", batches_per_step: int = 1,

@@ -171,10 +171,10 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
     # time, measured, a step): the fair share over-reads a loader that had the cores to itself between XLA's runs
     # (a record without run-queue figures — psutil's clocks, not schedstat — says nothing: no bound then)
     step_ms = sum(m.end - m.start for _, m in marks) / len(marks) / 1e9
-    rows = record.get("threads") or ()
-    waited = max((float(r.get("runqueue_ms") or 0.0) for r in rows
+    threads = record.get("threads") or ()
+    waited = max((float(r.get("runqueue_ms") or 0.0) for r in threads
                   if XLA_POOL.match(lines[r["line_id"]].name if r.get("line_id") in lines else "")), default=None)
-    if waited is not None and any(float(r.get("runqueue_ms") or 0.0) > 0 for r in rows) and out \
+    if waited is not None and any(float(r.get("runqueue_ms") or 0.0) > 0 for r in threads) and out \
             and float(record.get("seconds") or 0.0) > 0:
         cap = waited / (float(record["seconds"]) * 1e3) * step_ms
         scale = min(1.0, cap / max(1e-9, float(np.mean(list(out.values())))))
