@@ -221,3 +221,18 @@ def test_the_jax_loop_bench_refuses_a_folder_without_a_readable_truth_in_one_lin
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"bench_jax_loop_runs: {tmp_path}") and ("no truth.json there" if truth is None else
                                                                      "not a jax_gpu_user.py truth file") in line
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--cases", "numpy"], "--cases 'numpy': expected LOADER:MS,"),
+    (["--cases", "grain:5"], "--cases 'grain:5': expected LOADER:MS,"),
+    (["--cases", "numpy:-1"], "--cases 'numpy:-1': expected LOADER:MS,"),
+    (["--thread", "--process"], "--thread and --process: the loader runs in one of them"),
+], ids=["no ms", "unknown loader", "negative", "thread and process"])
+def test_the_jax_cpu_loader_bench_refuses_bad_cases_in_one_line(args, said):
+    # refused before any program runs (each would take ~10 s)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_jax_cpu_loader.py"), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"bench_jax_cpu_loader: {said}"), line

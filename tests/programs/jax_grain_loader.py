@@ -81,7 +81,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8, help="truth: blocks of each kind (half before, half after)")
     ap.add_argument("--block", type=int, default=10)
     a = ap.parse_args()
-    import grain.python as gp
+    try:
+        import grain.python as gp
+    except ImportError:
+        ap.exit(2, "jax_grain_loader.py: Grain is not installed (not a dependency of this project): pip install grain\n")
     import jax.numpy as jnp
     from absl import flags
 

@@ -68,6 +68,11 @@ def err(x, truth) -> str:
     return "—" if x is None else f"{100 * (x - truth):+.1f} pp"
 
 
+def _refuse(why: str) -> int:
+    print(f"bench_jax_cpu_loader: {why}", file=sys.stderr)  # one line, exit 2 (the project's bad-input rule)
+    return 2
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
@@ -80,11 +85,12 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         cases = [(k, float(m)) for k, m in (c.split(":") for c in a.cases.split(","))] if a.cases else CASES
-        assert all(k in ("wait", "numpy", "python", "none") and m >= 0 for k, m in cases)
-    except (ValueError, AssertionError):
-        p.error(f"--cases {a.cases!r}: expected LOADER:MS,… with LOADER one of wait, numpy, python, none")
+        if not all(k in ("wait", "numpy", "python", "none") and m >= 0 for k, m in cases):
+            raise ValueError(a.cases)
+    except ValueError:
+        return _refuse(f"--cases {a.cases!r}: expected LOADER:MS,… with LOADER one of wait, numpy, python, none")
     if a.thread and a.process:
-        p.error("--thread and --process: the loader runs in one of them")
+        return _refuse("--thread and --process: the loader runs in one of them")
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
     rows, errs, probe_errs, pairs = [], {}, {}, []
     for rep in range(1, a.reps + 1):
