@@ -155,7 +155,7 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
         active.append(a)
         rates.append(max(0.0, cpu) / max(1, iv.length(a)))
     cores = int(record.get("cores") or 1)
-    width = min(cores, sum(1 for t in trace.threads if t.mask(XLA_CPU_RUN).any()))
+    width = min(cores, len(runs))  # W: the threads XLA's CPU runtime ran on (one row of `runs` each)
     p = _pool_share(record.get("threads") or (), {i: t.name for i, t in lines.items()}, training)
     out, cpu_steps = {}, []
     for _, m in marks:

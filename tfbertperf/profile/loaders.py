@@ -107,9 +107,14 @@ def _generator_share(att: dict) -> float:
     return min(1.0, float(att.get("input_generator_us") or 0.0) / total) if total > 0 else 0.0
 
 
+def _no_input_ops(c: dict) -> bool:
+    """The capture recorded no tf.data input op: its input is the program's own loader, or work it does not see."""
+    return not any(v > 0 for v in c["ops"].values())
+
+
 def _loader_not_tfdata(c: dict) -> bool:
     """A device-idle reading whose input wait is the program's own loader: tf.data ran no input ops."""
-    return c["idle"] and not any(v > 0 for v in c["ops"].values())
+    return c["idle"] and _no_input_ops(c)
 
 
 def _lock_held(c: dict) -> bool:  # most of that wait for the interpreter lock a loader thread holds (idle.py)
@@ -117,7 +122,7 @@ def _lock_held(c: dict) -> bool:  # most of that wait for the interpreter lock a
 
 
 def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
-    return bool(c["pyframes"]) and not c["idle"] and not any(v > 0 for v in c["ops"].values()) and not _unseen(c) \
+    return bool(c["pyframes"]) and not c["idle"] and _no_input_ops(c) and not _unseen(c) \
         and not _loader_thread(c)
 
 
@@ -125,7 +130,7 @@ def _loader_thread(c: dict) -> bool:
     """A host capture without tf.data whose input is mostly the CPU a loader thread took from XLA's compute
     (host_loader.thread_stolen_by_step), not the training thread's wait: its batches are already made ahead and off
     that thread (a loop so advised read "load batches ahead … a background thread" again)."""
-    return not c["idle"] and not any(v > 0 for v in c["ops"].values()) and c["stolen"] >= max(c["input"], 0.05)
+    return not c["idle"] and _no_input_ops(c) and c["stolen"] >= max(c["input"], 0.05)
 
 
 def _unseen(c: dict) -> bool:
@@ -133,4 +138,4 @@ def _unseen(c: dict) -> bool:
     work runs where the capture does not record it (a Keras-JAX fit fed by tf.data: jax.profiler records none of
     tf.data's threads; it read 1 % beside a measured 73 %, and the advice blamed a 0.06 ms Python hand-off).  Only
     where it recorded no tf.data input op: a TensorFlow capture that shows the pipeline is judged by its own rows."""
-    return (c["measured"] or 0.0) >= 0.2 and c["seen"] < c["measured"] / 2 and not any(v > 0 for v in c["ops"].values())
+    return (c["measured"] or 0.0) >= 0.2 and c["seen"] < c["measured"] / 2 and _no_input_ops(c)
