@@ -297,3 +297,22 @@ def test_the_keras_hub_program_tokenizes_real_text_and_trains(tmp_path):
     model = kh.compiled_model(len(vocab))
     history = model.fit(kh.pipeline(files, vocab), steps_per_epoch=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_a_host_step_waiting_for_the_lock_its_loader_threads_hold_is_told_to_use_processes():
+    """A Keras fit on JAX (CPU) fed by PyDataset(workers=2) threads computing 1 ms in Python a batch: the training
+    thread waits out their Python after XLA's run to return from convert_to_numpy (host_loader.lock_wait_by_step).
+    With that wait counted the advice was tf.data's "interleave files in parallel" (no tf.data in the program), or
+    "load batches ahead of the step, off that thread" (its loader is in threads already)."""
+    from tfbertperf.profile.advice import actions
+
+    att = {"source": "xprof", "fractions": {"input": 0.178, "host_compute": 0.822}, "step_time_ms": 2.57,
+           "breakdown_ms": {"input": 0.457, "host_compute": 2.113},
+           "input_ops_us": {"storage_read": 0.0, "preprocessing": 0.0, "enqueue": 0.0, "unclassified": 0.0},
+           "input_python_loader_ms_per_step": 0.169, "input_interpreter_held_ms": 0.289,
+           "input_stolen_cpu_fraction": 0.082, "cores_seen": 2, "input_cost_estimate_fraction": 0.26}
+    said = " | ".join(a["advice"] for a in actions("input", att))
+    assert said.startswith("the training thread waits 11% of the step for the interpreter lock its loader thread "
+                           "holds"), said
+    assert "use_multiprocessing=True" in said.split(" | ")[0]
+    assert "interleave" not in said and "own Python loader" not in said, said

@@ -88,7 +88,7 @@ it: no advice to add one."""
 def _tfdata_input(c: dict) -> bool:
     """The input is tf.data's own work: advice about its maps, reads and prefetch applies."""
     return not _loader_not_tfdata(c) and not _python_loader(c) and not _host_loader(c) and not _unseen(c) \
-        and not _loader_thread(c)
+        and not _loader_thread(c) and not _lock_held(c)
 
 
 def _reduced_precision(c: dict) -> bool:
@@ -158,8 +158,9 @@ ADVICE: tuple[Advice, ...] = (
            lambda c: _tfdata_input(c) and not c["root_autotuned"], runs="foreign"),
     Advice("input", "the training thread waits {held:.0%} of the step for the interpreter lock its loader thread "
                     "holds (Python and NumPy in threads run one at a time): move the loader's work to processes (a "
-                    "multiprocessing pool, or a tf.data pipeline) or let it release the lock (NumPy on whole arrays, "
-                    "not a Python loop over examples)", _lock_held, runs="foreign"),
+                    "multiprocessing pool, PyDataset(workers=N, use_multiprocessing=True), or a tf.data pipeline) or "
+                    "let it release the lock (NumPy on whole arrays, not a Python loop over examples)",
+           _lock_held, runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",

@@ -31,6 +31,15 @@ the share read 6.7 ms a step where the truth was 4.7 and the pool waited 4.5.  F
 tests/programs/jax_cpu_loader.py --thread / --process (issue 29): a thread or a process making NumPy batches beside
 a 7 ms XLA step read "compute-bound, input 0–0.5 %" against truths of 15–43 %.
 
+A loader thread that runs Python holds the interpreter lock: the training thread that waited for XLA's result (a
+RESULT_WAIT frame: Keras-JAX's convert_to_numpy of the step's logs, block_until_ready) must take the lock back to
+return, and waits out the loader's Python after the compute has ended.  A `PyDataset(workers=2)` whose `__getitem__`
+computes 1 ms in Python beside a 1.5 ms step waited ~1 ms so in a third of its steps, and read "compute-bound, 15 %"
+against a measured what-if of 44 %.  So the training thread's result wait after the step's last XLA run, where
+another Python thread ran Python (idle.running_python: not in a wait), moves to input too (lock_wait_by_step;
+`input_interpreter_held_ms`).  Before the compute ends the same wait is the compute's; the Python before the
+dispatch is left alone (no event tells a lock wait there from the framework's own work).
+
 Left alone: a capture that runs tf.data (its get-next is the input xprof already counts, and the Python frames of a
 TensorFlow program before its function call are Keras' own), and one with no Python frames (nothing to tell a
 loader from compute: the answer then says the input is the blocked wait only, as before).
@@ -42,8 +51,9 @@ import re
 
 import numpy as np
 
-from tfbertperf.profile import idle
+from tfbertperf.profile import idle, threadcpu
 from tfbertperf.profile import intervals as iv
+from tfbertperf.profile.columns import is_python_frame
 from tfbertperf.profile.steptable import step_number
 from tfbertperf.profile.trace import load_trace
 
@@ -86,6 +96,63 @@ def loader_ms_by_step(xplanes) -> dict[int, float]:
     return out
 
 
+def lock_wait_by_step(xplanes) -> dict[int, float]:
+    """Per step number, the ms the training thread waited for the interpreter lock a loader thread held (module
+    docstring): its time in the step outside XLA's run, its wait for XLA's result before that run ended and its own
+    waits, while another thread ran Python, outside its loader frames (loader_ms_by_step counts those); with the
+    thread-CPU record, all of it scaled by the share of such time the thread was not running (its measured CPU
+    taken off); without it only the result wait after XLA's run.  {} where loader_ms_by_step gives nothing, and
+    where child processes did the loading (a multiprocessing pool's threads here hand their batches over: their
+    lock use is the hand-off's, not a loader thread's to move to processes)."""
+    trace = load_trace(xplanes)
+    if not trace.python_tracer or _tf_data(trace):
+        return {}
+    marks = trace.markers()
+    mine = {id(t) for t, _ in marks}
+    others = [idle.running_python(t) for t in trace.threads if id(t) not in mine and t.mask(is_python_frame).any()]
+    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
+    if not others or not runs:
+        return {}
+    running, xla = iv.union(np.concatenate(others)), iv.union(np.concatenate(runs))
+    record = threadcpu.read_beside(xplanes[0])
+    if record and any(float(c.get("cpu_ms") or 0.0) > 0 for c in record.get("children") or ()):
+        return {}  # the loader works in child processes: this process's Python threads only carry its batches
+    loader = {id(t): iv.union(idle._python_frames(t, [m for s, m in marks if s is t], loader_only=True)[0])
+              for t in {id(t): t for t, _ in marks}.values()}
+    free_ps = env_ps = 0
+    held: dict[int, int] = {}
+    for t, m in marks:
+        ran = iv.clip(xla, m.start, m.end)
+        if not len(ran):
+            continue
+        w, waits = t.mask(RESULT_WAIT), t.mask(idle.THREAD_WAIT.search)
+        result = iv.union(iv.from_columns(t.start[w], t.end[w]))
+        if record is None:  # no CPU clock: the one place no running of its own explains, after XLA's run
+            free = iv.clip(result, int(ran[:, 1].max()), m.end)
+        else:
+            busy = np.concatenate([ran, iv.clip(result, m.start, int(ran[:, 1].max())),
+                                   iv.clip(iv.from_columns(t.start[waits], t.end[waits]), m.start, m.end)])
+            free = iv.subtract([(m.start, m.end)], iv.union(busy))
+        env = iv.intersect(free, running)
+        free_ps, env_ps = free_ps + iv.length(free), env_ps + iv.length(env)
+        held[m.step_num] = held.get(m.step_num, 0) + iv.length(iv.subtract(env, loader[id(t)]))
+    scale = 1.0
+    if record is not None and env_ps:  # the thread cannot have waited longer than it was not running
+        span = sum(m.end - m.start for _, m in marks) / 1e12
+        rows, lines = record.get("threads") or (), {t.id: len(t) for t in trace.threads}
+        cpu = sum(float(r.get("cpu_ms") or 0.0) for r in rows if r.get("line_id") in
+                  {t.id for t, _ in marks}) * span / max(1e-9, float(record.get("seconds") or 0.0))
+        scale = min(1.0, max(0.0, free_ps / PS_PER_MS - cpu) / (env_ps / PS_PER_MS))
+        # the lock is held as long as the loader runs, and the tracer's frames are part of that run: only the
+        # loader threads' CPU without them holds it in the program as it runs unprofiled
+        theirs = [(float(r.get("cpu_ms") or 0.0), lines[r["line_id"]]) for r in rows if r.get("python")
+                  and r.get("line_id") in lines and r["line_id"] not in {t.id for t, _ in marks}
+                  and not str(r["python"]).startswith("tfbertperf")]
+        used = sum(c for c, _ in theirs)
+        scale *= sum(max(0.0, c - n * PY_FRAME_COST_US / 1e3) for c, n in theirs) / used if used > 0 else 1.0
+    return {k: v * scale / PS_PER_MS for k, v in held.items()}
+
+
 def xla_cpu_ms_by_step(xplanes) -> dict[int, float]:
     """Per step number, the wall time XLA's CPU runtime ran, or a thread waited for its result (RESULT_WAIT), inside
     that step (the union over the threads); {} for a capture that runs tf.data or shows no such run."""
@@ -98,20 +165,23 @@ def xla_cpu_ms_by_step(xplanes) -> dict[int, float]:
     return {m.step_num: iv.length(iv.clip(busy, m.start, m.end)) / PS_PER_MS for _, m in trace.markers()}
 
 
-def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None]:
-    """xprof's step rows with each step's loader time moved from host compute (then other) to input and XLA's CPU
-    runtime from other to host compute, and the loader's mean a step (None where loader_ms_by_step gave nothing)."""
-    loader, xla = loader_ms_by_step(xplanes), xla_cpu_ms_by_step(xplanes)
+def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None, float | None]:
+    """xprof's step rows with each step's loader time and interpreter-lock wait moved from host compute (then other)
+    to input and XLA's CPU runtime from other to host compute; the loader's and the lock wait's means a step (None
+    where loader_ms_by_step / lock_wait_by_step gave nothing)."""
+    loader, xla, held = loader_ms_by_step(xplanes), xla_cpu_ms_by_step(xplanes), lock_wait_by_step(xplanes)
     moved = []
     for r in rows:
         n = step_number(r["step"])
-        take = min(loader.get(n, 0.0), r["host_compute"] + r["other"])
+        take = min(loader.get(n, 0.0) + held.get(n, 0.0), r["host_compute"] + r["other"])
         from_compute = min(take, r["host_compute"])
         r = {**r, "input": r["input"] + take, "host_compute": r["host_compute"] - from_compute,
              "other": r["other"] - (take - from_compute)}
         run = min(xla.get(n, 0.0), r["other"])  # XLA's CPU runtime: compute xprof filed as other
-        moved.append(({**r, "host_compute": r["host_compute"] + run, "other": r["other"] - run}, take))
-    return [r for r, _ in moved], (sum(t for _, t in moved) / len(moved) if moved and loader else None)
+        moved.append(({**r, "host_compute": r["host_compute"] + run, "other": r["other"] - run},
+                      min(loader.get(n, 0.0), take), take - min(loader.get(n, 0.0), take)))
+    mean = [sum(m[k] for m in moved) / len(moved) if moved else 0.0 for k in (1, 2)]
+    return [m[0] for m in moved], mean[0] if loader else None, mean[1] if held else None
 
 
 def _pool_share(rows, names: dict[int, str], training: set) -> float:

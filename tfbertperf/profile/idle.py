@@ -223,9 +223,11 @@ def host_activity(trace: Trace) -> dict[str, np.ndarray]:
     return {k: v if k == "events" else iv.union(np.concatenate(v) if v else iv.EMPTY) for k, v in acts.items()}
 
 
-# a thread not running Python at these frames: waiting on a lock, a queue, a sleep or a join
+# a thread not running Python at these frames: waiting on a lock, a queue, a sleep, a join or a pipe (`<unknown>
+# get`: a C queue's blocking get, e.g. multiprocessing.pool's result handler on its SimpleQueue; `connection.py …
+# recv`: the same handler reading worker processes' results from their pipe; both across whole steps)
 THREAD_WAIT = re.compile(r"threading\.py:\d+ wait|\bacquire\b|queue\.py:\d+ (get|put)\b|\bsleep\b|\bselect\b|"
-                         r"\bjoin\b|\bwait\b")
+                         r"\bjoin\b|\bwait\b|<unknown> get$|connection\.py:\d+ (_?recv\w*|poll)$")
 
 
 def _python_owned(t: HostThread) -> np.ndarray:

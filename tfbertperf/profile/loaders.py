@@ -117,13 +117,15 @@ def _loader_not_tfdata(c: dict) -> bool:
     return c["idle"] and _no_input_ops(c)
 
 
-def _lock_held(c: dict) -> bool:  # most of that wait for the interpreter lock a loader thread holds (idle.py)
-    return _loader_not_tfdata(c) and c["held"] >= c["input"] / 2 > 0
+def _lock_held(c: dict) -> bool:
+    """Most of the input wait is for the interpreter lock a loader thread holds (idle.py on a device's idle time,
+    host_loader.lock_wait_by_step on a host capture), and tf.data ran no input ops."""
+    return _no_input_ops(c) and c["held"] >= c["input"] / 2 > 0
 
 
 def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
     return bool(c["pyframes"]) and not c["idle"] and _no_input_ops(c) and not _unseen(c) \
-        and not _loader_thread(c)
+        and not _loader_thread(c) and not _lock_held(c)
 
 
 def _loader_thread(c: dict) -> bool:

@@ -225,7 +225,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         where = Path(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
-    rows, loader_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None)  # a Python loader
+    rows, loader_ms, held_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None, None)
     transfer = None
     if not on_host:
         inflight = devices.h2d_ms_by_step(xplanes)
@@ -280,6 +280,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "accelerator": None if on_host else accelerator,
         "step_table": marker_steps.describe(per_step) if tv else None,
         "input_python_loader_ms_per_step": None if loader_ms is None else round(loader_ms, 4),
+        **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
         **ran,
     }
     return att if on_host else _idle_reading(att, idle_att)

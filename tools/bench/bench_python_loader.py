@@ -7,6 +7,9 @@ repetition so that a load change hits them alike:
   reads   --read-ms 20: workers=1 (the loader as written) vs workers=4 threads (the advice for waiting reads)
   python  --read-ms 0 --cpu-ms 8: workers=1 vs workers=2 threads vs workers=2 processes (the advice for CPU-heavy
           __getitem__: threads share the interpreter lock)
+  mixed   --read-ms 4 --cpu-ms 1: workers=2 threads vs workers=2 processes (a read, then a little Python: the
+          loader keeps ahead, and on threads the step waits for the interpreter lock they hold)
+--backend jax runs the fits on Keras' JAX backend (KERAS_BACKEND=jax: PyDataset without tf.data, XLA on the CPU).
 Per run: the unprofiled steady step (ProfileCallback's step times), the measured what-if (ProfileCallback(probe=True)
 in the same fit: the truth), and analyze's verdict, input estimate and first advice from the capture alone (the
 step file moved aside); per configuration the speed-up over workers=1, the median over repetitions of the per-pair
@@ -34,6 +37,8 @@ CASES = {
     "python": (["--read-ms", "0", "--cpu-ms", "8"],
                [("workers=1", ["--workers", "1"]), ("workers=2 threads", ["--workers", "2"]),
                 ("workers=2 processes", ["--workers", "2", "--processes"])]),
+    "mixed": (["--read-ms", "4", "--cpu-ms", "1"],
+              [("workers=2 threads", ["--workers", "2"]), ("workers=2 processes", ["--workers", "2", "--processes"])]),
 }
 
 
@@ -66,7 +71,7 @@ def _analyze(pythonpath: str, out: str) -> dict:
 
 
 def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": BACKEND[0]}
     res = subprocess.run([sys.executable, str(PROGRAM), "--out", out, "--probe", "--steps", str(steps), *args],
                          capture_output=True, text=True, env=env, timeout=900)
     if res.returncode != 0:
@@ -85,19 +90,26 @@ def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
             "before": (f"{then['bottleneck']}, {100 * (then['estimate'] or 0):.0f} %" if then else "")}
 
 
+BACKEND = ["tensorflow"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--steps", type=int, default=250, help="fit steps (the probe's blocks need a few hundred)")
     p.add_argument("--baseline", default="", help="another checkout whose analyze reads the same captures")
+    p.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow", help="Keras' backend")
     a = p.parse_args(argv)
+    if any(c not in CASES for c in a.cases.split(",")):
+        p.error(f"--cases: one of {', '.join(CASES)}, comma-separated (got {a.cases!r})")
+    BACKEND[0] = a.backend
     load0 = os.getloadavg()[0]
     t0 = time.time()
     print("| case | configuration | rep | unprofiled step ms | speed-up vs workers=1 (this rep) | what-if input "
           "(truth) | capture alone: input | error | verdict | first advice | baseline: verdict, input |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    summary = []
+    summary, errors = [], []
     for case in a.cases.split(","):
         common, configs = CASES[case]
         ratios: dict[str, list[float]] = {name: [] for name, _ in configs}
@@ -110,6 +122,7 @@ def main(argv=None) -> int:
                 ratios[name].append(base / r["steady_ms"])
                 t, e = r["truth"], r["estimate"]
                 err = f"{100 * (e - t):+.1f} pp" if t is not None and e is not None else "—"
+                errors += [(f"{case}, {name}", t, e)] if t is not None and e is not None else []
                 truth = f"{100 * t:.0f} % ± {100 * (r['truth_ci'] or 0):.0f}" if t is not None else "—"
                 print(f"| {case} | {name} | {rep} | {r['steady_ms']:.2f} | {base / r['steady_ms']:.2f}× | {truth} | "
                       f"{100 * (e or 0):.0f} % | {err} | {r['bottleneck']} | {r['advice']} | {r['before']} |",
@@ -118,6 +131,14 @@ def main(argv=None) -> int:
     print()
     for case, name, ratio in summary:
         print(f"{case}: {name} {ratio:.2f}× the workers=1 step rate (median of per-rep ratios)")
+    for key in dict.fromkeys(k for k, _, _ in errors):
+        errs = [abs(e - t) for k, t, e in errors if k == key]
+        print(f"{key}: capture alone vs its what-if, mean |error| {100 * statistics.fmean(errs):.1f} pp over "
+              f"{len(errs)}")
+    if errors:  # an honest score: against a constant guess of the truths' mean
+        guess = statistics.fmean(t for _, t, _ in errors)
+        print(f"all: mean |error| {100 * statistics.fmean(abs(e - t) for _, t, e in errors):.1f} pp; a constant "
+              f"guess ({100 * guess:.1f} %) {100 * statistics.fmean(abs(t - guess) for _, t, _ in errors):.1f} pp")
     print(f"\n{time.time() - t0:.0f} s, load (1 min) {load0:.1f} → {os.getloadavg()[0]:.1f}")
     return 0
 
