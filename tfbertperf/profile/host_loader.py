@@ -31,14 +31,17 @@ the share read 6.7 ms a step where the truth was 4.7 and the pool waited 4.5.  F
 tests/programs/jax_cpu_loader.py --thread / --process (issue 29): a thread or a process making NumPy batches beside
 a 7 ms XLA step read "compute-bound, input 0–0.5 %" against truths of 15–43 %.
 
-A loader thread that runs Python holds the interpreter lock: the training thread that waited for XLA's result (a
-RESULT_WAIT frame: Keras-JAX's convert_to_numpy of the step's logs, block_until_ready) must take the lock back to
-return, and waits out the loader's Python after the compute has ended.  A `PyDataset(workers=2)` whose `__getitem__`
-computes 1 ms in Python beside a 1.5 ms step waited ~1 ms so in a third of its steps, and read "compute-bound, 15 %"
-against a measured what-if of 44 %.  So the training thread's result wait after the step's last XLA run, where
-another Python thread ran Python (idle.running_python: not in a wait), moves to input too (lock_wait_by_step;
-`input_interpreter_held_ms`).  Before the compute ends the same wait is the compute's; the Python before the
-dispatch is left alone (no event tells a lock wait there from the framework's own work).
+A loader thread that runs Python holds the interpreter lock: the training thread, outside XLA's run (returning
+from its wait for XLA's result: Keras-JAX's convert_to_numpy of the step's logs, block_until_ready; inside Keras'
+and JAX's own dispatch), waits out the loader's Python.  A Keras fit on JAX fed by `PyDataset(workers=2)` threads
+computing 8 ms of Python a batch read "compute-bound, 13-14 %" against a measured what-if of 82-91 %.  So the
+training thread's time in a step outside XLA's runs, its result wait before the last run ended and its own waits,
+where another Python thread ran Python (idle.running_python: not in a wait) and outside its loader frames, moves to
+input (lock_wait_by_step; `input_interpreter_held_ms`), scaled by two measured bounds from the thread-CPU record:
+the thread cannot have waited longer than it was not running (that time less its CPU clock), and the lock is held
+for the loader's CPU without the Python tracer's frames (less PY_FRAME_COST_US a frame: a pure-Python loader runs
+5-10x slower under the tracer, and its captured lock waits with it).  Without a record, only the result wait after
+XLA's last run counts.  Not where child processes load (the pool's threads here only carry their batches).
 
 Left alone: a capture that runs tf.data (its get-next is the input xprof already counts, and the Python frames of a
 TensorFlow program before its function call are Keras' own), and one with no Python frames (nothing to tell a
