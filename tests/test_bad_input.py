@@ -236,3 +236,12 @@ def test_the_jax_cpu_loader_bench_refuses_bad_cases_in_one_line(args, said):
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"bench_jax_cpu_loader: {said}"), line
+
+
+def test_the_python_loader_bench_refuses_an_unknown_case_in_one_line():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_python_loader.py"), "--cases",
+                           "mixed,nope"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("bench_python_loader: --cases 'mixed,nope': expected a comma-separated list of"), line

@@ -101,8 +101,10 @@ def main(argv=None) -> int:
     p.add_argument("--baseline", default="", help="another checkout whose analyze reads the same captures")
     p.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow", help="Keras' backend")
     a = p.parse_args(argv)
-    if any(c not in CASES for c in a.cases.split(",")):
-        p.error(f"--cases: one of {', '.join(CASES)}, comma-separated (got {a.cases!r})")
+    if any(c not in CASES for c in a.cases.split(",")):  # one line, before any fit runs
+        print(f"bench_python_loader: --cases {a.cases!r}: expected a comma-separated list of {', '.join(CASES)}",
+              file=sys.stderr)
+        return 2
     BACKEND[0] = a.backend
     load0 = os.getloadavg()[0]
     t0 = time.time()
