@@ -23,7 +23,7 @@ from typing import Callable
 from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_facts
 from tfbertperf.profile.loaders import (LOADER_COMPUTES_SHARE, PYTHON_LOADER_SHARE, _PY_ELSE,  # noqa: F401
                                         _PY_SOURCE, _generator_share, _host_loader, _loader_computes,
-                                        _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held,
+                                        _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held, _lock_light,
                                         _python_loader, _unseen)
 
 
@@ -160,7 +160,12 @@ ADVICE: tuple[Advice, ...] = (
                     "holds (Python and NumPy in threads run one at a time): move the loader's work to processes (a "
                     "multiprocessing pool, PyDataset(workers=N, use_multiprocessing=True), or a tf.data pipeline) or "
                     "let it release the lock (NumPy on whole arrays, not a Python loop over examples)",
-           _lock_held, runs="foreign"),
+           lambda c: _lock_held(c) and not _lock_light(c), runs="foreign"),
+    Advice("input", "the training thread waits {held:.0%} of the step for the interpreter lock its loader threads "
+                    "hold, for light Python ({input_cpu:.1f} ms of their CPU a {step_ms:.1f} ms step): make it release "
+                    "the lock — NumPy on whole arrays, not a Python loop over examples; cache what does not change "
+                    "between epochs — or build the input in tf.data; worker processes hand each batch over at a cost "
+                    "such a loader does not win back", _lock_light, runs="foreign"),
     Advice("input", "the training thread waits {input:.0%} of the step in its own loader while the device idles: "
                     "load batches ahead of the step, off that thread — a background loader thread or a tf.data "
                     "pipeline with prefetch (and prefetch_to_device), so the next batch is ready when a step ends",
@@ -290,6 +295,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "idle": att.get("source") == "device_idle",
            "pyloader": _generator_share(att), "loader_ms": att.get("input_loader_wanted_ms_per_step"),
            "pyframes": att.get("input_python_loader_ms_per_step"),
+           "input_cpu": att.get("input_cpu_ms_per_step"),
            "step_ms": float(att.get("step_time_ms") or 0.0), "measured": att.get("input_cost_fraction")
            if att.get("au_compute_only_ratio") is not None else None,
            "estimate": float(att.get("input_cost_estimate_fraction") or 0.0), "cores": att.get("cores_seen"),

@@ -123,6 +123,13 @@ def _lock_held(c: dict) -> bool:
     return _no_input_ops(c) and c["held"] >= c["input"] / 2 > 0
 
 
+def _lock_light(c: dict) -> bool:
+    """_lock_held, by loader threads whose measured CPU a step (tracer cost out) is under LOADER_COMPUTES_SHARE of the
+    step: worker processes did not pay there (Keras-JAX PyDataset threads at 0.30-0.35 of the step, moved to
+    processes: 0.49-1.0x the step rate; at 0.63: 1.75-2.0x, BENCHMARKS.md issue 29)."""
+    return _lock_held(c) and c["input_cpu"] is not None and c["input_cpu"] < LOADER_COMPUTES_SHARE * c["step_ms"]
+
+
 def _host_loader(c: dict) -> bool:  # a host capture whose input is the thread's own Python loader (host_loader.py)
     return bool(c["pyframes"]) and not c["idle"] and _no_input_ops(c) and not _unseen(c) \
         and not _loader_thread(c) and not _lock_held(c)
