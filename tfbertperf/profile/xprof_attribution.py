@@ -255,6 +255,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             estimate = min(1.0, input_bound + stolen_fraction)
     events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
     unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms, events, program_facts.HOST_EVENT_COST_US)
+    caveat = host_loader.traced_loader(xplanes) if unprof is not None and on_host else None  # a traced loader
     busy = None if on_host else devices.device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
         "source": "xprof",
@@ -266,6 +267,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_cost_fraction": None if cost is None else round(cost, 6),
         "input_cost_estimate_fraction": None if estimate is None else round(estimate, 6),
         "input_cost_estimate_unprofiled_fraction": None if unprof is None else round(unprof, 6),
+        **({"input_cost_estimate_unprofiled_caveat": caveat} if caveat else {}),
         "input_cost_estimate_ci95": None if est_ci is None or estimate is None else round(est_ci, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
         "input_cpu_basis": cpu_basis,

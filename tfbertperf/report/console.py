@@ -290,6 +290,8 @@ def measured_lines(doc: dict) -> list[str]:
     if unprof is not None:
         out.append(f"input cost (estimated from the capture, of the unprofiled step): {100 * unprof:.1f} %  (wait + "
                    "stolen CPU kept, the profiler's cost out of the rest)")
+    if unprof is not None and att.get("input_cost_estimate_unprofiled_caveat"):
+        out.append(f"  but {att['input_cost_estimate_unprofiled_caveat']}")
     if att.get("input_cost_estimate_fraction") is not None and (sf.get("input_cost_fraction"), unprof) != (None, None):
         out.append(f"input cost (estimated from the capture alone): {100 * att['input_cost_estimate_fraction']:.1f} %")
     from tfbertperf.profile.unprofiled import disagreement  # why the estimate and the measured figure differ
