@@ -122,6 +122,7 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
         doc["attribution"]["profiler_cost"] = _measured_cost(doc["attribution"], measured, drifted)
         if drifted and doc["attribution"].get("input_cost_estimate_unprofiled_fraction") is not None:
             doc["attribution"]["input_cost_estimate_unprofiled_fraction"] = None  # its step moved around the window
+            doc["attribution"].pop("input_cost_estimate_unprofiled_caveat", None)  # a caveat on nothing
     marker = interrupted_marker(xprof_tools.source_file(xplanes[0]))
     if marker or (report or {}).get("incomplete"):
         doc["profile"]["interrupted"] = marker or "interrupted (report.json is marked incomplete)"
