@@ -71,6 +71,9 @@ are not, all the time: a JAX step fed from memory held 7.7 ms of a 7.9 ms step i
 events covered less, and 12.5 % of it read "other" (beside two busy processes on 2 cores)."""
 
 
+_RUN_OR_WAIT = re.compile(f"{XLA_CPU_RUN.pattern}|{RESULT_WAIT.pattern}")  # one rule: its mask is cached per plane
+
+
 PY_FRAME_COST_US = 0.2
 """The Python tracer's cost per frame it records, on the CPU of the thread running the frame: a pure-Python loader
 of fixed work (tests/programs/jax_cpu_loader.py --loader python --thread, 2 and 5 ms a batch unprofiled) used 8.8 and
@@ -82,46 +85,57 @@ def _tf_data(trace) -> bool:
     return any(t.mask(idle.GET_NEXT).any() or t.name.startswith("tf_data") for t in trace.threads)
 
 
-def loader_ms_by_step(xplanes) -> dict[int, float]:
+def _loader_frames(trace) -> dict[int, tuple]:
+    """Per training thread (by id): (the thread, its step markers, its loader frames as merged intervals: the frames
+    that end in loader work, idle.py rule 3 with loader_only)."""
+    out = {}
+    for t in trace.threads:
+        marks = [t.event(i) for i in t.marker_index().tolist()]
+        if marks:
+            out[id(t)] = (t, marks, iv.union(idle._python_frames(t, marks, loader_only=True)[0]))
+    return out
+
+
+def _xla_runs(trace, rule=XLA_CPU_RUN) -> list[np.ndarray]:
+    """Per thread that has any, the intervals of its events matching `rule` (XLA's CPU runtime by default)."""
+    return [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(rule)] if m.any()]
+
+
+def loader_ms_by_step(xplanes, frames: dict | None = None) -> dict[int, float]:
     """Per step number, the ms the training thread spent in Python loader frames inside that step's marker; {} where
-    the module docstring leaves the capture alone."""
+    the module docstring leaves the capture alone.  `frames`: _loader_frames of the capture, where already read."""
     trace = load_trace(xplanes)
     if not trace.python_tracer or _tf_data(trace):
         return {}
     out: dict[int, float] = {}
-    for t in trace.threads:
-        marks = [t.event(i) for i in t.marker_index().tolist()]
-        if not marks:
-            continue
-        frames = iv.union(idle._python_frames(t, marks, loader_only=True)[0])
+    for _, marks, loader in (frames if frames is not None else _loader_frames(trace)).values():
         for m in marks:
-            out[m.step_num] = out.get(m.step_num, 0.0) + iv.length(iv.clip(frames, m.start, m.end)) / PS_PER_MS
+            out[m.step_num] = out.get(m.step_num, 0.0) + iv.length(iv.clip(loader, m.start, m.end)) / PS_PER_MS
     return out
 
 
-def lock_wait_by_step(xplanes) -> dict[int, float]:
+def lock_wait_by_step(xplanes, frames: dict | None = None) -> dict[int, float]:
     """Per step number, the ms the training thread waited for the interpreter lock a loader thread held (module
     docstring): its time in the step outside XLA's run, its wait for XLA's result before that run ended and its own
     waits, while another thread ran Python, outside its loader frames (loader_ms_by_step counts those); with the
     thread-CPU record, all of it scaled by the share of such time the thread was not running (its measured CPU
     taken off); without it only the result wait after XLA's run.  {} where loader_ms_by_step gives nothing, and
     where child processes did the loading (a multiprocessing pool's threads here hand their batches over: their
-    lock use is the hand-off's, not a loader thread's to move to processes)."""
+    lock use is the hand-off's, not a loader thread's to move to processes).  `frames`: as loader_ms_by_step."""
     trace = load_trace(xplanes)
     if not trace.python_tracer or _tf_data(trace):
         return {}
     marks = trace.markers()
     mine = {id(t) for t, _ in marks}
     others = [idle.running_python(t) for t in trace.threads if id(t) not in mine and t.mask(is_python_frame).any()]
-    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
+    runs = _xla_runs(trace)
     if not others or not runs:
         return {}
     running, xla = iv.union(np.concatenate(others)), iv.union(np.concatenate(runs))
     record = threadcpu.read_beside(xplanes[0])
     if record and any(float(c.get("cpu_ms") or 0.0) > 0 for c in record.get("children") or ()):
         return {}  # the loader works in child processes: this process's Python threads only carry its batches
-    loader = {id(t): iv.union(idle._python_frames(t, [m for s, m in marks if s is t], loader_only=True)[0])
-              for t in {id(t): t for t, _ in marks}.values()}
+    loader = {k: v[2] for k, v in (frames if frames is not None else _loader_frames(trace)).items()}
     free_ps = env_ps = 0
     held: dict[int, int] = {}
     for t, m in marks:
@@ -188,8 +202,7 @@ def xla_cpu_ms_by_step(xplanes) -> dict[int, float]:
     """Per step number, the wall time XLA's CPU runtime ran, or a thread waited for its result (RESULT_WAIT), inside
     that step (the union over the threads); {} for a capture that runs tf.data or shows no such run."""
     trace = load_trace(xplanes)
-    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads
-            for m in [t.mask(XLA_CPU_RUN) | t.mask(RESULT_WAIT)] if m.any()]
+    runs = _xla_runs(trace, _RUN_OR_WAIT)
     if not runs or _tf_data(trace):
         return {}
     busy = iv.union(np.concatenate(runs))
@@ -200,7 +213,10 @@ def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None, 
     """xprof's step rows with each step's loader time and interpreter-lock wait moved from host compute (then other)
     to input and XLA's CPU runtime from other to host compute; the loader's and the lock wait's means a step (None
     where loader_ms_by_step / lock_wait_by_step gave nothing)."""
-    loader, xla, held = loader_ms_by_step(xplanes), xla_cpu_ms_by_step(xplanes), lock_wait_by_step(xplanes)
+    trace = load_trace(xplanes)
+    frames = _loader_frames(trace) if trace.python_tracer and not _tf_data(trace) else {}  # read once, used twice
+    loader, xla = loader_ms_by_step(xplanes, frames), xla_cpu_ms_by_step(xplanes)
+    held = lock_wait_by_step(xplanes, frames)
     moved = []
     for r in rows:
         n = step_number(r["step"])
@@ -209,8 +225,9 @@ def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None, 
         r = {**r, "input": r["input"] + take, "host_compute": r["host_compute"] - from_compute,
              "other": r["other"] - (take - from_compute)}
         run = min(xla.get(n, 0.0), r["other"])  # XLA's CPU runtime: compute xprof filed as other
+        from_loader = min(loader.get(n, 0.0), take)
         moved.append(({**r, "host_compute": r["host_compute"] + run, "other": r["other"] - run},
-                      min(loader.get(n, 0.0), take), take - min(loader.get(n, 0.0), take)))
+                      from_loader, take - from_loader))
     mean = [sum(m[k] for m in moved) / len(moved) if moved else 0.0 for k in (1, 2)]
     return [m[0] for m in moved], mean[0] if loader else None, mean[1] if held else None
 
@@ -240,7 +257,7 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
     rows = [r for r in record.get("threads") or () if r.get("python") and not str(r["python"]).startswith("tfbertperf")
             and r.get("line_id") not in training]
     rows += [{**c, "line_id": None} for c in record.get("children") or () if float(c.get("cpu_ms") or 0.0) > 0]
-    runs = [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(XLA_CPU_RUN)] if m.any()]
+    runs = _xla_runs(trace)
     if not rows or not runs or not marks:
         return {}, None
     xla = iv.union(np.concatenate(runs))
