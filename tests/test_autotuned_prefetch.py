@@ -40,6 +40,20 @@ def test_the_capture_names_each_autotuned_prefetch_with_its_largest_buffer(tmp_p
     assert none.autotuned_prefetch() == []
 
 
+def test_a_prefetch_that_fed_no_training_step_is_not_listed(tmp_path):
+    # a fit's validation dataset, evaluated between two captured steps: its injected prefetch feeds no step
+    host = {"tf_data_iterator_get_next/1": [_prefetch_events(10, "false", 2), _prefetch_events(110, "false", 2)],
+            "tf_data_iterator_get_next/2": [_prefetch_events(60, "true", 1), _prefetch_events(70, "true", 1)],
+            "python3": [("train", 0, 50, {"step_num": 24, "_r": 1}), ("train", 100, 50, {"step_num": 25, "_r": 1})]}
+    assert load_trace([synthetic_xspace(tmp_path / "v.xplane.pb", host)]).autotuned_prefetch() == []
+    # … the same events inside a step are listed, and a capture with no step markers lists them all
+    inside = {**host, "python3": [("train", 0, 150, {"step_num": 24, "_r": 1})]}
+    unmarked = {k: v for k, v in host.items() if k != "python3"}
+    for h, name in ((inside, "i"), (unmarked, "u")):
+        assert load_trace([synthetic_xspace(tmp_path / f"{name}.xplane.pb", h)]).autotuned_prefetch() == [
+            {"iterator": "Iterator::Root::Prefetch", "autotune_mode": "legacy", "buffer_limit_max": 1}]
+
+
 def test_stats_of_unexpected_types_read_as_absent_not_as_an_error(tmp_path):
     # a writer that puts the flag as a number and the limit as text: nothing is listed or the limit is unknown
     host = {"t/1": [("Iterator::Root::Prefetch", 10, 5.0, {"autotune": 1, "buffer_limit": "many"})],
@@ -106,7 +120,9 @@ import tensorflow as tf
 from keras_jax_tfdata_by_hand import compiled_model, pipeline
 from tfbertperf.keras import ProfileCallback
 ds = pipeline(repeat_first=True, prefetch=tf.data.AUTOTUNE if sys.argv[2] == "autotune" else 2)
-if sys.argv[2] == "fixed":
+# validation between epochs on a dataset tf.data gives a prefetch of its own (it ends in take: injected)
+val = pipeline(repeat_first=True, prefetch=2).take(4) if sys.argv[2] == "validation" else None
+if sys.argv[2] in ("fixed", "validation"):
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     ds = ds.with_options(options)
@@ -117,7 +133,9 @@ cb = ProfileCallback(sys.argv[3], profile_steps=None if "nocapture" in sys.argv 
                      probe_steps=8 if probe else "auto", probe_blocks=2)
 import keras
 assert keras.backend.backend() == "tensorflow"
-compiled_model().fit(ds, epochs=1, steps_per_epoch=60 if probe else 30, verbose=0, callbacks=[cb])
+steps = 60 if probe else 30
+compiled_model().fit(ds, epochs=2 if val else 1, steps_per_epoch=steps // 2 if val else steps, verbose=0,
+                     callbacks=[cb], validation_data=val)
 print(json.dumps(cb.what_if))
 """
 
@@ -134,8 +152,10 @@ def _fit(variant: str, logdir: Path, probe: bool = False, capture: bool = True):
     return proc
 
 
-@pytest.mark.parametrize("variant", ["autotune", "fixed"])
+@pytest.mark.parametrize("variant", ["autotune", "fixed", "validation"])
 def test_a_real_fit_shows_its_autotuned_prefetch_in_the_report(variant, tmp_path):
+    """… and only the training dataset's: "validation" is the fixed pipeline with `validation_data=` between two
+    epochs of 15 steps, inside the captured window 12:16."""
     from tfbertperf.analyze import analyze
 
     logdir = tmp_path / "logs"

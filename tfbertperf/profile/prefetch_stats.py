@@ -10,8 +10,10 @@ from tfbertperf.profile.xspace_wire import MISSING
 
 
 def from_line(line, names, table, strings) -> tuple:
-    """(iterator name, autotune mode, largest buffer_limit recorded) per autotuned prefetch among a host line's
-    events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS).  Only prefetches: a
+    """(iterator name, autotune mode, buffer_limit per event, start per event) per autotuned prefetch among a host
+    line's events (its `autotune`, `autotune_mode` and `buffer_limit` stats: xspace.HOST_STATS; a limit not
+    recorded reads 0).  The starts let the trace keep the prefetches that fed training steps (Trace.
+    autotuned_prefetch: a validation dataset's injected prefetch runs between them).  Only prefetches: a
     `map` or `interleave` with num_parallel_calls=AUTOTUNE carries `autotune: true` too (our own pipeline's
     ParallelMapV2 and ParallelInterleaveV4), and tunes its parallelism, not a buffer the probe's pauses fill."""
     auto = line.stats.get("autotune")
@@ -28,5 +30,7 @@ def from_line(line, names, table, strings) -> tuple:
         if not name.rsplit("::", 1)[-1].startswith("Prefetch"):  # a map or interleave whose parallelism is tuned
             continue
         key = (name, strings[mode[i]] if mode is not None and mode[i] >= 0 else "")
-        out[key] = max(out.get(key, 0), int(limit[i]) if limit is not None and limit[i] != MISSING else 0)
-    return tuple((name, m, lim) for (name, m), lim in sorted(out.items()))
+        out.setdefault(key, []).append((int(limit[i]) if limit is not None and limit[i] != MISSING else 0,
+                                        int(line.start[i])))
+    return tuple((name, m, np.array([x for x, _ in seen], dtype=np.int64),
+                  np.array([t for _, t in seen], dtype=np.int64)) for (name, m), seen in sorted(out.items()))

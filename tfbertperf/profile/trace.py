@@ -67,11 +67,20 @@ class Trace:
 
     def autotuned_prefetch(self) -> list[dict]:
         """tf.data prefetches whose buffer tf.data sizes itself (HostThread.prefetch), one per iterator:
-        {"iterator", "autotune_mode", "buffer_limit_max"}."""
+        {"iterator", "autotune_mode", "buffer_limit_max"}.  Where the capture has step markers, only those with an
+        event inside a step: a fit's validation dataset (`validation_data=`, evaluated between epochs, a window
+        across an epoch's end) gets tf.data's injected prefetch of its own, which feeds no training step."""
+        spans = sorted((e.start, e.end) for _, e in self.markers())
+        starts = np.array([a for a, _ in spans], dtype=np.int64)
+        ends = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64)) if spans else starts
         seen: dict = {}
         for t in self.threads:
-            for name, mode, limit in t.prefetch:
-                seen[(name, mode)] = max(seen.get((name, mode), 0), limit)
+            for name, mode, limits, at in t.prefetch:
+                if spans:  # the last marker starting at or before each event, and whether it still runs then
+                    k = np.searchsorted(starts, at, side="right") - 1
+                    limits = limits[(k >= 0) & (at <= ends[np.maximum(k, 0)])]
+                if len(limits):
+                    seen[(name, mode)] = max(seen.get((name, mode), 0), int(limits.max()))
         return [{"iterator": n, "autotune_mode": m, "buffer_limit_max": lim} for (n, m), lim in sorted(seen.items())]
 
     def active_devices(self) -> list[DeviceTrace]:
