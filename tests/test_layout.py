@@ -17,9 +17,9 @@ STAGES = {"storage": 1, "data": 2, "model": 3, "train": 4, "profile": 5, "envinf
 # Composition, in three ranks so that no circle among them hides under one rank: compose/ holds the parts a run is
 # made of (training, host sampling, input ceiling, the regime's report keys); job.py composes them into a run;
 # accelerator_search.py and advice_validation.py run job.py several times.  cliargs.py, keras.py, keras_jax.py,
-# jax_steps.py and jax_probe.py: shared by commands / users, importing only the stages.
+# jax_steps.py, jax_probe.py and tf_steps.py: shared by commands / users, importing only the stages.
 PARTS = 8
-PARTS_MODULES = {"compose", "cliargs", "keras", "keras_jax", "jax_steps", "jax_probe"}
+PARTS_MODULES = {"compose", "cliargs", "keras", "keras_jax", "jax_steps", "jax_probe", "tf_steps"}
 JOB = 9
 JOB_USERS = 10
 JOB_USER_MODULES = {"accelerator_search", "advice_validation"}

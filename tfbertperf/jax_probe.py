@@ -58,10 +58,14 @@ class JaxProbe:
         step after it would hold the loop's own first compile).  Returns whether this call kept it."""
         if not self.wants(step):
             return False
+        self.batch, self.grabbed_at = self.place(batch), step
+        return True
+
+    def place(self, batch):
+        """The batch as the blocks feed it: on the default device, once."""
         import jax
 
-        self.batch, self.grabbed_at = jax.device_put(batch), step
-        return True
+        return jax.device_put(batch)
 
     def block(self, step_fn: Callable, state, step: int, real_ms: list[float], summary: Callable[[], dict | None],
               wait: Callable, settle: bool = True, last: bool = False) -> None:
@@ -86,6 +90,12 @@ class JaxProbe:
             self.stopped = auto_stop(summary(), self.ran, self.ci95)
         if self.stopped is not None:
             return
+        self.step_times_ms += self.timed(step_fn, state, n, wait, settle_ms(real_ms, self.warmup) if settle else 0)
+        self.ran.append((step, n))
+
+    def timed(self, step_fn: Callable, state, n: int, wait: Callable, settle: float) -> list[float]:
+        """One block's `n` timed steps, ms, after its untimed ones (train/probe.py time_block; `settle` ms of them
+        at least): JAX's step on a copy of the state (module docstring)."""
         import jax
         import jax.numpy as jnp
 
@@ -97,11 +107,9 @@ class JaxProbe:
             held[0] = out[0]
             return out[1:] or out[0]
 
-        self.step_times_ms += time_block(one, wait, n, PROBE_WARMUP_STEPS if not self.ran else PROBE_SETTLE_STEPS,
-                                         settle_ms(real_ms, self.warmup) if settle else 0, SETTLE_MAX_STEPS,
-                                         self.wait_each,
-                                         floor_ms=recovery.settled_floor(self.step_times_ms, [k for _, k in self.ran]))
-        self.ran.append((step, n))
+        return time_block(one, wait, n, PROBE_WARMUP_STEPS if not self.ran else PROBE_SETTLE_STEPS, settle,
+                          SETTLE_MAX_STEPS, self.wait_each,
+                          floor_ms=recovery.settled_floor(self.step_times_ms, [k for _, k in self.ran]))
 
     def record(self, step_ms: list[float]) -> dict:
         """The step file's probe part (StepTimer.document's keywords) after the steps `step_ms`; {} when not

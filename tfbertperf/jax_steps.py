@@ -90,6 +90,7 @@ class StepTimer:
         self._cpu_at_start: dict | None = None  # the threads' CPU at the capture's start (threadcpu.json)
         self.what_if: dict | None = None
         self.wording = ("StepTimer", "run")  # who speaks in the probe's warnings, and of what (Keras: a fit)
+        self.stop_hint = "jax.profiler.stop_trace"  # how the other profiler a capture found running is stopped
         auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
         self._probe = JaxProbe(auto, n, int(probe_blocks), ci95, wait_each=True) if probe else None
         if probe and total_steps is not None:
@@ -157,7 +158,7 @@ class StepTimer:
                     raise
                 warn_user(f"tfbertperf StepTimer: another profiler is running at step {i} ({e}): no capture in "
                           f"this run; the step times and the probe go on — stop the other one "
-                          f"(jax.profiler.stop_trace) or move profile_steps")
+                          f"({self.stop_hint}) or move profile_steps")
                 self.traced = None
         if self.traced and i == self.traced[1] and self._profiling:
             self._end_capture()

@@ -1,0 +1,63 @@
+"""tfbertperf.tf_steps.StepTimer on a user's own TensorFlow loop (a Keras model, `tf.GradientTape` in a
+`tf.function` step, a tf.data pipeline iterated by hand: tests/programs/tf_custom_loop.py), each run in a process of
+its own (one profiler a process): the capture, the step file and the what-if `analyze` reads, the training unchanged
+by the probe, and a second profiler already running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "tf_custom_loop.py"
+pytestmark = pytest.mark.slow  # trains end to end
+
+
+def _loop(out: Path, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, str(PROGRAM), "--out", str(out), *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+def test_a_waiting_pipeline_in_a_custom_loop_is_captured_timed_probed_and_read_input_bound(tmp_path):
+    """A serial map waiting 20 ms a batch in front of a ~1 ms step: the probe and the capture say input."""
+    from tfbertperf.analyze import analyze
+
+    run = _loop(tmp_path / "logs", "--input", "wait", "--steps", "60", "--window", "10:20", "--probe")
+    what_if = run["what_if"]
+    assert what_if["input_cost_fraction"] > 0.7 and what_if["probe_blocks"] >= 2, what_if
+    doc = json.loads(Path(run["step_file"]).read_text())
+    assert doc["written_by"] == "tfbertperf.tf_steps.StepTimer" and len(doc["what_if"]["compute_only_step_ms"]) >= 10
+    assert (Path(run["step_file"]).parent / "threadcpu.json").is_file()  # the input threads' CPU
+    out = analyze(str(tmp_path / "logs"))
+    att = out["attribution"]
+    # the window's ten steps from the `train` markers (the capture runs one more on each side)
+    assert att["steps_profiled"] == 10, att.get("steps_profiled")
+    assert att["input_cost_fraction"] == pytest.approx(what_if["input_cost_fraction"], abs=1e-3)
+    assert out["step_file"]["written_by"] == "tfbertperf.tf_steps.StepTimer"
+    assert att["profiler_cost"] and out["verdict"]["bottleneck"] == "input"
+    # the capture alone says it too: the loop's blocked wait for its next batch
+    assert att["input_cost_estimate_fraction"] > 0.5
+
+
+def test_the_probe_leaves_the_losses_of_a_custom_loop_as_they_were(tmp_path):
+    """The variables the step updates, saved before each block and restored after it: same losses, bit for bit."""
+    args = ("--input", "memory", "--steps", "60", "--window", "none", "--deterministic")
+    plain = _loop(tmp_path / "plain", *args)
+    probed = _loop(tmp_path / "probed", *args, "--probe")
+    assert probed["what_if"] and probed["what_if"]["probe_blocks"] >= 2, probed["what_if"]
+    assert probed["losses"] == plain["losses"]
+    assert len(set(plain["losses"])) > 10  # the model trains: a constant loss would pass trivially
+
+
+def test_a_profiler_already_running_costs_the_capture_not_the_loop(tmp_path):
+    run = _loop(tmp_path / "logs", "--input", "memory", "--steps", "30", "--window", "10:20", "--other-profiler")
+    assert "another profiler is running at step 9" in run["stderr"]
+    assert "tf.profiler.experimental.stop" in run["stderr"]
+    doc = json.loads(Path(run["step_file"]).read_text())
+    assert len(doc["step_time_ms"]) == 30 and not doc.get("profiled_steps")
