@@ -33,6 +33,10 @@ def one(kind: str, steps: int, rounds: int, wait_ms: float) -> dict:
     if proc.returncode:
         raise SystemExit(f"{kind}: the program failed: {proc.stderr.strip().splitlines()[-1]}")
     run = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not run["what_if"] or run["what_if"].get("input_cost_fraction") is None:  # the probe said why: say it
+        said = [ln for ln in proc.stderr.splitlines() if "StepTimer" in ln]
+        print(f"{kind}: no what-if: {said[-1].strip() if said else run['what_if']}", flush=True)
+        return {}
     rep = analyze(out)
     att = rep["attribution"]
     return {"input": kind, "truth": run["truth"], "T_ms": run["T_ms"], "T_c_ms": run["T_c_ms"],
@@ -60,6 +64,8 @@ def main() -> None:
     for r in range(a.reps):
         for k in kinds:
             row = one(k, a.steps, a.rounds, a.wait_ms)
+            if not row:
+                continue
             rows.append(row)
             print(f"{k:7s} rep {r}: truth {row['truth']:6.1%} (T {row['T_ms']:.2f} / T_c {row['T_c_ms']:.2f} ms)  "
                   f"probe {row['probe']:6.1%} ± {row['ci95']:.1%} ({row['probe'] - row['truth']:+.1%})  "
@@ -72,6 +78,11 @@ def main() -> None:
         const = statistics.mean(abs(guess - x["truth"]) for x in mine)
         print(f"{k:7s} mean |error|: probe {err['probe'] * 100:.1f} pp, capture alone {err['alone'] * 100:.1f} pp, "
               f"constant guess ({guess:.1%}) {const * 100:.1f} pp")
+    every = {f: statistics.mean(abs(x[f] - x["truth"]) for x in rows) for f in ("probe", "alone")}
+    print(f"all     mean |error|: probe {every['probe'] * 100:.1f} pp, capture alone {every['alone'] * 100:.1f} pp, "
+          f"constant guess {statistics.mean(abs(guess - x['truth']) for x in rows) * 100:.1f} pp; verdicts "
+          f"{sum(x['verdict'] == ('input' if x['truth'] >= 0.2 else 'compute') for x in rows)} of {len(rows)} on the "
+          f"truth's side of 20 %")
     print(f"load {os.getloadavg()[0]:.1f}")
 
 
