@@ -616,3 +616,16 @@ def test_the_estimates_interval_is_students_t_over_the_steps():
     assert mean_ci95([0.2]) is None
     assert mean_ci95([0.1, 0.3]) == pytest.approx(12.706 * statistics.stdev([0.1, 0.3]) / 2 ** 0.5)
     assert mean_ci95([0.2] * 40) == 0.0
+
+
+def test_a_step_timer_window_after_the_last_step_says_so(tmp_path):
+    from tfbertperf.jax_steps import StepTimer
+
+    timer = StepTimer(tmp_path / "logs", profile_steps="20:40", start_trace=lambda *a, **k: None,
+                      stop_trace=lambda: None, annotation=lambda name, step_num: contextlib.nullcontext(),
+                      wait=lambda x: None)
+    for _ in range(6):
+        with timer.step():
+            pass
+    with pytest.warns(UserWarning, match=r"StepTimer: profile_steps 20:40 begins after the run's last step \(6 "):
+        timer.close()

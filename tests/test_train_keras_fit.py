@@ -50,3 +50,17 @@ def test_plain_model_fit_with_profile_callback_gives_xprof_steps_across_epochs(t
 def test_bad_profile_window_is_a_usage_error():
     with pytest.raises(UsageError, match="profile_steps='9:3'"):
         ProfileCallback("unused", profile_steps="9:3")
+
+
+def test_a_window_after_the_fits_last_step_says_so_and_analyze_names_the_step_file(tmp_path):
+    """profile_steps beyond the fit: no capture; the callback warns at the end and analyze says why there is none."""
+    from tfbertperf.analyze import analyze
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x = np.zeros((64, 4), "float32")
+    with pytest.warns(UserWarning, match=r"profile_steps 200:240 begins after the fit's last step \(8 steps\)"):
+        model.fit(x, x[:, :1], batch_size=8, verbose=0, callbacks=[ProfileCallback(str(tmp_path), "200:240")])
+    with pytest.raises(UsageError, match=r"a step file \(tfbertperf_steps.json\) but no capture: the profiled window "
+                                         r"never ran"):
+        analyze(str(tmp_path))

@@ -200,6 +200,8 @@ class StepTimer:
         planned = self._probe is not None and self._probe.plan is not None
         doc = self.document(**{**(self._probe.record(self.step_times_ms) if planned else {}), **document})
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
+        if (missed := stepfile.missed_window(self.window, len(self.step_times_ms), "StepTimer", "run")) is not None:
+            warn_user(missed)
         if planned:
             self.what_if, said = self._probe.result(doc.get("summary"), len(self.step_times_ms), self.traced,
                                                     *self.wording)

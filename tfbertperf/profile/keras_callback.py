@@ -3,8 +3,7 @@ time of every step beside it, and on request the what-if probe's measured input 
 
 Why it is needed: xprof finds steps only from `tf.profiler.experimental.Trace(name, step_num=i, _r=1)` markers
 (`_r=1` marks a root step event), and charges input to a step only if the `next(iterator)` call runs inside that
-marker. Keras 3's own `TensorBoard(profile_batch=…)` emits markers without `_r`, so xprof sees 0 steps (analyze
-reads them itself: profile/marker_steps.py).
+marker. Keras 3's `TensorBoard(profile_batch=…)` emits markers without `_r`: xprof sees 0 steps (analyze reads them)
 
 How it works: a callback cannot wrap `next()`, but Keras 3's TF trainer calls
 `on_train_batch_begin → train_function(iterator) → on_train_batch_end`, and `train_function` itself pulls the
@@ -327,6 +326,8 @@ class ProfileCallback(keras.callbacks.Callback):
     def _write_steps(self) -> None:
         doc = self._document()
         self.step_file = stepfile.write((self._session or Path(self.logdir)) / stepfile.STEP_FILE, doc)
+        if missed := stepfile.missed_window(self.window, self._step * self._batches, "ProfileCallback"):
+            warn_user(missed)
         if self._runner is not None:
             self.what_if, said = after_fit(doc.get("summary"), taken=self._batch is not None, ran=self._ran,
                                            stopped=self._stopped, steps=self._step, warmup=self._warmup,

@@ -153,6 +153,15 @@ def document(step_time_ms, *, profiled_steps=None, warmup_steps: int = 0, exclud
     return doc
 
 
+def missed_window(window: tuple[int, int] | None, steps: int, who: str, run: str = "fit") -> str | None:
+    """What to tell a user whose window began after the run's last step (no capture was made), else None."""
+    if window is None or window[0] < steps:
+        return None
+    return (f"tfbertperf {who}: profile_steps {window[0]}:{window[1]} begins after the {run}'s last step ({steps} "
+            f"steps): nothing was captured, the step times are in the step file — give profile_steps a window "
+            f"inside the {run}")
+
+
 def write(path, doc: dict) -> Path:
     """Write a step file atomically (a reader sees the old file or the whole new one)."""
     from tfbertperf.storage.atomic import write_atomic

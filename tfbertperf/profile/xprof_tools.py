@@ -123,6 +123,9 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
     profile_dirs = [d for d in p.rglob("plugins/profile") if d.is_dir()]
     if p.name == "profile" and p.parent.name == "plugins":
         profile_dirs.append(p)
+    if not profile_dirs and (p / "tfbertperf_steps.json").is_file():  # profile/stepfile.py STEP_FILE
+        raise UsageError(f"{p}: a step file (tfbertperf_steps.json) but no capture: the profiled window never ran "
+                         "(profile_steps beyond the run's steps, or None) — capture a window inside the run")
     if not profile_dirs:
         raise UsageError(
             f"{p}: no profile found (expected plugins/profile/<session>/*{XPLANE_SUFFIX} under a TensorBoard "
