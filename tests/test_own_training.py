@@ -629,3 +629,30 @@ def test_a_step_timer_window_after_the_last_step_says_so(tmp_path):
             pass
     with pytest.warns(UserWarning, match=r"StepTimer: profile_steps 20:40 begins after the run's last step \(6 "):
         timer.close()
+
+
+def test_step_timer_steps_fetches_each_batch_inside_its_step_and_leaves_a_broken_step_out(tmp_path):
+    from tfbertperf.jax_steps import StepTimer
+
+    marks = []
+
+    @contextlib.contextmanager
+    def annotation(name, step_num):
+        marks.append(("open", step_num))
+        yield
+        marks.append(("close", step_num))
+
+    def batches():
+        for i in range(5):
+            marks.append(("fetch", i))
+            yield i
+
+    timer = StepTimer(tmp_path / "logs", profile_steps=None, start_trace=lambda *a, **k: None,
+                      stop_trace=lambda: None, annotation=annotation, wait=lambda x: None)
+    assert [b for _, b in timer.steps(batches())] == [0, 1, 2, 3, 4]
+    assert len(timer.step_times_ms) == 5 and marks[:3] == [("open", 0), ("fetch", 0), ("close", 0)]
+    assert marks[-2:] == [("open", 5), ("close", 5)]  # the data's end: a marker opened, closed, no step
+    for _, b in timer.steps(batches()):
+        if b == 2:
+            break
+    assert len(timer.step_times_ms) == 5 + 2  # the step it broke from is not timed

@@ -24,11 +24,13 @@ def _loop(out: Path, *args: str) -> dict:
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
 
 
-def test_a_waiting_pipeline_in_a_custom_loop_is_captured_timed_probed_and_read_input_bound(tmp_path):
-    """A serial map waiting 20 ms a batch in front of a ~1 ms step: the probe and the capture say input."""
+@pytest.mark.parametrize("style", ["with", "for"])
+def test_a_waiting_pipeline_in_a_custom_loop_is_captured_timed_probed_and_read_input_bound(style, tmp_path):
+    """A serial map waiting 20 ms a batch in front of a ~1 ms step: the probe and the capture say input — the loop
+    written with `with timer.step()` around next() and the step, or as `for step, batch in timer.steps(dataset)`."""
     from tfbertperf.analyze import analyze
 
-    run = _loop(tmp_path / "logs", "--input", "wait", "--steps", "60", "--window", "10:20", "--probe")
+    run = _loop(tmp_path / "logs", "--input", "wait", "--steps", "60", "--window", "10:20", "--probe", "--style", style)
     what_if = run["what_if"]
     assert what_if["input_cost_fraction"] > 0.7 and what_if["probe_blocks"] >= 2, what_if
     doc = json.loads(Path(run["step_file"]).read_text())
@@ -49,7 +51,7 @@ def test_the_probe_leaves_the_losses_of_a_custom_loop_as_they_were(tmp_path):
     """The variables the step updates, saved before each block and restored after it: same losses, bit for bit."""
     args = ("--input", "memory", "--steps", "60", "--window", "none", "--deterministic")
     plain = _loop(tmp_path / "plain", *args)
-    probed = _loop(tmp_path / "probed", *args, "--probe")
+    probed = _loop(tmp_path / "probed", *args, "--probe", "--style", "for")  # the probe inside timer.steps()
     assert probed["what_if"] and probed["what_if"]["probe_blocks"] >= 2, probed["what_if"]
     assert probed["losses"] == plain["losses"]
     assert len(set(plain["losses"])) > 10  # the model trains: a constant loss would pass trivially

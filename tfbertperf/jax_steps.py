@@ -130,6 +130,36 @@ class StepTimer:
                           lambda: self.document(**self._probe.record(self.step_times_ms)).get("summary"), self._wait,
                           last=last)
 
+    def steps(self, batches, step_fn: Callable | None = None, state=None):
+        """Iterate `batches` (a dataset, an iterator, any iterable) one step per batch, each batch fetched inside its
+        step (so the loop's wait for input is the step's): yields (step, batch); set `step.result` as in `step()`.
+        With `step_fn` and `state` (as probe()'s) the what-if's blocks run between the steps and the probe keeps its
+        batch by itself.  A `break` out of the loop leaves the step it broke from out of the step times."""
+        it, probing = iter(batches), step_fn is not None and self._probe is not None
+        while True:
+            if probing:
+                self.probe(step_fn, state)
+            timed = _Timed(self)
+            step = timed.__enter__()
+            try:
+                batch = next(it)
+            except StopIteration:  # the data's end: no step
+                timed.abandon()
+                break
+            except BaseException:
+                timed.abandon()
+                raise
+            if probing:
+                self.keep_batch(batch)
+            try:
+                yield step, batch
+            except BaseException:  # the loop broke (GeneratorExit) or raised: that step is not timed
+                timed.abandon()
+                raise
+            timed.__exit__(None, None, None)
+        if probing:
+            self.probe(step_fn, state, last=True)
+
     def _jax(self) -> None:
         if None in (self._start, self._stop, self._annotation, self._wait):
             import jax  # only when a default is needed: tests and other frameworks pass their own
@@ -224,6 +254,10 @@ class _Timed:
         self.mark.__enter__()
         self.t0 = time.perf_counter()
         return self.step
+
+    def abandon(self) -> None:
+        """Close the step's marker without waiting for its result or timing it."""
+        self.mark.__exit__(None, None, None)
 
     def __exit__(self, *exc) -> bool:
         t = self.timer

@@ -17,6 +17,12 @@ fit and `tfbertperf.jax_steps.StepTimer` for a JAX loop, with the same step file
     timer.close()                          # writes logs/run1/plugins/profile/<session>/tfbertperf_steps.json
     # then: tfbertperf analyze logs/run1
 
+or, as a `for batch in dataset` loop (each batch fetched inside its step, the probe's blocks between the steps):
+
+    for step, batch in timer.steps(dataset.take(steps), train_step, state):
+        step.result = train_step(batch)
+    timer.close()
+
 Each step runs inside `tf.profiler.experimental.Trace("train", step_num=i, _r=1)` (the marker xprof's step table
 and `analyze` read, ProfileCallback's); the capture starts with ProfileCallback's options (host tracer level 2,
 no Python tracer) one step before START and stops at STOP (jax_steps.py: xprof leaves a capture's first and last

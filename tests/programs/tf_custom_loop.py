@@ -78,21 +78,27 @@ def model_and_step(kind: str):
     return model, optimizer, train_step
 
 
-def measured_loop(kind: str, out: str, steps: int, probe: bool, wait_ms: float, window: str | None) -> dict:
+def measured_loop(kind: str, out: str, steps: int, probe: bool, wait_ms: float, window: str | None,
+                  style: str = "with") -> dict:
     from tfbertperf.tf_steps import StepTimer
 
     model, optimizer, train_step = model_and_step(kind)
     timer = StepTimer(out, profile_steps=window, probe=probe, total_steps=steps if probe else None)
     state = lambda: [*model.variables, *optimizer.variables]  # noqa: E731 — the slots exist after step 0
-    batches, losses = iter(pipeline(kind, wait_ms)), []
-    for _ in range(steps):
-        timer.probe(train_step, state)  # a block of the what-if, where its plan puts one (nothing without probe)
-        with timer.step() as step:
-            batch = next(batches)  # inside the step: its wait for input is the step's
-            timer.keep_batch(batch)  # the probe caches one batch, once
+    losses = []
+    if style == "for":  # the loop as TF users write it: `for batch in dataset`, through StepTimer.steps
+        for step, batch in timer.steps(pipeline(kind, wait_ms).take(steps), train_step, state):
             step.result = loss = train_step(batch)
-        losses.append(float(loss))
-    if probe:
+            losses.append(float(loss))
+    else:
+        batches = iter(pipeline(kind, wait_ms))
+        for _ in range(steps):
+            timer.probe(train_step, state)  # a block of the what-if, where its plan puts one (nothing without probe)
+            with timer.step() as step:
+                batch = next(batches)  # inside the step: its wait for input is the step's
+                timer.keep_batch(batch)  # the probe caches one batch, once
+                step.result = loss = train_step(batch)
+            losses.append(float(loss))
         timer.probe(train_step, state, last=True)
     timer.close()
     return {"losses": losses, "what_if": timer.what_if, "step_file": str(timer.step_file)}
@@ -130,6 +136,8 @@ def main() -> None:
     ap.add_argument("--wait-ms", type=float, default=20.0)
     ap.add_argument("--window", default="10:20")
     ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--style", choices=("with", "for"), default="with",
+                    help="`with timer.step()` around next() and the step, or `for step, batch in timer.steps(ds)`")
     ap.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
     ap.add_argument("--other-profiler", action="store_true", help="a profiler already running when the loop starts")
     ap.add_argument("--truth", type=int, default=0, help="rounds of the truth's alternating blocks (0: none)")
@@ -139,7 +147,7 @@ def main() -> None:
     if a.other_profiler:
         tf.profiler.experimental.start(os.path.join(a.out, "other"))
     result = {"input": a.input, **measured_loop(a.input, a.out, a.steps, a.probe, a.wait_ms,
-                                                None if a.window == "none" else a.window)}
+                                                None if a.window == "none" else a.window, a.style)}
     if a.truth:
         result.update(truth(a.input, a.wait_ms, a.truth))
     print(json.dumps(result))
