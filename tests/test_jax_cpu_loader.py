@@ -210,6 +210,7 @@ def test_a_loader_thread_running_ahead_reads_by_the_cpu_it_takes_from_the_step(t
     _near_its_truth(att["input_cost_estimate_fraction"], r)  # ~3 pp quiet (truth 27 %)
 
 
+@pytest.mark.slow  # a JAX loop with its truth, captured with the Python tracer (~18–25 s under CI)
 def test_a_pure_python_loader_thread_the_tracer_slowed_is_read_against_the_unprofiled_step_with_a_caveat(tmp_path):
     # the tracer makes a pure-Python loader 5-10x slower: the step waits for it under the profiler and not without,
     # and that wait kept as the input's own ms against the unprofiled step read 56-100 % (truths 32-37 %) on five
