@@ -63,3 +63,16 @@ def test_a_profiler_already_running_costs_the_capture_not_the_loop(tmp_path):
     assert "tf.profiler.experimental.stop" in run["stderr"]
     doc = json.loads(Path(run["step_file"]).read_text())
     assert len(doc["step_time_ms"]) == 30 and not doc.get("profiled_steps")
+
+
+def test_a_bare_loop_that_fetches_its_batch_outside_the_marker_reads_input_bound(tmp_path):
+    """No StepTimer: `for i, batch in enumerate(ds): with Trace("train", step_num=i, _r=1): train_step(batch)` —
+    the 20 ms wait falls between the markers; read as compute-bound at ~4 % before profile/step_gaps.py."""
+    from tfbertperf.analyze import analyze
+
+    _loop(tmp_path / "logs", "--input", "wait", "--steps", "30", "--window", "10:20", "--style", "bare")
+    out = analyze(str(tmp_path / "logs"))
+    att = out["attribution"]
+    assert out["verdict"]["bottleneck"] == "input" and att["input_cost_estimate_fraction"] > 0.6, att
+    assert att["step_time_ms"] > 15  # the step from one marker's start to the next: the 20 ms fetch inside
+    assert att["steps_widened_ms"] > 15

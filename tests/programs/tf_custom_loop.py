@@ -83,6 +83,8 @@ def measured_loop(kind: str, out: str, steps: int, probe: bool, wait_ms: float, 
     from tfbertperf.tf_steps import StepTimer
 
     model, optimizer, train_step = model_and_step(kind)
+    if style == "bare":
+        return bare_loop(kind, out, steps, wait_ms, window, train_step)
     timer = StepTimer(out, profile_steps=window, probe=probe, total_steps=steps if probe else None)
     state = lambda: [*model.variables, *optimizer.variables]  # noqa: E731 — the slots exist after step 0
     losses = []
@@ -102,6 +104,21 @@ def measured_loop(kind: str, out: str, steps: int, probe: bool, wait_ms: float, 
         timer.probe(train_step, state, last=True)
     timer.close()
     return {"losses": losses, "what_if": timer.what_if, "step_file": str(timer.step_file)}
+
+
+def bare_loop(kind: str, out: str, steps: int, wait_ms: float, window: str, train_step) -> dict:
+    """No StepTimer: tf.profiler started and stopped around the window (one step more on each side), a Trace
+    marker around each step, the batch fetched by the `for` statement outside it (profile/step_gaps.py)."""
+    first, stop = (int(v) for v in window.split(":"))
+    losses = []
+    for i, batch in enumerate(pipeline(kind, wait_ms).take(steps)):
+        if i == first - 1:
+            tf.profiler.experimental.start(out)
+        if i == stop + 1:
+            tf.profiler.experimental.stop()
+        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+            losses.append(float(train_step(batch)))
+    return {"losses": losses, "what_if": None, "step_file": None}
 
 
 def truth(kind: str, wait_ms: float, rounds: int, block: int = 20, settle: int = 8) -> dict:
@@ -136,8 +153,9 @@ def main() -> None:
     ap.add_argument("--wait-ms", type=float, default=20.0)
     ap.add_argument("--window", default="10:20")
     ap.add_argument("--probe", action="store_true")
-    ap.add_argument("--style", choices=("with", "for"), default="with",
-                    help="`with timer.step()` around next() and the step, or `for step, batch in timer.steps(ds)`")
+    ap.add_argument("--style", choices=("with", "for", "bare"), default="with",
+                    help="`with timer.step()` around next() and the step, `for step, batch in timer.steps(ds)`, or "
+                         "no StepTimer: a bare Trace marker around the step, the batch fetched by `for` outside it")
     ap.add_argument("--deterministic", action="store_true", help="tf.config.experimental.enable_op_determinism()")
     ap.add_argument("--other-profiler", action="store_true", help="a profiler already running when the loop starts")
     ap.add_argument("--truth", type=int, default=0, help="rounds of the truth's alternating blocks (0: none)")

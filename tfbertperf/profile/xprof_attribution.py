@@ -43,7 +43,7 @@ import numpy as np
 
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, marker_steps, program_facts,
-                                threadcpu, unprofiled, xprof_tools)
+                                step_gaps, threadcpu, unprofiled, xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -226,6 +226,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
     rows, loader_ms, held_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None, None)
+    rows, gap_ms = step_gaps.widen(rows, xplanes) if on_host else (rows, 0.0)  # a fetch between the markers
     transfer = None
     if not on_host:
         inflight = devices.h2d_ms_by_step(xplanes)
@@ -250,7 +251,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         if c and c["step_ms"] > 0:
             cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms = (
                 c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"], c["ci95"], c["loader_wanted_ms"])
-            stolen_fraction = min(1.0, c["stolen_ms"] / c["step_ms"])
+            stolen_fraction = min(1.0, c["stolen_ms"] / (c["step_ms"] + gap_ms))
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
     events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
@@ -283,6 +284,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "step_table": marker_steps.describe(per_step) if tv else None,
         "input_python_loader_ms_per_step": None if loader_ms is None else round(loader_ms, 4),
         **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
+        **({"steps_widened_ms": round(gap_ms, 4)} if gap_ms else {}),  # a fetch between the markers: step_gaps.py
         **ran,
     }
     return att if on_host else _idle_reading(att, idle_att)

@@ -1,0 +1,47 @@
+"""A loop that fetches its batch between its step markers (`for batch in dataset:` with the marker around the step
+only): each step widened to the next marker's start where the gap holds the loop's get-next
+(tfbertperf/profile/step_gaps.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profile_fixtures import synthetic_xspace
+from tfbertperf.profile import step_gaps
+
+
+def _loop(tmp_path, fetch_us: float, name="IteratorGetNextOp::DoCompute"):
+    events = []
+    for i in range(4):  # a 2 ms step, then the next batch's fetch before the next marker
+        t0 = i * (2000 + fetch_us + 100)
+        events.append(("train", t0, 2000, {"step_num": i, "_r": 1}))
+        if fetch_us:
+            events.append((name, t0 + 2050, fetch_us, {}))
+    return [synthetic_xspace(tmp_path / "p.xplane.pb", {"python3": events})]
+
+
+def _rows():
+    return [{"step": f"step {i}", "step_time_ms": 2.0, "input": 0.0, "host_compute": 1.9, "other": 0.1}
+            for i in (1, 2)]
+
+
+def test_a_fetch_between_the_markers_widens_each_step_by_its_gap_and_counts_the_wait_as_input(tmp_path):
+    gaps = step_gaps.gaps_by_step(_loop(tmp_path, 30_000))
+    assert sorted(gaps) == [0, 1, 2] and gaps[1] == pytest.approx((30.1, 30.0))
+    rows, added = step_gaps.widen(_rows(), _loop(tmp_path, 30_000))
+    assert added == pytest.approx(30.1)
+    assert rows[0]["step_time_ms"] == pytest.approx(32.1) and rows[0]["input"] == pytest.approx(30.0)
+    assert rows[0]["other"] == pytest.approx(0.2) and rows[0]["host_compute"] == 1.9
+
+
+def test_gaps_without_the_loops_fetch_leave_the_steps_as_they_were(tmp_path):
+    # Keras' callbacks between ProfileCallback's markers, or a fetch on another thread: no widening
+    rows = _rows()
+    assert step_gaps.widen(rows, _loop(tmp_path, 0)) == (rows, 0.0)
+    assert step_gaps.widen(rows, _loop(tmp_path, 3_000, name="SomethingElse")) == (rows, 0.0)
+
+
+def test_the_console_says_the_steps_were_widened_and_how_to_mark_the_fetch():
+    assert step_gaps.note({}) == [] and step_gaps.note({"steps_widened_ms": 0.0}) == []
+    [line] = step_gaps.note({"steps_widened_ms": 30.1})
+    assert "fetches its batches between its step markers (30.10 ms a step)" in line and "timer.steps(" in line

@@ -1,0 +1,75 @@
+"""A loop that fetches its batch between its step markers: the wait for input falls outside every step (issue 29).
+
+A TensorFlow loop written as many users write it,
+
+    for i, batch in enumerate(dataset):
+        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+            train_step(batch)
+
+marks only the compute: `for` pulls the batch (`IteratorGetNext` on the loop's thread) before the marker opens.
+xprof's step table, and every reading built on it, then see steps with no wait for input, and a loop that spends
+95 % of its time waiting for a slow map read "compute-bound, input 4 %" (a serial map waiting 20 ms a batch before
+a 2 ms step: 30 ms between markers).  The loop's step is what runs from one step's start to the next's (profile/
+steps.py: the definition the device path uses already), so where the gaps between a thread's markers hold that
+thread's get-next, each step is widened to the next marker's start: the get-next time in its gap is input, the
+rest of the gap other.  Steps whose gaps hold no get-next (Keras' own callbacks between ProfileCallback's markers,
+the step file's measure too) are left as they are.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tfbertperf.profile import intervals as iv
+from tfbertperf.profile.steptable import step_number
+from tfbertperf.profile.trace import load_trace
+
+# the loop thread's own fetch of a batch: an eager IteratorGetNext (`next(iterator)`, `for batch in dataset`)
+FETCH = re.compile(r"^(IteratorGetNextOp::DoCompute|IteratorGetNextAsOptionalOp::DoCompute|"
+                   r"EagerLocalExecute: IteratorGetNext)")
+PS_PER_MS = 1e9
+
+
+def note(att: dict) -> list[str]:
+    """The console's line for a capture whose steps were widened (attribution.steps_widened_ms), else []."""
+    ms = att.get("steps_widened_ms")
+    return [f"the loop fetches its batches between its step markers ({ms:.2f} ms a step): each step counted to the "
+            f"next marker's start, the fetch as input — fetch inside the marker (tfbertperf.tf_steps.StepTimer: "
+            f"`for step, batch in timer.steps(dataset)`) so that every tool sees it"] if ms else []
+
+
+def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
+    """Per step number, (the gap after its marker up to the next marker's start on the same thread, the loop
+    thread's get-next time in that gap), ms — only steps whose gap holds a get-next; {} where none does."""
+    trace = load_trace(xplanes)
+    by_thread: dict = {}
+    for thread, ev in trace.markers():
+        by_thread.setdefault(id(thread), (thread, []))[1].append(ev)
+    out: dict[int, tuple[float, float]] = {}
+    for thread, marks in by_thread.values():
+        fetch = thread.mask(FETCH)
+        spans = iv.union(np.column_stack([thread.start[fetch], thread.end[fetch]])) if fetch.any() else None
+        for m, nxt in zip(marks, marks[1:]):
+            if spans is None or nxt.start <= m.end or m.step_num is None:
+                continue
+            waited = iv.length(iv.clip(spans, m.end, nxt.start))
+            if waited > 0:
+                out[m.step_num] = ((nxt.start - m.end) / PS_PER_MS, waited / PS_PER_MS)
+    return out
+
+
+def widen(rows: list[dict], xplanes) -> tuple[list[dict], float]:
+    """xprof's step rows, each step whose gap holds the loop's fetch widened by its gap (gaps_by_step): the fetch
+    time to input, the rest of the gap to other; and the mean gap added a step (0.0 where none was)."""
+    gaps = gaps_by_step(xplanes)
+    if not gaps:
+        return rows, 0.0
+    out, added = [], []
+    for r in rows:
+        gap, wait = gaps.get(step_number(r["step"]), (0.0, 0.0))
+        added.append(gap)
+        out.append({**r, "step_time_ms": r["step_time_ms"] + gap, "input": r["input"] + wait,
+                    "other": r["other"] + gap - wait})
+    return out, sum(added) / len(added) if added else 0.0
