@@ -13,10 +13,11 @@ PROGRAM = Path(__file__).with_name("stall_loop.py")
 
 
 def run_program(out: Path, modes: str, steps: int = 40, window: str = "20:35", timeout_s: float = 240,
-                rounds: int | None = None) -> dict:
-    """`rounds`: the stall's strength (stall_loop.py --rounds; None = its default)."""
+                rounds: int | None = None, threadcpu: bool = False) -> dict:
+    """`rounds`: the stall's strength (stall_loop.py --rounds; None = its default); `threadcpu`: the threads' CPU
+    written beside each capture (stall_loop.py --threadcpu)."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    extra = ["--rounds", str(rounds)] if rounds else []
+    extra = (["--rounds", str(rounds)] if rounds else []) + (["--threadcpu"] if threadcpu else [])
     proc = subprocess.run(
         [sys.executable, str(PROGRAM), "--out", str(out), "--modes", modes, "--steps", str(steps),
          "--window", window, *extra],

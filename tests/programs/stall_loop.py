@@ -102,7 +102,9 @@ def make_step(hidden: int, layers: int):
 
 
 def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int, sleep_ms: float,
-        hidden: int, layers: int) -> dict:
+        hidden: int, layers: int, record_cpu: bool = False) -> dict:
+    from tfbertperf.profile import threadcpu
+
     step = make_step(hidden, layers)
 
     it = iter(make_dataset(mode, rounds, sleep_ms))
@@ -111,6 +113,7 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
     for i in range(steps):
         if i == start:
             tf.profiler.experimental.start(logdir)
+            cpu_at_start = threadcpu.snapshot(loaders=True) if record_cpu else None
         t0 = time.perf_counter()
         if mode == "nomarkers":
             x, y = next(it)
@@ -123,7 +126,10 @@ def run(mode: str, logdir: str, steps: int, window: tuple[int, int], rounds: int
                 step(x, y).numpy()
         t2 = time.perf_counter()
         if i == stop - 1:
+            cpu_at_stop = threadcpu.snapshot(loaders=True) if record_cpu else None
             tf.profiler.experimental.stop()
+            if record_cpu:  # the threads' CPU over the window, beside the capture (what ProfileCallback writes)
+                threadcpu.write_beside_newest_capture(logdir, cpu_at_start, cpu_at_stop)
         if i >= start:  # measure the same steps the profile holds, plus the rest after warm-up
             step_ms.append((t2 - t0) * 1e3)
             wait_ms.append((t1 - t0) * 1e3)
@@ -173,6 +179,8 @@ def main(argv=None) -> None:
     p.add_argument("--sleep-ms", type=float, default=30.0)
     p.add_argument("--hidden", type=int, default=768)
     p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--threadcpu", action="store_true", help="write the threads' CPU beside each capture "
+                   "(threadcpu.json, as ProfileCallback does): analyze reads the input's measured CPU")
     a = p.parse_args(argv)
     start, stop = (int(v) for v in a.window.split(":"))
     for mode in a.modes.split(","):
@@ -183,7 +191,8 @@ def main(argv=None) -> None:
             continue
         big = mode.startswith("compute")
         hidden, layers = (a.hidden * 3 // 2, a.layers + 1) if big else (a.hidden, a.layers)
-        res = run(mode, os.path.join(a.out, mode), a.steps, (start, stop), a.rounds, a.sleep_ms, hidden, layers)
+        res = run(mode, os.path.join(a.out, mode), a.steps, (start, stop), a.rounds, a.sleep_ms, hidden, layers,
+                  a.threadcpu)
         print(json.dumps(res), flush=True)
 
 

@@ -270,7 +270,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     # a from_generator source's own loader (profile/loaders.py): its unrecorded threads and processes are input too
     generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
-    traced = {threadcpu.line_id(n) for n in threads.values()} - {None}
+    traced = {threadcpu.line_id(n) for n in threads.values() if "Eigen" not in n} - {None}  # Eigen: the intra-op pool
     pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
