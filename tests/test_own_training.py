@@ -599,6 +599,9 @@ def test_an_estimate_whose_spread_over_the_captured_steps_straddles_the_line_is_
     assert "estimate's 95% interval over the captured steps 17–22% straddles the 20% line" in v["summary"]
     assert v["actions"][0]["advice"].startswith("measure the what-if before acting on this verdict")
     assert "ProfileCallback(probe=True)" in v["actions"][0]["advice"]
+    for by in ("tfbertperf.tf_steps.StepTimer", "tfbertperf.jax_steps.StepTimer"):  # a loop: its own timer's probe
+        said = undecided.mark(verdict(att, 0.8), att, 0.8, probe_by=by)["actions"][0]["advice"]
+        assert f"{by}(probe=True, total_steps=…)" in said and "ProfileCallback" not in said, said
     far = _host_att(0.12, 0.025)  # 12 % ± 2.5: decided
     assert undecided.mark(verdict(far, 0.8), far, 0.8)["undecided"] is None
     # against the unprofiled step the same ms are 21.9 %, their interval scaled alike (± 2.75 pp): still undecided

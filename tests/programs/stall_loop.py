@@ -15,7 +15,9 @@ Modes (the input pipeline in front of the same model):
   sleep_truth  the same for the sleep mode (sleep pipeline vs the same model fed from memory).
 
 Prints one JSON line per mode: {"mode", "logdir", "step_time_ms" (mean over the measured steps),
-"input_wait_ms" (mean wall time blocked in next()), "steps"}.
+"input_wait_ms" (mean wall time blocked in next()), "steps"}; the truths {"mode", "step_time_ms",
+"compute_only_step_ms", "input_cost_fraction", "machine" (the other processes' CPU beside them:
+tfbertperf/profile/machine_load.py)}.
 """
 
 from __future__ import annotations
@@ -151,8 +153,10 @@ def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 8, block_
     starts by draining them — with a heavy stall the first ~5 steps of a block are much faster than the steady
     state (seen at --rounds 24: ~7.5 ms, then ~11 ms), so 8-step blocks dropping 3 steps under-measured T.
     T and T_c are medians of the remaining step times."""
-    step = make_step(hidden, layers)
+    from tfbertperf.profile import machine_load
 
+    step = make_step(hidden, layers)
+    at = {"machine": machine_load.snapshot(), "process_cpu": time.process_time()}  # other processes beside it
     its = {"stall": iter(make_dataset(pipeline, rounds, sleep_ms)), "memory": iter(make_dataset("memory", rounds, 0.0))}
     times = {"stall": [], "memory": []}
     for b in range(blocks + 1):  # block 0 of each kind: warm-up (tracing)
@@ -165,8 +169,9 @@ def what_if_truth(rounds: int, hidden: int, layers: int, blocks: int = 8, block_
                 if b > 0 and i >= settle:
                     times[kind].append((time.perf_counter() - t0) * 1e3)
     T, T_c = float(np.median(times["stall"])), float(np.median(times["memory"]))
+    machine = machine_load.window(at, {"machine": machine_load.snapshot(), "process_cpu": time.process_time()}, 0.0)
     return {"mode": "truth" if pipeline == "stall" else f"{pipeline}_truth", "step_time_ms": T,
-            "compute_only_step_ms": T_c, "input_cost_fraction": (T - T_c) / T}
+            "compute_only_step_ms": T_c, "input_cost_fraction": (T - T_c) / T, **machine}
 
 
 def main(argv=None) -> None:

@@ -12,8 +12,8 @@ core of many: 3 % busy on 32 cores), so the reading is per thread, from two snap
   cpu_saturation_fraction   max(busiest thread wanted, process_cores_wanted ÷ cores), at most 1: ≥ 0.8 means
                          a stage of the run is bound by the CPU (one thread that never waits for anything but a
                          core, or all the cores wanted), which an idle storage wait never looks like.
-Threads that ended inside the span are not counted (window_record keeps their sum), new ones count from 0.  No
-schedstat (not Linux): psutil's per-thread CPU times, no run-queue wait.  Cost: ~4 ms (~100 threads), twice a span.
+Threads that ended inside the span are not counted (window_record keeps their sum), new ones count from 0; no
+schedstat (not Linux): psutil's per-thread CPU times.  The machine's other load: profile/machine_load.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import glob
 import os
 import threading
 import time
+
+from tfbertperf.profile import machine_load
 
 
 def snapshot(loaders: bool = False) -> dict:
@@ -54,6 +56,7 @@ def snapshot(loaders: bool = False) -> dict:
         out["children"] = {pid: (*_task_sum(pid), _name(pid, pid)) for pid in _children()}
         out["process_cpu"] = time.process_time()  # every thread's, also those that end before the next snapshot
         out["children_done"] = sum(os.times()[2:4])  # the children reaped so far, their whole CPU
+        out["machine"] = machine_load.snapshot()  # the cores' busy and stolen time: was the machine shared?
     return out
 
 
@@ -93,8 +96,7 @@ def compare(a: dict, b: dict, cores: int) -> dict:
         cpu0, wait0 = a["threads"].get(tid, (0.0, 0.0))
         used[tid] = max(0.0, cpu - cpu0)
         wanted[tid] = used[tid] + max(0.0, wait - wait0)
-    cores = max(1, int(cores))
-    busiest = max(wanted, key=wanted.get)
+    cores, busiest = max(1, int(cores)), max(wanted, key=wanted.get)
     total_wanted = sum(wanted.values()) / wall
     return {
         "process_cores_used": round(sum(used.values()) / wall, 4),
@@ -142,14 +144,12 @@ def window_record(a: dict, b: dict) -> dict:
         alive = sum(r["cpu_ms"] for r in threads)  # epoch's last batches): the process's CPU less the live ones'
         exited = {"cpu_ms": round(max(0.0, (b["process_cpu"] - a["process_cpu"]) * 1e3 - alive), 3),
                   "python": sorted(n for tid, n in a.get("python", {}).items() if tid not in b["threads"])}
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return {"schema": SIDECAR_SCHEMA, "seconds": round(b["t"] - a["t"], 6), "cores": cores, "clock": "schedstat",
-            "pid": os.getpid(), "threads": sorted(threads, key=lambda r: -r["cpu_ms"]),
+    return {"schema": SIDECAR_SCHEMA, "seconds": round(b["t"] - a["t"], 6), "clock": "schedstat", "pid": os.getpid(),
+            "cores": len(machine_load.cpus() or ()) or os.cpu_count() or 1,
+            "threads": sorted(threads, key=lambda r: -r["cpu_ms"]),
             **({"children": children} if "children" in b else {}),
-            **({"exited": exited} if "process_cpu" in a and "process_cpu" in b else {})}
+            **({"exited": exited} if "process_cpu" in a and "process_cpu" in b else {}),
+            **machine_load.window(a, b, sum(c["cpu_ms"] for c in children))}
 
 
 def write_beside_newest_capture(logdir: str, a: dict, b: dict):

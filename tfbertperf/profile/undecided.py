@@ -84,7 +84,7 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     if other == side:  # the other side of the input line is still this bottleneck (transfer, other)
         return decided
     if key != "input_cost_fraction":
-        return _estimate_undecided(decided, share, ci, side, other, loop="StepTimer" in probe_by)
+        return _estimate_undecided(decided, share, ci, side, other, loop=probe_by if "StepTimer" in probe_by else "")
     longer = longer_by(ci, abs(share - INPUT_BOUND_THRESHOLD))
     auto = isinstance(probe_steps, str)  # a run with profile.probe_steps=auto: a longer run decides it
     more = None if probe_steps is None or auto else max(probe_steps + 1, int(round(probe_steps * longer)))
@@ -112,9 +112,10 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     return decided
 
 
-def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other: str, loop: bool = False) -> dict:
+def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other: str, loop: str = "") -> dict:
     """An estimate from the capture whose spread over the captured steps straddles the line: the what-if decides
-    (a longer capture narrows the spread, not the estimate's bias: BENCHMARKS.md, issue 29)."""
+    (a longer capture narrows the spread, not the estimate's bias: BENCHMARKS.md, issue 29).  `loop`: the step
+    file's writer where it is a loop's StepTimer (tfbertperf.tf_steps.StepTimer, tfbertperf.jax_steps.StepTimer)."""
     lo, hi = max(0.0, share - ci), min(1.0, share + ci)
     decided["undecided"] = {"between": [side, other], "input_cost_fraction": round(share, 4), "ci95": round(ci, 4),
                             "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": None, "longer_by": None,
@@ -123,7 +124,7 @@ def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other
                            f"{hi:.0%} straddles the {INPUT_BOUND_THRESHOLD:.0%} line between {side} and {other}")
     advice = (f"measure the what-if before acting on this verdict: the capture's estimate {share:.0%} ± "
               f"{100 * ci:.0f} pp (95%, over its steps) sits on the {INPUT_BOUND_THRESHOLD:.0%} line — "
-              + ("tfbertperf.jax_steps.StepTimer(probe=True, total_steps=…)" if loop else
+              + (f"{loop}(probe=True, total_steps=…)" if loop else
                  "tfbertperf.keras.ProfileCallback(probe=True)")
               + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
     decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]

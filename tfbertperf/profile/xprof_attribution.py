@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from tfbertperf.errors import UsageError
-from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, marker_steps, program_facts,
-                                step_gaps, threadcpu, unprofiled, xprof_tools)
+from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, machine_load, marker_steps,
+                                program_facts, step_gaps, threadcpu, unprofiled, xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -285,6 +285,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "input_python_loader_ms_per_step": None if loader_ms is None else round(loader_ms, 4),
         **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
         **({"steps_widened_ms": round(gap_ms, 4)} if gap_ms else {}),  # a fetch between the markers: step_gaps.py
+        **machine_load.reading(threadcpu.read_beside(xplanes[0]) if xplanes else None),  # was the machine shared?
         **ran,
     }
     return att if on_host else _idle_reading(att, idle_att)
