@@ -40,6 +40,17 @@ def test_the_console_line_names_the_shared_machine_and_only_a_shared_one():
     assert machine_load.reading(None) == {} and machine_load.reading({"machine": {"other_cores": "x"}}) == {}
 
 
+def _record_beside(proc) -> dict:
+    """The thread-CPU record of one second of this process sleeping beside `proc` (killed after)."""
+    try:
+        time.sleep(0.3)
+        a = threadcpu.snapshot(loaders=True)
+        time.sleep(1.0)
+        return threadcpu.window_record(a, threadcpu.snapshot(loaders=True))
+    finally:
+        proc()
+
+
 @pytest.mark.skipif(machine_load.snapshot() is None, reason="no /proc/stat: not Linux")
 def test_a_busy_process_beside_the_window_is_in_the_record_and_a_child_is_the_programs_own():
     # a busy loop not the program's (its parent has exited: not a child) reads as other processes' CPU; the same
@@ -47,26 +58,12 @@ def test_a_busy_process_beside_the_window_is_in_the_record_and_a_child_is_the_pr
     spin = [sys.executable, "-c", "import time; t = time.time() + 30\nwhile time.time() < t: pass"]
     orphan = subprocess.run(["sh", "-c", f"{shlex.join(spin)} >/dev/null 2>&1 & echo $!"],
                             capture_output=True, text=True, check=True)
-    pid = int(orphan.stdout.split()[0])
-    try:
-        time.sleep(0.3)
-        a = threadcpu.snapshot(loaders=True)
-        time.sleep(1.0)
-        rec = threadcpu.window_record(a, threadcpu.snapshot(loaders=True))
-    finally:
-        subprocess.run(["kill", str(pid)], check=False)
+    rec = _record_beside(lambda: subprocess.run(["kill", orphan.stdout.split()[0]], check=False))
     # one spinning process has a core's worth to use (less on a busy machine: it shares with whatever else runs)
     assert rec["machine"]["other_cores"] >= 0.5 and rec["machine"]["seconds"] >= 0.9, rec["machine"]
     child = subprocess.Popen(spin)
-    try:
-        time.sleep(0.3)
-        a = threadcpu.snapshot(loaders=True)
-        time.sleep(1.0)
-        rec2 = threadcpu.window_record(a, threadcpu.snapshot(loaders=True))
-    finally:
-        child.kill()
-        child.wait()
+    rec2 = _record_beside(lambda: (child.kill(), child.wait()))
     own = sum(c["cpu_ms"] for c in rec2["children"])
-    assert own >= 400, rec2["children"]  # the child's CPU is in the record as the program's …
+    assert own >= 200, rec2["children"]  # the child's CPU is in the record as the program's (a fifth of a core at least) …
     busy = rec2["machine"]["busy_cores"] * rec2["machine"]["seconds"] * 1e3
     assert rec2["machine"]["other_cores"] * rec2["machine"]["seconds"] * 1e3 <= busy - own + 30  # … not others'
