@@ -64,6 +64,6 @@ def test_a_busy_process_beside_the_window_is_in_the_record_and_a_child_is_the_pr
     child = subprocess.Popen(spin)
     rec2 = _record_beside(lambda: (child.kill(), child.wait()))
     own = sum(c["cpu_ms"] for c in rec2["children"])
-    assert own >= 200, rec2["children"]  # the child's CPU is in the record as the program's (a fifth of a core at least) …
+    assert own >= 200, rec2["children"]  # the child's CPU is in the record as the program's (a fifth of a core) …
     busy = rec2["machine"]["busy_cores"] * rec2["machine"]["seconds"] * 1e3
     assert rec2["machine"]["other_cores"] * rec2["machine"]["seconds"] * 1e3 <= busy - own + 30  # … not others'
