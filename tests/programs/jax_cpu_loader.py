@@ -7,6 +7,8 @@ Loaders (each yields a (256, 512) float32 batch for a jitted 3-layer MLP step):
   python   pure-Python work per batch (holds the interpreter lock: a tokenizer written in Python), a fixed amount
            that takes --ms on an idle machine (calibrated at the start), then the batch drawn
   none     the same batch from memory: compute-bound
+--bare marks the steps with jax.profiler.StepTraceAnnotation around the step only (no StepTimer, no step file): the
+batch is fetched between the markers, as a loop written after JAX's profiling docs does.
 --thread runs the loader ahead in a background thread, 2 batches deep (the loader advice followed): the training
 thread then takes each batch from a queue.  --no-python-tracer captures without JAX's Python tracer.
 
@@ -150,6 +152,8 @@ def main() -> None:
     where.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
     where.add_argument("--process", action="store_true", help="the loader runs ahead in a child process")
     ap.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
+    ap.add_argument("--bare", action="store_true", help="no StepTimer: jax.profiler.start_trace/stop_trace and a "
+                    "StepTraceAnnotation around the step only, the batch fetched before it (between the markers)")
     a = ap.parse_args()
     step, p = make_step()
     real, base = loader(a.loader, a.ms), next(loader("none", 0))
@@ -179,22 +183,36 @@ def main() -> None:
     if a.no_python_tracer:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0
-    timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps, profiler_options=options)
+    if a.bare:  # the loop as JAX's docs mark it: the step annotated, the `for` pulling the batch outside it
+        for i in range(a.steps):
+            if i == 20:
+                jax.profiler.start_trace(logdir, profiler_options=options)
+            batch = next(real)
+            with jax.profiler.StepTraceAnnotation("train", step_num=i):
+                p, loss = step(p, batch)
+                loss.block_until_ready()
+            if i == 29:
+                jax.profiler.stop_trace()
+        timer = None
+    else:
+        timer = StepTimer(logdir, profile_steps="20:30", probe=a.probe, total_steps=a.steps,
+                          profiler_options=options)
     last = None
-    for _ in range(a.steps):
+    for _ in range(a.steps if timer else 0):
         timer.probe(step, p, last)  # with --probe: a block on a copy of p where the plan puts one (else nothing)
         with timer.step() as s:
             last = next(real)
             p, loss = step(p, last)
             s.result = loss
-    timer.probe(step, p)  # a block planned after the last step
-    timer.close()
+    if timer:
+        timer.probe(step, p)  # a block planned after the last step
+        timer.close()
     blocks(a.rounds // 2)
     t, tc = statistics.fmean(T), statistics.fmean(Tc)
     print(json.dumps({"loader": a.loader + ("-thread" if a.thread else "-process" if a.process else ""), "ms": a.ms,
                       "truth": max(0.0, (t - tc) / t), "T_ms": t, "T_c_ms": tc,
-                      "halves": halves, "logdir": logdir, "step_file": str(timer.step_file),
-                      "probe": timer.what_if, "checksum": float(sum(jnp.sum(v) for v in p.values())),
+                      "halves": halves, "logdir": logdir, "step_file": str(timer.step_file) if timer else None,
+                      "probe": timer.what_if if timer else None, "checksum": float(sum(jnp.sum(v) for v in p.values())),
                       "load": os.getloadavg()[0]}), flush=True)
 
 

@@ -16,12 +16,16 @@ Per repetition, in a fresh interpreter:
   truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
   xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
   next() = wall time the program measured blocked in next(iterator) ÷ its step time;
-  ours   = analyze's input_cost_estimate_fraction (blocked wait + CPU the pipeline stole from compute).
+  ours   = analyze's input_cost_estimate_fraction (blocked wait + CPU the pipeline stole from compute), from the
+           capture alone; stall also with the threads' CPU record beside it (stall_loop.py --threadcpu: "measured")
+           and the other processes' CPU on the program's cores over the window (profile/machine_load.py).
+--busy N runs N busy processes (a Python loop each) beside every repetition: a machine that is not the program's.
 
     python tools/bench/bench_attribution_foreign.py            # 3 repetitions of each program, markdown tables
     python tools/bench/bench_attribution_foreign.py --programs image,text --reps 3
     python tools/bench/bench_attribution_foreign.py --reps 5 --rounds 24     # a stronger stall
     python tools/bench/bench_attribution_foreign.py --sleep-ms 8   # the sleep pipeline (no CPU used: upper bound)
+    python tools/bench/bench_attribution_foreign.py --programs stall --rounds 24 --busy 2   # beside 2 busy processes
     python tools/bench/bench_attribution_foreign.py --programs fit --reps 3   # the five Keras fit shapes
     python tools/bench/bench_attribution_foreign.py --programs fit:parse,fit:tokenize --reps 3 \
         --fit-steps 300 --probe-steps 120 --probe-blocks 24 --truth-rounds 24   # more samples: below this VM's noise
@@ -156,12 +160,27 @@ def main(argv=None) -> int:
                    help="fit shapes: truth blocks of each kind (0 = its default, 10)")
     p.add_argument("--steps-per-execution", type=int, default=0,
                    help="fit shapes: Keras compile(steps_per_execution=k) (0 = 1); --fit-steps still counts batches")
+    p.add_argument("--busy", type=int, default=0, help="busy processes beside every repetition (0: none)")
     a = p.parse_args(argv)
+    import subprocess
+
+    t0 = time.time()
+    spin = "import time\nwhile True: time.time()"  # beside the program, not its child: other processes' CPU
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(max(0, a.busy))]
+    try:
+        total = _programs(a)
+    finally:
+        for b in busy:
+            b.kill()
+    print(f"\n\n{total} repetitions in {time.time() - t0:.0f} s")
+    return 0
+
+
+def _programs(a) -> int:
     import subprocess
 
     from tfbertperf.analyze import analyze
 
-    t0 = time.time()
     total = 0
     programs = [x for p in a.programs.split(",") for x in (FIT_SHAPES if p == "fit" else [p])]
     fits = [p for p in programs if p.startswith("fit:")]
@@ -178,7 +197,7 @@ def main(argv=None) -> int:
             if program == "stall":
                 mode, truth = ("sleep", "sleep_truth") if a.sleep_ms else ("stall", "truth")
                 cmd = [sys.executable, str(ROOT / "tests" / "programs" / "stall_loop.py"), "--out", str(out),
-                       "--modes", f"{mode},{truth}", "--steps", "40", "--window", "20:35"]
+                       "--modes", f"{mode},{truth}", "--steps", "40", "--window", "20:35", "--threadcpu"]
                 if a.rounds:
                     cmd += ["--rounds", str(a.rounds)]
                 if a.sleep_ms:
@@ -193,29 +212,39 @@ def main(argv=None) -> int:
 
             res = {r["mode"]: r for r in (json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{"))}
             att = analyze(res[mode]["logdir"])["attribution"]
+            records = list(Path(res[mode]["logdir"]).rglob("threadcpu.json"))
+            for f in records:  # the capture alone: what a plain tf.profiler capture holds
+                f.rename(f.with_suffix(".aside"))
+            alone = analyze(res[mode]["logdir"])["attribution"] if records else att
             rows.append({
                 "truth": res[truth]["input_cost_fraction"],
                 "xprof": att["input_bound_fraction"],
                 "next": res[mode]["input_wait_ms"] / res[mode]["step_time_ms"],
-                "ours": att["input_cost_estimate_fraction"],
+                "ours": alone["input_cost_estimate_fraction"],
+                **({"measured": att["input_cost_estimate_fraction"]} if records else {}),
+                "others": att.get("machine_other_cores"),
             })
         total += len(rows)
-        print(f"\n**{program}**\n")
-        print("| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |")
-        print("|---|---|---|---|---|")
+        keys = ["xprof", "next", "ours", *(["measured"] if "measured" in rows[0] else [])]
+        print(f"\n**{program}**{f' beside {a.busy} busy processes' if a.busy else ''}\n")
+        print("| rep | what-if truth | xprof input share | blocked in next() | analyze estimate (wait + stolen CPU) |"
+              + (" … with the threads' CPU record | other processes' cores (record) |" if len(keys) > 3 else ""))
+        print("|---|---|---|---|---|" + ("---|---|" if len(keys) > 3 else ""))
         for i, r in enumerate(rows, 1):
-            cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in ("xprof", "next", "ours")]
+            cells = [f"{r[k] * 100:.1f} % ({(r[k] - r['truth']) * 100:+.1f} pp)" for k in keys]
+            cells += [] if len(keys) == 3 else ["—" if r["others"] is None else f"{r['others']:.2f}"]
             print(f"| {i} | {r['truth'] * 100:.1f} % | " + " | ".join(cells) + " |")
-        for k, name in (("xprof", "xprof"), ("next", "next()"), ("ours", "analyze")):
+        for k, name in zip(keys, ("xprof", "next()", "analyze", "analyze, measured CPU")):
             err = [r[k] - r["truth"] for r in rows]
             print(f"\n{program} {name}: mean |error| {statistics.fmean(abs(e) for e in err) * 100:.1f} pp, "
                   f"mean error {statistics.fmean(err) * 100:+.1f} pp, median error "
                   f"{statistics.median(err) * 100:+.1f} pp", end="")
-        closer = sum(abs(r["ours"] - r["truth"]) < abs(r["xprof"] - r["truth"]) for r in rows)
-        print(f"\n{program}: analyze closer to the truth than xprof in {closer}/{len(rows)} repetitions")
-    rows = [None] * total
-    print(f"\n\n{len(rows)} repetitions in {time.time() - t0:.0f} s")
-    return 0
+        for k in keys[2:]:
+            closer = sum(abs(r[k] - r["truth"]) < abs(r["xprof"] - r["truth"]) for r in rows)
+            print(f"\n{program}: analyze ({'capture alone' if k == 'ours' else 'measured CPU'}) closer to the truth "
+                  f"than xprof in {closer}/{len(rows)} repetitions", end="")
+        print()
+    return total
 
 
 if __name__ == "__main__":
