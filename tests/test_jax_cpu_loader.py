@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tfbertperf.analyze import analyze
+from tfbertperf.profile import step_gaps
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                                 reason="JAX is not installed: pip install 'jax>=0.4.30' (in setup.cfg's `test` extra)")
@@ -235,6 +236,22 @@ def test_a_loader_process_running_ahead_reads_by_the_cpu_it_takes_and_its_hand_o
     att = d["attribution"]
     assert att["input_python_loader_ms_per_step"] > 0.05  # its `next` through multiprocessing's queue, not a sync
     _near_its_truth(att["input_cost_estimate_fraction"], r)  # ~1-2 pp quiet (truth 32 %)
+
+
+@pytest.mark.parametrize("loader", ["wait", "numpy"])
+def test_a_jax_loop_that_fetches_between_its_step_annotations_reads_its_loader_as_input(tmp_path, loader):
+    # `for batch in loader:` with jax.profiler.StepTraceAnnotation around the step only (JAX's docs' shape): the
+    # loader's frames fall between the markers.  Before: "compute-bound, input 0 %" against truths of 44-49 %
+    r = _run([str(ROOT / "tests" / "programs" / "jax_cpu_loader.py"), "--loader", loader, "--ms", "5", "--bare",
+              "--out", str(tmp_path), "--rounds", "4", "--steps", "40"])
+    assert r["step_file"] is None  # the capture alone
+    d = analyze(r["logdir"])
+    att, said = d["attribution"], " | ".join(a["advice"] for a in d["verdict"]["actions"])
+    assert att["steps_widened_ms"] > 3.0 and att["input_python_loader_ms_per_step"] > 3.0, att
+    _near_its_truth(att["input_cost_estimate_fraction"], r)  # ~1 pp quiet (truths 44-49 %)
+    # the loader's advice, not tf.data's; and the console names JAX's StepTimer for marking the fetch
+    assert "own Python loader" in said and "interleave" not in said, said
+    assert "jax_steps.StepTimer" in " ".join(step_gaps.note(att))
 
 
 @pytest.mark.slow  # two 120-step JAX runs with their truths (~10 s each beside two busy cores)

@@ -28,8 +28,8 @@ def _rows():
 def test_a_fetch_between_the_markers_widens_each_step_by_its_gap_and_counts_the_wait_as_input(tmp_path):
     gaps = step_gaps.gaps_by_step(_loop(tmp_path, 30_000))
     assert sorted(gaps) == [0, 1, 2] and gaps[1] == pytest.approx((30.1, 30.0))
-    rows, added = step_gaps.widen(_rows(), _loop(tmp_path, 30_000))
-    assert added == pytest.approx(30.1)
+    rows, added, fetched = step_gaps.widen(_rows(), _loop(tmp_path, 30_000))
+    assert added == pytest.approx(30.1) and fetched == pytest.approx(30.0)
     assert rows[0]["step_time_ms"] == pytest.approx(32.1) and rows[0]["input"] == pytest.approx(30.0)
     assert rows[0]["other"] == pytest.approx(0.2) and rows[0]["host_compute"] == 1.9
 
@@ -37,11 +37,14 @@ def test_a_fetch_between_the_markers_widens_each_step_by_its_gap_and_counts_the_
 def test_gaps_without_the_loops_fetch_leave_the_steps_as_they_were(tmp_path):
     # Keras' callbacks between ProfileCallback's markers, or a fetch on another thread: no widening
     rows = _rows()
-    assert step_gaps.widen(rows, _loop(tmp_path, 0)) == (rows, 0.0)
-    assert step_gaps.widen(rows, _loop(tmp_path, 3_000, name="SomethingElse")) == (rows, 0.0)
+    assert step_gaps.widen(rows, _loop(tmp_path, 0)) == (rows, 0.0, 0.0)
+    assert step_gaps.widen(rows, _loop(tmp_path, 3_000, name="SomethingElse")) == (rows, 0.0, 0.0)
 
 
 def test_the_console_says_the_steps_were_widened_and_how_to_mark_the_fetch():
     assert step_gaps.note({}) == [] and step_gaps.note({"steps_widened_ms": 0.0}) == []
     [line] = step_gaps.note({"steps_widened_ms": 30.1})
     assert "fetches its batches between its step markers (30.10 ms a step)" in line and "timer.steps(" in line
+    assert "tf_steps.StepTimer" in line  # a TensorFlow loop's; a Python loader's capture (JAX) names JAX's
+    [line] = step_gaps.note({"steps_widened_ms": 6.5, "input_python_loader_ms_per_step": 6.4})
+    assert "tfbertperf.jax_steps.StepTimer: `for batch in timer.steps(loader, step, state)`" in line, line

@@ -96,6 +96,14 @@ def _loader_frames(trace) -> dict[int, tuple]:
     return out
 
 
+def loader_spans(trace) -> dict[int, np.ndarray]:
+    """Per thread with step markers (by id), its loader frames as merged intervals (_loader_frames), also those
+    between its markers (profile/step_gaps.py); {} where the module docstring leaves the capture alone."""
+    if not trace.python_tracer or _tf_data(trace):
+        return {}
+    return {k: v[2] for k, v in _loader_frames(trace).items()}
+
+
 def _xla_runs(trace, rule=XLA_CPU_RUN) -> list[np.ndarray]:
     """Per thread that has any, the intervals of its events matching `rule` (XLA's CPU runtime by default)."""
     return [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(rule)] if m.any()]

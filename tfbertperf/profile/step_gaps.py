@@ -7,12 +7,16 @@ A TensorFlow loop written as many users write it,
             train_step(batch)
 
 marks only the compute: `for` pulls the batch (`IteratorGetNext` on the loop's thread) before the marker opens.
+A JAX loop marked as JAX's profiling docs show (`with jax.profiler.StepTraceAnnotation("train", step_num=i):`
+around the step, `for batch in loader` outside it) does the same with a Python loader: its frames (the Python
+tracer's, judged as profile/host_loader.py judges a loader inside a step) fall between the markers, and a loop
+waiting 5 ms a batch in front of a 7 ms XLA step read "compute-bound, input 0 %" (truth 49 %).
 xprof's step table, and every reading built on it, then see steps with no wait for input, and a loop that spends
 95 % of its time waiting for a slow map read "compute-bound, input 4 %" (a serial map waiting 20 ms a batch before
 a 2 ms step: 30 ms between markers).  The loop's step is what runs from one step's start to the next's (profile/
 steps.py: the definition the device path uses already), so where the gaps between a thread's markers hold that
-thread's get-next, each step is widened to the next marker's start: the get-next time in its gap is input, the
-rest of the gap other.  Steps whose gaps hold no get-next (Keras' own callbacks between ProfileCallback's markers,
+thread's get-next (or its loader frames), each step is widened to the next marker's start: the get-next (the
+loader's) time in its gap is input, the rest of the gap other.  Steps whose gaps hold no get-next (Keras' own callbacks between ProfileCallback's markers,
 the step file's measure too) are left as they are.
 """
 
@@ -22,6 +26,7 @@ import re
 
 import numpy as np
 
+from tfbertperf.profile import host_loader
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile.steptable import step_number
 from tfbertperf.profile.trace import load_trace
@@ -35,22 +40,29 @@ PS_PER_MS = 1e9
 def note(att: dict) -> list[str]:
     """The console's line for a capture whose steps were widened (attribution.steps_widened_ms), else []."""
     ms = att.get("steps_widened_ms")
+    jax = att.get("input_python_loader_ms_per_step") is not None  # a Python loader's capture (host_loader.py)
     return [f"the loop fetches its batches between its step markers ({ms:.2f} ms a step): each step counted to the "
-            f"next marker's start, the fetch as input — fetch inside the marker (tfbertperf.tf_steps.StepTimer: "
-            f"`for step, batch in timer.steps(dataset)`) so that every tool sees it"] if ms else []
+            f"next marker's start, the fetch as input — fetch inside the marker ("
+            + ("tfbertperf.jax_steps.StepTimer: `for batch in timer.steps(loader, step, state)`" if jax else
+               "tfbertperf.tf_steps.StepTimer: `for step, batch in timer.steps(dataset)`")
+            + ") so that every tool sees it"] if ms else []
 
 
 def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
     """Per step number, (the gap after its marker up to the next marker's start on the same thread, the loop
-    thread's get-next time in that gap), ms — only steps whose gap holds a get-next; {} where none does."""
+    thread's get-next time — or its loader frames' — in that gap), ms — only steps whose gap holds one; {} where
+    none does."""
     trace = load_trace(xplanes)
     by_thread: dict = {}
     for thread, ev in trace.markers():
         by_thread.setdefault(id(thread), (thread, []))[1].append(ev)
+    loaders = host_loader.loader_spans(trace) if by_thread else {}
     out: dict[int, tuple[float, float]] = {}
-    for thread, marks in by_thread.values():
+    for key, (thread, marks) in by_thread.items():
         fetch = thread.mask(FETCH)
-        spans = iv.union(np.column_stack([thread.start[fetch], thread.end[fetch]])) if fetch.any() else None
+        parts = [np.column_stack([thread.start[fetch], thread.end[fetch]])] if fetch.any() else []
+        parts += [loaders[key]] if key in loaders and len(loaders[key]) else []
+        spans = iv.union(np.concatenate(parts)) if parts else None
         for m, nxt in zip(marks, marks[1:]):
             if spans is None or nxt.start <= m.end or m.step_num is None:
                 continue
@@ -60,16 +72,17 @@ def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
     return out
 
 
-def widen(rows: list[dict], xplanes) -> tuple[list[dict], float]:
+def widen(rows: list[dict], xplanes) -> tuple[list[dict], float, float]:
     """xprof's step rows, each step whose gap holds the loop's fetch widened by its gap (gaps_by_step): the fetch
-    time to input, the rest of the gap to other; and the mean gap added a step (0.0 where none was)."""
+    time to input, the rest of the gap to other; the mean gap added a step and the mean fetch time in it (0.0, 0.0
+    where none was)."""
     gaps = gaps_by_step(xplanes)
-    if not gaps:
-        return rows, 0.0
+    if not gaps or not rows:
+        return rows, 0.0, 0.0
     out, added = [], []
     for r in rows:
         gap, wait = gaps.get(step_number(r["step"]), (0.0, 0.0))
-        added.append(gap)
+        added.append((gap, wait))
         out.append({**r, "step_time_ms": r["step_time_ms"] + gap, "input": r["input"] + wait,
                     "other": r["other"] + gap - wait})
-    return out, sum(added) / len(added) if added else 0.0
+    return out, sum(g for g, _ in added) / len(added), sum(w for _, w in added) / len(added)

@@ -226,7 +226,8 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
     rows, loader_ms, held_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None, None)
-    rows, gap_ms = step_gaps.widen(rows, xplanes) if on_host else (rows, 0.0)  # a fetch between the markers
+    rows, gap_ms, fetch_ms = step_gaps.widen(rows, xplanes) if on_host else (rows, 0.0, 0.0)  # between the markers
+    loader_ms = None if loader_ms is None else loader_ms + fetch_ms  # a Python loader's frames there (step_gaps.py)
     transfer = None
     if not on_host:
         inflight = devices.h2d_ms_by_step(xplanes)
