@@ -228,7 +228,8 @@ def test_the_jax_loop_bench_refuses_a_folder_without_a_readable_truth_in_one_lin
     (["--cases", "grain:5"], "--cases 'grain:5': expected LOADER:MS,"),
     (["--cases", "numpy:-1"], "--cases 'numpy:-1': expected LOADER:MS,"),
     (["--thread", "--process"], "--thread and --process: the loader runs in one of them"),
-], ids=["no ms", "unknown loader", "negative", "thread and process"])
+    (["--bare", "--probe"], "--bare and --probe: the probe is StepTimer's"),
+], ids=["no ms", "unknown loader", "negative", "thread and process", "bare and probe"])
 def test_the_jax_cpu_loader_bench_refuses_bad_cases_in_one_line(args, said):
     # refused before any program runs (each would take ~10 s)
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_jax_cpu_loader.py"), *args],

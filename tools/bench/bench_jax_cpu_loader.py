@@ -5,6 +5,7 @@ the step file StepTimer writes beside it) and the verdict, with per-pair errors.
 
     python tools/bench/bench_jax_cpu_loader.py --reps 3 --baseline /tmp/wt_before
     python tools/bench/bench_jax_cpu_loader.py --thread --cases numpy:3,numpy:8,wait:8,python:3,none:0 --reps 2
+    python tools/bench/bench_jax_cpu_loader.py --bare --reps 3 --baseline /tmp/wt_before   # the fetch between markers
 
 --thread: the loader runs ahead in a thread of its own (the program's --thread; profile/host_loader.py reads the
 thread's CPU from StepTimer's thread-CPU record); --process: in a child process (its CPU from the same
@@ -81,6 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--thread", action="store_true", help="the loader runs ahead in a background thread")
     p.add_argument("--process", action="store_true", help="the loader runs ahead in a child process")
     p.add_argument("--no-python-tracer", action="store_true", help="capture without JAX's Python tracer")
+    p.add_argument("--bare", action="store_true", help="no StepTimer: StepTraceAnnotation around the step only, the "
+                   "batch fetched between the markers (the program's --bare)")
     p.add_argument("--cases", default="", help="LOADER:MS,… (default: " + ",".join(f"{k}:{m:g}" for k, m in CASES) + ")")
     a = p.parse_args(argv)
     try:
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
         return _refuse(f"--cases {a.cases!r}: expected LOADER:MS,… with LOADER one of wait, numpy, python, none")
     if a.thread and a.process:
         return _refuse("--thread and --process: the loader runs in one of them")
+    if a.bare and a.probe:
+        return _refuse("--bare and --probe: the probe is StepTimer's, and a bare loop has none")
     t0, out = time.time(), Path(tempfile.mkdtemp(prefix="bench-jaxcpu-"))
     rows, errs, probe_errs, pairs = [], {}, {}, []
     for rep in range(1, a.reps + 1):
@@ -100,7 +105,8 @@ def main(argv=None) -> int:
                                    "--loader", kind, "--ms", str(ms), "--out", str(out / f"r{rep}"),
                                    *(["--probe"] if a.probe else []), *(["--thread"] if a.thread else []),
                                    *(["--process"] if a.process else []),
-                                   *(["--no-python-tracer"] if a.no_python_tracer else [])],
+                                   *(["--no-python-tracer"] if a.no_python_tracer else []),
+                                   *(["--bare"] if a.bare else [])],
                                   capture_output=True, text=True, timeout=900,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
             if proc.returncode:
@@ -112,7 +118,7 @@ def main(argv=None) -> int:
             truth = r["truth"]
             right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
             key = (f"{kind} {ms:g} ms" + (" (thread)" if a.thread else " (process)" if a.process else "")
-                   + (", no tracer" if a.no_python_tracer else ""))
+                   + (", no tracer" if a.no_python_tracer else "") + (", fetched between markers" if a.bare else ""))
             if now["alone"] is not None:
                 errs.setdefault(key, []).append(abs(now["alone"] - truth))
                 pairs.append((truth, now["alone"]))
