@@ -104,6 +104,33 @@ def loader_spans(trace) -> dict[int, np.ndarray]:
     return {k: v[2] for k, v in _loader_frames(trace).items()}
 
 
+def unrecorded_loader_ms(xplanes, record: dict | None) -> float | None:
+    """Without a thread-CPU record: the ms a step the process's other Python threads ran Python over the captured
+    steps (the tracer's frames, not in a wait) — a loader ahead in a thread, whose CPU the capture cannot measure
+    (thread_stolen_by_step needs the record: a bare loop's NumPy loader thread read 0.5 % against a truth of 29 %);
+    None with a record, on a capture that runs tf.data or has no Python tracer, or where none ran."""
+    trace = load_trace(xplanes) if not record else None
+    if trace is None or not trace.python_tracer or _tf_data(trace) or not trace.markers():
+        return None
+    marks = trace.markers()
+    training, lo, hi = {id(t) for t, _ in marks}, min(m.start for _, m in marks), max(m.end for _, m in marks)
+    ran = sum(iv.length(iv.clip(idle.running_python(t), lo, hi)) for t in trace.threads
+              if id(t) not in training and len(t))
+    return ran / PS_PER_MS / len(marks) if ran > 0 else None
+
+
+def unrecorded_note(att: dict) -> list[str]:
+    """The console's line where unrecorded_loader_ms is 5 % of the step or more (attribution's
+    input_loader_threads_unrecorded_ms_per_step), else []."""
+    ms, step = att.get("input_loader_threads_unrecorded_ms_per_step"), float(att.get("step_time_ms") or 0.0)
+    if not ms or ms < 0.05 * step:
+        return []
+    return [f"other Python threads ran {ms:.1f} ms a {step:.1f} ms step beside the training thread (a loader ahead in "
+            f"a thread?) and the capture holds no record of their CPU: what they took from the step is not in the "
+            f"input figure — capture with tfbertperf.jax_steps.StepTimer, which writes the record (threadcpu.json), "
+            f"or measure the what-if with its probe=True"]
+
+
 def _xla_runs(trace, rule=XLA_CPU_RUN) -> list[np.ndarray]:
     """Per thread that has any, the intervals of its events matching `rule` (XLA's CPU runtime by default)."""
     return [iv.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(rule)] if m.any()]

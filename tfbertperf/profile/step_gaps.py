@@ -16,8 +16,8 @@ xprof's step table, and every reading built on it, then see steps with no wait f
 a 2 ms step: 30 ms between markers).  The loop's step is what runs from one step's start to the next's (profile/
 steps.py: the definition the device path uses already), so where the gaps between a thread's markers hold that
 thread's get-next (or its loader frames), each step is widened to the next marker's start: the get-next (the
-loader's) time in its gap is input, the rest of the gap other.  Steps whose gaps hold no get-next (Keras' own callbacks between ProfileCallback's markers,
-the step file's measure too) are left as they are.
+loader's) time in its gap is input, the rest of the gap other.  Steps whose gaps hold no get-next (Keras' own
+callbacks between ProfileCallback's markers, the step file's measure too) are left as they are.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ PS_PER_MS = 1e9
 
 
 def note(att: dict) -> list[str]:
-    """The console's line for a capture whose steps were widened (attribution.steps_widened_ms), else []."""
+    """The console's line for a capture whose steps were widened (attribution.steps_widened_ms) by 5 % or more of
+    the step, else []."""
     ms = att.get("steps_widened_ms")
+    if not ms or ms < 0.05 * float(att.get("step_time_ms") or 0.0):  # a queue get of a batch made ahead: nothing to say
+        return []
     jax = att.get("input_python_loader_ms_per_step") is not None  # a Python loader's capture (host_loader.py)
     return [f"the loop fetches its batches between its step markers ({ms:.2f} ms a step): each step counted to the "
             f"next marker's start, the fetch as input — fetch inside the marker ("
