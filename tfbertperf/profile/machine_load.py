@@ -4,10 +4,10 @@ program may run on, and the CPU the hypervisor took from them (steal), over the 
 A step time, and every estimate read off a capture alone, is the program's beside whatever else ran.  The input
 cost estimate (profile/contention.py) shares the cores between the program's own threads; other processes on them
 change what the input's CPU costs the step.  Measured on the stall program (tests/programs/stall_loop.py --rounds
-24, capture alone, no thread-CPU record) beside two `yes`: the estimate read 50-63 % against truths of 32-49 %
-(quiet: 48-54 % against 47-49 %) — other runnable threads take their share of the cores whether the input runs or
-not, so the share the input takes from the compute is smaller.  So the record says so, and analyze says it beside
-its figures.
+24) beside two busy processes: from the capture alone the estimate read 48-68 % against truths of 32-56 % (quiet:
+48-56 % against 45-51 %), with the threads' measured CPU 19-60 % (BENCHMARKS.md, "a shared machine named") —
+other runnable threads take their share of the cores whether the input runs or not, and neither model sees them.
+So the record says how busy the machine was, and analyze says it beside its figures.
 
 The reading: two snapshots of /proc/stat's per-CPU counters (Linux; user, nice, system, irq, softirq: busy;
 steal) of the CPUs in the process's affinity set, and the process's own CPU over the same span (its threads, its

@@ -48,7 +48,7 @@ def note(att: dict) -> list[str]:
             f"next marker's start, the fetch as input — fetch inside the marker ("
             + ("tfbertperf.jax_steps.StepTimer: `for batch in timer.steps(loader, step, state)`" if jax else
                "tfbertperf.tf_steps.StepTimer: `for step, batch in timer.steps(dataset)`")
-            + ") so that every tool sees it"] if ms else []
+            + ") so that every tool sees it"]
 
 
 def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
