@@ -613,6 +613,25 @@ def test_an_estimate_whose_spread_over_the_captured_steps_straddles_the_line_is_
     assert undecided.mark(verdict(probed, 0.8), probed, 0.8)["undecided"] is None
 
 
+def test_loader_threads_the_capture_has_no_cpu_record_of_leave_a_verdict_below_the_line_undecided():
+    # a bare JAX loop's loader thread: the capture sees its Python run, not what its CPU took from the step
+    from tfbertperf.profile import undecided
+    from tfbertperf.profile.verdict import verdict
+
+    att = _host_att(0.004, None)
+    step = att["step_time_ms"]
+    quiet = {**att, "input_loader_threads_unrecorded_ms_per_step": 0.1 * step}  # under the line's share: decided
+    assert undecided.mark(verdict(quiet, 0.8), quiet, 0.8)["undecided"] is None
+    busy = {**att, "input_loader_threads_unrecorded_ms_per_step": 0.58 * step}
+    v = undecided.mark(verdict(busy, 0.8), busy, 0.8)
+    assert v["bottleneck"] == "compute" and v["undecided"]["between"] == ["compute", "input"], v["undecided"]
+    assert v["undecided"]["source"] == "unrecorded loader threads" and "no record of their CPU" in v["summary"]
+    assert v["actions"][0]["advice"].startswith("measure the loader thread's CPU") and "jax_steps.StepTimer" in \
+        v["actions"][0]["advice"]
+    probed = {**busy, "input_cost_fraction": 0.05, "input_cost_ci95": 0.01}  # a what-if measured it: decided
+    assert undecided.mark(verdict(probed, 0.8), probed, 0.8)["undecided"] is None
+
+
 def test_the_estimates_interval_is_students_t_over_the_steps():
     from tfbertperf.train.blocks import mean_ci95
 

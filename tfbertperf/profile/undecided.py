@@ -19,6 +19,13 @@ profile/xprof_attribution.py).  Where that straddles the line the verdict is und
 "source": "estimate", and the first action is to measure the what-if: a longer capture narrows the spread but not
 the estimate's own error (up to 7–8 pp a shape on own Keras fits, BENCHMARKS.md issue 29: a keras-hub tokenizer
 whose truth was 22–27 % read 19.9 % twice, and was called compute-bound).
+
+And without a thread-CPU record, a host JAX capture whose other Python threads ran Python for at least the line's
+share of the step (attribution.input_loader_threads_unrecorded_ms_per_step: a loader ahead in a thread) cannot say
+what that CPU took from the step: a verdict below the line is undecided, "source": "unrecorded loader threads",
+and the first action records it (jax_steps.StepTimer).  A bare JAX loop's NumPy loader thread read 0.3–3.8 %
+against truths of 25–29 % and was called compute-bound (BENCHMARKS.md issue 29, "fetches between its
+StepTraceAnnotations").
 """
 
 from __future__ import annotations
@@ -71,6 +78,10 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     estimate's interval over its steps does, and the first action is to measure the what-if; else `decided`
     with undecided None."""
     decided = {**decided, "undecided": None}
+    unrecorded, step = att.get("input_loader_threads_unrecorded_ms_per_step"), float(att.get("step_time_ms") or 0.0)
+    if unrecorded and unrecorded >= INPUT_BOUND_THRESHOLD * step and att.get("input_cost_fraction") is None \
+            and decided["bottleneck"] != "input":
+        return _unrecorded_undecided(decided, att, unrecorded, step)
     ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
     if share is None:
         share, ci, key = estimate_share(att) or (None, None, key)
@@ -127,6 +138,23 @@ def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other
               + (f"{loop}(probe=True, total_steps=…)" if loop else
                  "tfbertperf.keras.ProfileCallback(probe=True)")
               + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
+    decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
+    decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
+    return decided
+
+
+def _unrecorded_undecided(decided: dict, att: dict, ms: float, step: float) -> dict:
+    """A verdict below the line beside loader threads whose CPU the capture cannot measure (module docstring)."""
+    share, _ = input_share(att)
+    decided["undecided"] = {"between": [decided["bottleneck"], "input"], "input_cost_fraction": round(share, 4),
+                            "ci95": None, "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": None,
+                            "longer_by": None, "source": "unrecorded loader threads"}
+    decided["summary"] += (f"; undecided: other Python threads ran {ms:.1f} ms of the {step:.1f} ms step (a loader "
+                           f"ahead in a thread?) and the capture has no record of their CPU, which the input figure "
+                           f"leaves out")
+    advice = ("measure the loader thread's CPU before acting on this verdict: capture with "
+              "tfbertperf.jax_steps.StepTimer, which records every thread's CPU beside the capture (threadcpu.json), "
+              "and its probe=True measures the what-if")
     decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
     return decided
