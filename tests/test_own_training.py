@@ -630,6 +630,11 @@ def test_loader_threads_the_capture_has_no_cpu_record_of_leave_a_verdict_below_t
         v["actions"][0]["advice"]
     probed = {**busy, "input_cost_fraction": 0.05, "input_cost_ci95": 0.01}  # a what-if measured it: decided
     assert undecided.mark(verdict(probed, 0.8), probed, 0.8)["undecided"] is None
+    # likewise a loop that spends a fifth of its step or more between its markers in work the capture cannot name
+    gaps = {**att, "steps_gap_unexplained_ms": 0.5 * step}
+    g = undecided.mark(verdict(gaps, 0.8), gaps, 0.8)
+    assert g["undecided"]["source"] == "gaps between markers" and "between its step markers" in g["summary"], g
+    assert g["actions"][0]["advice"].startswith("mark the whole step before acting on this verdict"), g["actions"]
 
 
 def test_the_estimates_interval_is_students_t_over_the_steps():

@@ -48,3 +48,15 @@ def test_the_console_says_the_steps_were_widened_and_how_to_mark_the_fetch():
     assert "tf_steps.StepTimer" in line  # a TensorFlow loop's; a Python loader's capture (JAX) names JAX's
     [line] = step_gaps.note({"steps_widened_ms": 6.5, "input_python_loader_ms_per_step": 6.4})
     assert "tfbertperf.jax_steps.StepTimer: `for batch in timer.steps(loader, step, state)`" in line, line
+
+
+def test_wide_gaps_between_markers_that_hold_no_fetch_the_capture_can_name_are_said(tmp_path):
+    # a loop whose fetch the capture cannot see (a JAX loader captured without the Python tracer): 3.1 ms of each
+    # 5.1 ms step outside the markers, counted by no figure — said, not guessed; narrow gaps (Keras' own callbacks
+    # between its markers) are not
+    att = step_gaps.keys(0.0, _loop(tmp_path, 3_000, name="SomethingElse"))
+    assert att == {"steps_gap_unexplained_ms": pytest.approx(3.1)}
+    [line] = step_gaps.note({**att, "step_time_ms": 2.0})
+    assert "3.10 ms a step between its step markers" in line and "no figure here counts it" in line, line
+    assert step_gaps.keys(0.0, _loop(tmp_path, 0)) == {} and step_gaps.keys(0.0, None) == {}
+    assert step_gaps.keys(30.1, _loop(tmp_path, 30_000)) == {"steps_widened_ms": 30.1}  # widened: said so instead

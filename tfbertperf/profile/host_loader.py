@@ -81,7 +81,7 @@ of fixed work (tests/programs/jax_cpu_loader.py --loader python --thread, 2 and 
 XLA_POOL = re.compile(r"^tf_XLAEigen")  # XLA's CPU intra-op threads: an op's parallel parts (profile/contention.py)
 
 
-def _tf_data(trace) -> bool:
+def tf_data(trace) -> bool:
     return any(t.mask(idle.GET_NEXT).any() or t.name.startswith("tf_data") for t in trace.threads)
 
 
@@ -99,7 +99,7 @@ def _loader_frames(trace) -> dict[int, tuple]:
 def loader_spans(trace) -> dict[int, np.ndarray]:
     """Per thread with step markers (by id), its loader frames as merged intervals (_loader_frames), also those
     between its markers (profile/step_gaps.py); {} where the module docstring leaves the capture alone."""
-    if not trace.python_tracer or _tf_data(trace):
+    if not trace.python_tracer or tf_data(trace):
         return {}
     return {k: v[2] for k, v in _loader_frames(trace).items()}
 
@@ -110,7 +110,7 @@ def unrecorded_loader_ms(xplanes, record: dict | None) -> float | None:
     (thread_stolen_by_step needs the record: a bare loop's NumPy loader thread read 0.5 % against a truth of 29 %);
     None with a record, on a capture that runs tf.data or has no Python tracer, or where none ran."""
     trace = load_trace(xplanes) if not record else None
-    if trace is None or not trace.python_tracer or _tf_data(trace) or not trace.markers():
+    if trace is None or not trace.python_tracer or tf_data(trace) or not trace.markers():
         return None
     marks = trace.markers()
     training, lo, hi = {id(t) for t, _ in marks}, min(m.start for _, m in marks), max(m.end for _, m in marks)
@@ -140,7 +140,7 @@ def loader_ms_by_step(xplanes, frames: dict | None = None) -> dict[int, float]:
     """Per step number, the ms the training thread spent in Python loader frames inside that step's marker; {} where
     the module docstring leaves the capture alone.  `frames`: _loader_frames of the capture, where already read."""
     trace = load_trace(xplanes)
-    if not trace.python_tracer or _tf_data(trace):
+    if not trace.python_tracer or tf_data(trace):
         return {}
     out: dict[int, float] = {}
     for _, marks, loader in (frames if frames is not None else _loader_frames(trace)).values():
@@ -158,7 +158,7 @@ def lock_wait_by_step(xplanes, frames: dict | None = None) -> dict[int, float]:
     where child processes did the loading (a multiprocessing pool's threads here hand their batches over: their
     lock use is the hand-off's, not a loader thread's to move to processes).  `frames`: as loader_ms_by_step."""
     trace = load_trace(xplanes)
-    if not trace.python_tracer or _tf_data(trace):
+    if not trace.python_tracer or tf_data(trace):
         return {}
     marks = trace.markers()
     mine = {id(t) for t, _ in marks}
@@ -238,7 +238,7 @@ def xla_cpu_ms_by_step(xplanes) -> dict[int, float]:
     that step (the union over the threads); {} for a capture that runs tf.data or shows no such run."""
     trace = load_trace(xplanes)
     runs = _xla_runs(trace, _RUN_OR_WAIT)
-    if not runs or _tf_data(trace):
+    if not runs or tf_data(trace):
         return {}
     busy = iv.union(np.concatenate(runs))
     return {m.step_num: iv.length(iv.clip(busy, m.start, m.end)) / PS_PER_MS for _, m in trace.markers()}
@@ -249,7 +249,7 @@ def move_to_input(rows: list[dict], xplanes) -> tuple[list[dict], float | None, 
     to input and XLA's CPU runtime from other to host compute; the loader's and the lock wait's means a step (None
     where loader_ms_by_step / lock_wait_by_step gave nothing)."""
     trace = load_trace(xplanes)
-    frames = _loader_frames(trace) if trace.python_tracer and not _tf_data(trace) else {}  # read once, used twice
+    frames = _loader_frames(trace) if trace.python_tracer and not tf_data(trace) else {}  # read once, used twice
     loader, xla = loader_ms_by_step(xplanes, frames), xla_cpu_ms_by_step(xplanes)
     held = lock_wait_by_step(xplanes, frames)
     moved = []
@@ -285,7 +285,7 @@ def thread_stolen_by_step(xplanes, record: dict | None) -> tuple[dict[int, float
     (module docstring), and their measured CPU a step (ms, the tracer's cost taken off); ({}, None) without a
     thread-CPU record, on a capture that runs tf.data, or where neither ran."""
     trace = load_trace(xplanes)
-    if not record or _tf_data(trace):
+    if not record or tf_data(trace):
         return {}, None
     marks = trace.markers()
     training = {t.id for t, _ in marks}

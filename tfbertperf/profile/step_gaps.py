@@ -39,8 +39,13 @@ PS_PER_MS = 1e9
 
 def note(att: dict) -> list[str]:
     """The console's line for a capture whose steps were widened (attribution.steps_widened_ms) by 5 % or more of
-    the step, else []."""
-    ms = att.get("steps_widened_ms")
+    the step, or whose gaps between markers no figure counts (steps_gap_unexplained_ms), else []."""
+    ms, odd = att.get("steps_widened_ms"), att.get("steps_gap_unexplained_ms")
+    if odd:
+        return [f"the loop spends {odd:.2f} ms a step between its step markers (the median gap) in work the capture "
+                f"cannot name, and no figure here counts it: put the whole step, its batch's fetch included, inside "
+                f"the marker (tfbertperf.tf_steps / jax_steps StepTimer: `timer.steps(...)`), or capture a JAX loop "
+                f"with its Python tracer on (the default)"]
     if not ms or ms < 0.05 * float(att.get("step_time_ms") or 0.0):  # a queue get of a batch made ahead: nothing to say
         return []
     jax = att.get("input_python_loader_ms_per_step") is not None  # a Python loader's capture (host_loader.py)
@@ -51,14 +56,51 @@ def note(att: dict) -> list[str]:
             + ") so that every tool sees it"]
 
 
+GAP_SHARE = 0.2  # gaps between markers this share of the step (start to start) or more: said where unexplained
+
+
+def keys(gap_ms: float, xplanes) -> dict:
+    """The attribution's keys: steps_widened_ms where widen() widened the steps; else, on a host capture
+    (`xplanes` not None), steps_gap_unexplained_ms where unexplained() finds gaps no figure counts; else {}."""
+    if gap_ms:
+        return {"steps_widened_ms": round(gap_ms, 4)}
+    ms = unexplained(xplanes) if xplanes is not None else None
+    return {"steps_gap_unexplained_ms": round(ms, 4)} if ms else {}
+
+
+def unexplained(xplanes) -> float | None:
+    """The median gap (ms) from one step marker's end to the next's start on the loop's thread, where it is
+    GAP_SHARE or more of the median step start to start and no gap holds a fetch the capture can name
+    (keys() asks where widen() found none): time the loop spends outside its markers that no figure counts (a JAX
+    loop's loader captured without the Python tracer); else None.  Not on a capture that runs tf.data: a Keras fit's
+    gaps are its own callbacks, its fetch inside the marked train function."""
+    trace, gaps, spans = load_trace(xplanes), [], []
+    if host_loader.tf_data(trace):
+        return None
+    for thread, marks in _by_thread(trace).values():
+        for m, nxt in zip(marks, marks[1:]):
+            gaps.append(max(0, nxt.start - m.end))
+            spans.append(nxt.start - m.start)
+    if not gaps:
+        return None
+    gap, span = float(np.median(gaps)), float(np.median(spans))
+    return gap / PS_PER_MS if span > 0 and gap >= GAP_SHARE * span else None
+
+
+def _by_thread(trace) -> dict:
+    """{id(thread): (thread, its step markers in order)}"""
+    by_thread: dict = {}
+    for thread, ev in trace.markers():
+        by_thread.setdefault(id(thread), (thread, []))[1].append(ev)
+    return by_thread
+
+
 def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
     """Per step number, (the gap after its marker up to the next marker's start on the same thread, the loop
     thread's get-next time — or its loader frames' — in that gap), ms — only steps whose gap holds one; {} where
     none does."""
     trace = load_trace(xplanes)
-    by_thread: dict = {}
-    for thread, ev in trace.markers():
-        by_thread.setdefault(id(thread), (thread, []))[1].append(ev)
+    by_thread = _by_thread(trace)
     loaders = host_loader.loader_spans(trace) if by_thread else {}
     out: dict[int, tuple[float, float]] = {}
     for key, (thread, marks) in by_thread.items():

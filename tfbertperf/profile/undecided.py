@@ -25,7 +25,9 @@ share of the step (attribution.input_loader_threads_unrecorded_ms_per_step: a lo
 what that CPU took from the step: a verdict below the line is undecided, "source": "unrecorded loader threads",
 and the first action records it (jax_steps.StepTimer).  A bare JAX loop's NumPy loader thread read 0.3–3.8 %
 against truths of 25–29 % and was called compute-bound (BENCHMARKS.md issue 29, "fetches between its
-StepTraceAnnotations").
+StepTraceAnnotations").  Likewise where the loop spends a fifth of its step or more between its step markers in
+work the capture cannot name (attribution.steps_gap_unexplained_ms, profile/step_gaps.py), "source": "gaps between
+markers".
 """
 
 from __future__ import annotations
@@ -79,9 +81,21 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
     with undecided None."""
     decided = {**decided, "undecided": None}
     unrecorded, step = att.get("input_loader_threads_unrecorded_ms_per_step"), float(att.get("step_time_ms") or 0.0)
-    if unrecorded and unrecorded >= INPUT_BOUND_THRESHOLD * step and att.get("input_cost_fraction") is None \
-            and decided["bottleneck"] != "input":
-        return _unrecorded_undecided(decided, att, unrecorded, step)
+    unseen = att.get("input_cost_fraction") is None and decided["bottleneck"] != "input"
+    if unseen and unrecorded and unrecorded >= INPUT_BOUND_THRESHOLD * step:
+        return _unseen_undecided(decided, att, "unrecorded loader threads", (
+            f"other Python threads ran {unrecorded:.1f} ms of the {step:.1f} ms step (a loader ahead in a thread?) and "
+            f"the capture has no record of their CPU, which the input figure leaves out"),
+            "measure the loader thread's CPU before acting on this verdict: capture with tfbertperf.jax_steps."
+            "StepTimer, which records every thread's CPU beside the capture (threadcpu.json), and its probe=True "
+            "measures the what-if")
+    if unseen and att.get("steps_gap_unexplained_ms"):
+        return _unseen_undecided(decided, att, "gaps between markers", (
+            f"the loop spends {att['steps_gap_unexplained_ms']:.1f} ms a step between its step markers in work the "
+            f"capture cannot name (step_gaps.py), which no figure counts"),
+            "mark the whole step before acting on this verdict — its batch's fetch inside the marker "
+            "(tfbertperf.tf_steps / jax_steps StepTimer: `timer.steps(...)`; a JAX loop captured with its Python "
+            "tracer on) — or measure the what-if (StepTimer's probe=True)")
     ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
     if share is None:
         share, ci, key = estimate_share(att) or (None, None, key)
@@ -143,18 +157,14 @@ def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other
     return decided
 
 
-def _unrecorded_undecided(decided: dict, att: dict, ms: float, step: float) -> dict:
-    """A verdict below the line beside loader threads whose CPU the capture cannot measure (module docstring)."""
+def _unseen_undecided(decided: dict, att: dict, source: str, why: str, advice: str) -> dict:
+    """A verdict below the line beside input work the capture cannot count (module docstring): undecided, `why`
+    added to the summary, `advice` the first action."""
     share, _ = input_share(att)
     decided["undecided"] = {"between": [decided["bottleneck"], "input"], "input_cost_fraction": round(share, 4),
                             "ci95": None, "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": None,
-                            "longer_by": None, "source": "unrecorded loader threads"}
-    decided["summary"] += (f"; undecided: other Python threads ran {ms:.1f} ms of the {step:.1f} ms step (a loader "
-                           f"ahead in a thread?) and the capture has no record of their CPU, which the input figure "
-                           f"leaves out")
-    advice = ("measure the loader thread's CPU before acting on this verdict: capture with "
-              "tfbertperf.jax_steps.StepTimer, which records every thread's CPU beside the capture (threadcpu.json), "
-              "and its probe=True measures the what-if")
+                            "longer_by": None, "source": source}
+    decided["summary"] += f"; undecided: {why}"
     decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
     return decided

@@ -285,7 +285,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         "step_table": marker_steps.describe(per_step) if tv else None,
         "input_python_loader_ms_per_step": None if loader_ms is None else round(loader_ms, 4),
         **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
-        **({"steps_widened_ms": round(gap_ms, 4)} if gap_ms else {}),  # a fetch between the markers: step_gaps.py
+        **step_gaps.keys(gap_ms, xplanes if on_host else None),  # a fetch (or gaps unexplained) between the markers
         **machine_load.reading(record := threadcpu.read_beside(xplanes[0]) if xplanes else None),  # a shared machine?
         **({"input_loader_threads_unrecorded_ms_per_step": round(unrec, 4)} if on_host and (
             unrec := host_loader.unrecorded_loader_ms(xplanes, record)) else {}),  # no record of a loader thread
