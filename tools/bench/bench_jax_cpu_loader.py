@@ -36,7 +36,8 @@ def one(d):  # a host capture's what-if estimate; a GPU capture's input and host
     a, u = d['attribution'], d['attribution'].get('unprofiled') or {}
     gpu = lambda fr: fr['input'] + fr['host_to_device'] if fr else None
     alone, times = a.get('input_cost_estimate_fraction'), a.get('input_cost_estimate_unprofiled_fraction')
-    return {'alone': gpu(a.get('fractions')) if alone is None else alone, 'bottleneck': d['verdict']['bottleneck'],
+    und = ' (undecided)' if d['verdict'].get('undecided') else ''
+    return {'alone': gpu(a.get('fractions')) if alone is None else alone, 'bottleneck': d['verdict']['bottleneck'] + und,
             'times': gpu(u.get('fractions')) if times is None else times}
 with_times = one(analyze(sys.argv[1]))
 files = glob.glob(os.path.join(sys.argv[1], 'plugins', 'profile', '*', 'tfbertperf_steps.json'))
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
             now = analyze_with(str(ROOT), r["logdir"])
             before = analyze_with(a.baseline, r["logdir"]) if a.baseline else None
             truth = r["truth"]
-            right = (now["bottleneck"] == "input") == (truth >= INPUT_BOUND)
+            right = now["bottleneck"].startswith("input") == (truth >= INPUT_BOUND)
             key = (f"{kind} {ms:g} ms" + (" (thread)" if a.thread else " (process)" if a.process else "")
                    + (", no tracer" if a.no_python_tracer else "") + (", fetched between markers" if a.bare else ""))
             if now["alone"] is not None:
