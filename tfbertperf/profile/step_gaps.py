@@ -64,7 +64,7 @@ def keys(gap_ms: float, xplanes) -> dict:
     (`xplanes` not None), steps_gap_unexplained_ms where unexplained() finds gaps no figure counts; else {}."""
     if gap_ms:
         return {"steps_widened_ms": round(gap_ms, 4)}
-    ms = unexplained(xplanes) if xplanes is not None else None
+    ms = unexplained(xplanes) if xplanes else None
     return {"steps_gap_unexplained_ms": round(ms, 4)} if ms else {}
 
 
