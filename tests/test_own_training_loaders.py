@@ -207,7 +207,8 @@ def test_the_record_keeps_the_cpu_of_threads_that_ended_inside_the_window():
 
 
 @pytest.mark.parametrize("damage", [{"children": [{"pid": 3, "cpu_ms": "lots"}]}, {"exited": {"cpu_ms": [1]}},
-                                    {"children": [{"pid": 3}]}])
+                                    {"children": [{"pid": 3}]}, {"machine": [1]},  # and the machine's other load
+                                    {"machine": {"other_cores": "lots", "steal_cores": 0.0}}])
 def test_a_damaged_loader_field_in_the_thread_record_is_one_line_naming_the_file(tmp_path, damage):
     import json as _json
 

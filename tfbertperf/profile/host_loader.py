@@ -87,13 +87,16 @@ def tf_data(trace) -> bool:
 
 def _loader_frames(trace) -> dict[int, tuple]:
     """Per training thread (by id): (the thread, its step markers, its loader frames as merged intervals: the frames
-    that end in loader work, idle.py rule 3 with loader_only)."""
-    out = {}
-    for t in trace.threads:
-        marks = [t.event(i) for i in t.marker_index().tolist()]
-        if marks:
-            out[id(t)] = (t, marks, iv.union(idle._python_frames(t, marks, loader_only=True)[0]))
-    return out
+    that end in loader work, idle.py rule 3 with loader_only); read once per capture (move_to_input and
+    step_gaps.py both ask: the Trace is built once and only read, trace.py)."""
+    if "_loader_frames" not in trace.__dict__:
+        out = {}
+        for t in trace.threads:
+            marks = [t.event(i) for i in t.marker_index().tolist()]
+            if marks:
+                out[id(t)] = (t, marks, iv.union(idle._python_frames(t, marks, loader_only=True)[0]))
+        trace.__dict__["_loader_frames"] = out
+    return trace.__dict__["_loader_frames"]
 
 
 def loader_spans(trace) -> dict[int, np.ndarray]:

@@ -188,7 +188,7 @@ def read_beside(xplane) -> dict | None:
         rows = [(str(r["name"]), float(r["cpu_ms"])) for r in doc["threads"]]
         rows += [("", float(c["cpu_ms"])) for c in doc.get("children") or ()]
         rows += [("", float((doc.get("exited") or {}).get("cpu_ms") or 0.0))]
-        assert float(doc["seconds"]) > 0 and int(doc["cores"]) > 0 and rows is not None
+        assert min(float(doc["seconds"]), int(doc["cores"])) > 0 and ("machine" not in doc or machine_load.reading(doc))
     except (OSError, ValueError, KeyError, TypeError, AssertionError, AttributeError):
         raise UsageError(f"{path}: damaged thread-CPU record beside the capture (not {SIDECAR_SCHEMA} JSON); "
                          f"delete it to analyze the capture without measured thread CPU") from None

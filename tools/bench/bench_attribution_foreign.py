@@ -162,11 +162,15 @@ def main(argv=None) -> int:
                    help="fit shapes: Keras compile(steps_per_execution=k) (0 = 1); --fit-steps still counts batches")
     p.add_argument("--busy", type=int, default=0, help="busy processes beside every repetition (0: none)")
     a = p.parse_args(argv)
+    if a.busy < 0:  # one line, exit 2 (the project's bad-input rule), before any program runs
+        print(f"bench_attribution_foreign: --busy {a.busy}: expected a count of busy processes, 0 or more",
+              file=sys.stderr)
+        return 2
     import subprocess
 
     t0 = time.time()
     spin = "import time\nwhile True: time.time()"  # beside the program, not its child: other processes' CPU
-    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(max(0, a.busy))]
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(a.busy)]
     try:
         total = _programs(a)
     finally:
