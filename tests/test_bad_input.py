@@ -239,13 +239,14 @@ def test_the_jax_cpu_loader_bench_refuses_bad_cases_in_one_line(args, said):
     assert line.startswith(f"bench_jax_cpu_loader: {said}"), line
 
 
-def test_the_foreign_attribution_bench_refuses_a_negative_busy_count_in_one_line():
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_attribution_foreign.py"), "--busy",
+@pytest.mark.parametrize("flag", ["--busy", "--epoch-steps"])
+def test_the_foreign_attribution_bench_refuses_a_negative_count_in_one_line(flag):
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_attribution_foreign.py"), flag,
                            "-2"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("bench_attribution_foreign: --busy -2: expected a count"), line
+    assert line.startswith(f"bench_attribution_foreign: {flag} -2: expected a count"), line
 
 
 @pytest.mark.parametrize("bench, args, said", [

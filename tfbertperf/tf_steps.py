@@ -49,16 +49,7 @@ from tfbertperf.jax_probe import JaxProbe
 from tfbertperf.jax_steps import StepTimer as _StepTimer
 from tfbertperf.train import recovery
 from tfbertperf.train.probe import (AUTO_CI95, PROBE_SETTLE_STEPS, PROBE_WARMUP_STEPS, SETTLE_MAX_STEPS, Snapshot,
-                                    probe_args, time_block)
-
-
-def _read_back(out) -> None:
-    """Wait for a step's outputs: every tensor among them read to the host."""
-    import tensorflow as tf
-
-    for t in tf.nest.flatten(out):
-        if hasattr(t, "numpy"):
-            t.numpy()
+                                    probe_args, read_back, time_block)
 
 
 def _variables(state) -> list:
@@ -122,7 +113,7 @@ class StepTimer(_StepTimer):
 
         super().__init__(logdir, profile_steps, warmup_steps, marker, None, start, tf.profiler.experimental.stop,
                          lambda name, step_num: tf.profiler.experimental.Trace(name, step_num=step_num, _r=1),
-                         _read_back, probe=False)
+                         read_back, probe=False)
         self.stop_hint = "tf.profiler.experimental.stop, or Keras' TensorBoard(profile_batch=…)"
         if probe:
             auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")

@@ -9,6 +9,13 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
   tokenize       keras-hub's BertTextClassifierPreprocessor (WordPiece from a vocabulary list) mapped per example
                  over English sentences (Python's pydoc topics), embedding + pooling classifier
   compute        batches from memory in front of a wider MLP: compute-bound
+  map            (not in the benchmark's default list) tf.data's guide shape: `from_tensor_slices → map(x * 2) → batch →
+                 prefetch(2)` of examples in memory, in front of the parse shape's MLP — the per-example work is
+                 tf.data's own
+
+With --epoch-steps N the profiled fit runs epochs of N steps (`steps_per_epoch`, the dataset repeating: one
+iterator, as the truth's) with `validation_data` of --validation-batches batches after each, so a --window across
+N holds fit's validation and epoch end (profile/outside_steps.py).
 
 Truth (no profiler, no ProfileCallback), measured two ways, each half before and half after the profiled fit:
 "truth" in a bare loop of `model.train_function` (below) and "fit_truth" inside `model.fit` (FitTruth).
@@ -43,6 +50,7 @@ BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
+EXTRA_SHAPES = ("map",)
 
 
 def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
@@ -77,6 +85,8 @@ def build(shape: str, wait_ms: float):
         ds = tf.data.Dataset.from_tensor_slices(records).repeat().map(parse).batch(BATCH, drop_remainder=True)
         return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
     ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
+    if shape == "map":
+        return _mlp(inputs, inputs, 512, 3), ds.map(lambda x, y: (x * 2.0, y)).batch(BATCH, drop_remainder=True).prefetch(2)
     if shape.startswith("wait"):
         def lookup(x):
             time.sleep(wait_ms / 1e3)  # a blocking lookup: the thread waits, it takes no core
@@ -196,7 +206,7 @@ class FitTruth(keras.callbacks.Callback):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", choices=SHAPES, required=True)
+    p.add_argument("--shape", choices=SHAPES + EXTRA_SHAPES, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--wait-ms", type=float, default=1.0, help="wait_*: the lookup's wait per example")
     # Many short blocks on both sides: on a shared 2-core host the speed drifts within seconds (issue 29 bench).
@@ -209,6 +219,9 @@ def main() -> None:
     p.add_argument("--steps-per-execution", type=int, default=1,
                    help="Keras compile(steps_per_execution=k): a step, a truth step and a probe step are one call of k "
                         "batches (--steps and --window still count batches)")
+    p.add_argument("--epoch-steps", type=int, default=0, help="the profiled fit's steps_per_epoch (0: one epoch), "
+                   "validation after each")
+    p.add_argument("--validation-batches", type=int, default=32, help="with --epoch-steps: validation_data's batches")
     a = p.parse_args()
     from tfbertperf.keras import ProfileCallback
 
@@ -225,7 +238,13 @@ def main() -> None:
     cb = ProfileCallback(logdir, profile_steps=a.window, probe=True,
                          probe_steps=a.probe_steps if a.probe_steps == "auto" else int(a.probe_steps),
                          probe_blocks=a.probe_blocks)
-    model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
+    if a.epoch_steps:  # validation batches of the pipeline's own, cached (a held-out set in memory)
+        val = tf.data.Dataset.from_tensor_slices(
+            tf.nest.map_structure(lambda *b: tf.stack(b), *ds.take(a.validation_batches))).prefetch(2)
+        model.fit(ds, epochs=-(-a.steps // a.epoch_steps), steps_per_epoch=a.epoch_steps, validation_data=val,
+                  callbacks=[cb], verbose=0)
+    else:
+        model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
     half = len(truth.T)
     truth.blocks(a.rounds // 2)
     fit_truth.run(model, ds, a.rounds // 2)

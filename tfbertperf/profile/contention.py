@@ -91,10 +91,8 @@ threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may
 counted as CPU — the estimate then says so (`input_cpu_basis`).
 
 Without thread-pool task events (profile.threadpool_events off, our default: 3/4 of a trace) input threads are busy
-in their function executions (`ExecutorState::Process`, `FunctionRun`) and W = C; dropping the events moved the
-stolen time by 0.01–0.12 ms a step (tiny BERT tuned and naive at 5 ms reads, the stall program at --rounds 12).
-C (cores): the most distinct threads of TF's inter-op (`tf_Compute`) or intra-op (Eigen) pool in the trace (TF sizes
-both to the machine's cores), else os.cpu_count() of the analyzing machine.
+in their function executions (`ExecutorState::Process`, `FunctionRun`) and W = C (the stolen time moved 0.01–0.12 ms
+a step).  C: the most distinct threads of TF's inter-op or intra-op pool in the trace, else os.cpu_count().
 """
 
 from __future__ import annotations
@@ -104,7 +102,7 @@ import re
 from collections import defaultdict
 
 from tfbertperf.profile import intervals as iv
-from tfbertperf.profile import loaders, threadcpu
+from tfbertperf.profile import loaders, outside_steps, threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
 from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
@@ -255,7 +253,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             steps.append((int(args["step_num"]), key, *_span(e), "group_id" in args))
     steps = marked(steps)
 
-    # input threads whose CPU the capture's threadcpu.json measured: their CPU, spread over their activity
+    # input threads whose CPU threadcpu.json measured: their CPU spread over their activity (less outside_steps.py's)
+    outside = outside_steps.spans(e for evs in by_thread.values() for e in evs)
     cpu_us = threadcpu.measured_cpu_us(thread_cpu)
     measured = {}  # thread key → (activity intervals, CPU µs)
     measured_ids = []
@@ -265,7 +264,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             # less the profiler's own cost on that thread: each event it recorded there took ~1.7 µs of its CPU
             own = max(0.0, cpu_us[threadcpu.line_id(name)] - len(evs) * HOST_EVENT_COST_US)
             python = any(PY_FUNC_EVENT.search(e["name"]) for e in evs)  # runs Python under the interpreter lock
-            measured[key] = (_union([_span(e) for e in evs]), own, python)
+            measured[key] = (_subtract(_union([_span(e) for e in evs]), outside), own, python)
             measured_ids.append(threadcpu.line_id(name))
     # a from_generator source's own loader (profile/loaders.py): its unrecorded threads and processes are input too
     generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
@@ -274,6 +273,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
     span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
             max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
+    span = max(1.0, span[1] - span[0] - iv.length(iv.clip(outside, *span)))  # the record leaves those out too
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
                                is_input_thread, INPUT_WORK_EVENTS)
     compute_busy = _busy_threads(by_thread, threads, is_compute_thread)
@@ -318,12 +318,12 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         cpu_in = None
         if measured or loader_py or loader_kids:
             # the loader's threads and processes show no events: their CPU spread evenly over the capture
-            part = iv.length(phase) / max(1.0, span[1] - span[0])
+            part = iv.length(phase) / span
             cpu_in, active, cpu_py = (loader_py + loader_kids) * part, loader_kids * part, loader_py * part
             for activity, cpu, python in measured.values():
                 total = iv.length(activity)
                 share = iv.length(iv.intersect(activity, phase)) / total if total > 0 else \
-                    iv.length(phase) / max(1.0, span[1] - span[0])
+                    iv.length(phase) / span
                 cpu_in += cpu * share
                 cpu_py += cpu * share if python else 0.0
                 active += iv.length(iv.intersect(activity, phase))

@@ -42,10 +42,9 @@ Usage:
 With `steps_per_execution=k` one marker spans one `train_function` call of k batches: the step file, the probe
 and analyze count calls (xprof's step table is then empty: analyze reads the markers, profile/marker_steps.py).
 
-Beside the capture (same session folder) it writes `threadcpu.json`: the CPU each thread of the process used over
-the profiled window, with the capture's line id of each thread (profile/threadcpu.py), so that `analyze` counts
-the input pipeline's measured CPU, not the wall time of its waits (profile/contention.py).
-docs/own-training.md: the arguments, what the probe costs, the step file and what analyze does with it.
+Beside the capture it writes `threadcpu.json`: each thread's CPU over the window, fit's validation and epoch ends
+left out (profile/outside_steps.py), with its capture line id (profile/threadcpu.py): `analyze` counts the input's
+measured CPU, not the wall time of its waits (profile/contention.py).  docs/own-training.md: arguments, probe, files.
 """
 
 from __future__ import annotations
@@ -58,11 +57,11 @@ import tensorflow as tf
 
 from tfbertperf.config import parse_window
 from tfbertperf.errors import warn_user
-from tfbertperf.profile import autotuned_prefetch, capture, stepfile, threadcpu
+from tfbertperf.profile import autotuned_prefetch, capture, outside_steps, stepfile, threadcpu
 from tfbertperf.profile.probe_hint import WIDE_CI95, precision_hint  # noqa: F401  (named here before)
 from tfbertperf.profile.probe_record import after_fit, auto_stop, excluded_steps, fit_running, unpatch, what_if_record
 from tfbertperf.train import recovery
-from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, settle_ms,
+from tfbertperf.train.probe import (AUTO_CI95, SETTLE_MAX_STEPS, Probe, plan_for, probe_args, read_back, settle_ms,
                                     short_run_budget, traced_steps)
 
 
@@ -137,7 +136,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self.step_times_ms: list[float] = []
         self.step_file: Path | None = None
         self.what_if: dict | None = None
-        self._step, self._trace, self._t0, self._profiling, self._cpu_at_start = 0, None, 0.0, False, None
+        self._step, self._trace, self._t0, self._profiling, self._cpu = 0, None, 0.0, False, None  # _cpu: a Window
         self._profiled, self._stop_ms = None, 0.0  # the steps captured; how long the profiler took to stop and write
         self._sessions_before, self._session = set(), None  # the sessions before the capture, and its own (Path)
         self._plan: list[tuple[int, int]] = []
@@ -165,7 +164,7 @@ class ProfileCallback(keras.callbacks.Callback):
                                             self.probe_blocks)
         self._blocks_at, self._total = dict(self._plan), steps
         self._runner = Probe(self._probe_step, self.model.distribute_strategy, [], feed_iterator=True,
-                             wait=_read_back, wait_each=self.sync)
+                             wait=read_back, wait_each=self.sync)
         self._train_function = self.model.train_function
         self.model.train_function = self._train_with_probe
 
@@ -249,6 +248,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._plan_probe((self.params.get("epochs") or 0) - epoch)
 
     def on_train_batch_begin(self, batch, logs=None):
+        self._cpu.close() if self._profiling else None  # back from validation or an epoch's end (outside_steps.py)
         self._armed = True  # the next train_function call is this callback's step (_train_with_probe)
         if self.traced and self._step == self.traced[0] and not self._profiling:
             self._sessions_before = stepfile.sessions(self.logdir)
@@ -260,7 +260,7 @@ class ProfileCallback(keras.callbacks.Callback):
                           f"the step times and the probe go on — stop the other one or move profile_steps")
                 self.traced = None
             else:
-                self._cpu_at_start = threadcpu.snapshot(loaders=True)  # the threads' CPU over the window: input CPU
+                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True))  # the threads' CPU: input CPU
                 self._profiling = True
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
@@ -289,7 +289,12 @@ class ProfileCallback(keras.callbacks.Callback):
             self._after_loop_block()
         self._write_steps()
 
-    def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
+    def on_epoch_end(self, epoch, logs=None):  # fit's validation and the epoch-end callbacks: out of the record
+        if self._profiling:
+            self._cpu.open()
+
+    def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: out of the record
+        self.on_epoch_end(None)
         if not fit_running(self.model):
             warn_user("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
                       "capture nothing (profile those with tf.profiler.experimental.start/stop)")
@@ -299,10 +304,10 @@ class ProfileCallback(keras.callbacks.Callback):
     def _stop(self):
         t0 = time.perf_counter()
         stepfile.own_second(self.logdir)  # else a second fit's capture in the same second is written over the first
-        cpu_at_stop = threadcpu.snapshot(loaders=True)
+        record = self._cpu.record(threadcpu.snapshot(loaders=True))  # its outside-the-steps event closed first
         tf.profiler.experimental.stop()
         self._profiling = False
-        threadcpu.write_beside_newest_capture(self.logdir, self._cpu_at_start, cpu_at_stop)
+        threadcpu.write_beside_newest_capture(self.logdir, None, None, record)
         self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # the pipeline runs ahead meanwhile: stepfile.after_stop
@@ -341,9 +346,4 @@ class ProfileCallback(keras.callbacks.Callback):
                 self.what_if["autotuned_prefetch"] = found
                 if not self.what_if["after_steps"]:
                     warn_user(autotuned_prefetch.fit_warning(self.what_if, found))
-
-
-def _read_back(logs) -> None:
-    """Wait for a Keras step: its logs' tensors read to the host."""
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)
 

@@ -152,22 +152,22 @@ def window_record(a: dict, b: dict) -> dict:
             **machine_load.window(a, b, sum(c["cpu_ms"] for c in children))}
 
 
-def write_beside_newest_capture(logdir: str, a: dict, b: dict):
-    """Write window_record(a, b) as SIDECAR into the newest profile session under `logdir`
+def write_beside_newest_capture(logdir: str, a: dict | None, b: dict | None, record: dict | None = None):
+    """Write `record` or window_record(a, b) as SIDECAR into the newest profile session under `logdir`
     (logdir/plugins/profile/<session>/, where the capture that just stopped landed), atomically; returns its
     path, or None when there is no session directory (the capture wrote nothing)."""
     sessions = [p for p in glob.glob(os.path.join(str(logdir), "plugins", "profile", "*")) if os.path.isdir(p)]
-    return write_in(max(sessions, key=os.path.getmtime), a, b) if sessions else None
+    return write_in(max(sessions, key=os.path.getmtime), a, b, record) if sessions else None
 
 
-def write_in(session, a: dict, b: dict) -> str:
-    """Write window_record(a, b) as SIDECAR into the session folder `session`, atomically; returns its path."""
+def write_in(session, a: dict | None, b: dict | None, record: dict | None = None) -> str:
+    """Write `record` or window_record(a, b) as SIDECAR into the folder `session`, atomically; returns its path."""
     import json
 
     from tfbertperf.storage.atomic import write_atomic
 
     path = os.path.join(str(session), SIDECAR)
-    write_atomic(path, json.dumps(window_record(a, b)).encode(), durable=False)
+    write_atomic(path, json.dumps(record or window_record(a, b)).encode(), durable=False)
     return path
 
 

@@ -181,8 +181,13 @@ def probe_source(strategy, first_batch):
     return strategy.distribute_datasets_from_function(lambda ctx: tf.data.Dataset.from_tensors(local).repeat())
 
 
-def _read_back(out) -> None:
-    out.numpy()
+def read_back(out) -> None:
+    """Wait for a step's outputs: every tensor among them (a Keras step's logs too) read to the host."""
+    import tensorflow as tf
+
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "numpy"):
+            t.numpy()
 
 
 class Probe:
@@ -201,7 +206,7 @@ class Probe:
     """
 
     def __init__(self, step_fn, strategy, state: list, hook: Callable[[str], None] | None = None, *,
-                 feed_iterator: bool = False, wait: Callable = _read_back, wait_each: bool = False) -> None:
+                 feed_iterator: bool = False, wait: Callable = read_back, wait_each: bool = False) -> None:
         self.step_fn, self.strategy, self.state, self.hook = step_fn, strategy, state, hook
         self.feed_iterator, self.wait, self.wait_each = feed_iterator, wait, wait_each
         self.step_times_ms: list[float] = []

@@ -29,6 +29,8 @@ Per repetition, in a fresh interpreter:
     python tools/bench/bench_attribution_foreign.py --programs fit --reps 3   # the five Keras fit shapes
     python tools/bench/bench_attribution_foreign.py --programs fit:parse,fit:tokenize --reps 3 \
         --fit-steps 300 --probe-steps 120 --probe-blocks 24 --truth-rounds 24   # more samples: below this VM's noise
+    python tools/bench/bench_attribution_foreign.py --programs fit:map,fit:parse --epoch-steps 75   # the window
+        # (70:80) holds an epoch's end: validation_data's 32 batches (profile/outside_steps.py)
 """
 
 from __future__ import annotations
@@ -161,11 +163,14 @@ def main(argv=None) -> int:
     p.add_argument("--steps-per-execution", type=int, default=0,
                    help="fit shapes: Keras compile(steps_per_execution=k) (0 = 1); --fit-steps still counts batches")
     p.add_argument("--busy", type=int, default=0, help="busy processes beside every repetition (0: none)")
+    p.add_argument("--epoch-steps", type=int, default=0, help="fit shapes: epochs of this many steps, validation_data "
+                   "after each (keras_fit_shapes.py); 75 puts epoch 1's end inside the window 70:80")
     a = p.parse_args(argv)
-    if a.busy < 0:  # one line, exit 2 (the project's bad-input rule), before any program runs
-        print(f"bench_attribution_foreign: --busy {a.busy}: expected a count of busy processes, 0 or more",
-              file=sys.stderr)
-        return 2
+    for flag, v in (("--busy", a.busy), ("--epoch-steps", a.epoch_steps)):
+        if v < 0:  # one line, exit 2 (the project's bad-input rule), before any program runs
+            print(f"bench_attribution_foreign: {flag} {v}: expected a count of "
+                  f"{'busy processes' if flag == '--busy' else 'steps an epoch'}, 0 or more", file=sys.stderr)
+            return 2
     import subprocess
 
     t0 = time.time()
@@ -191,7 +196,8 @@ def _programs(a) -> int:
     if fits:
         fit_args = [x for flag, v in (("--probe-steps", a.probe_steps), ("--probe-blocks", a.probe_blocks),
                                       ("--rounds", a.truth_rounds), ("--steps", a.fit_steps),
-                                      ("--steps-per-execution", a.steps_per_execution)) if v
+                                      ("--steps-per-execution", a.steps_per_execution),
+                                      ("--epoch-steps", a.epoch_steps)) if v
                     for x in (flag, str(v))]
         total += own_fit(fits, a.reps, fit_args)
     for program in (p for p in programs if not p.startswith("fit:")):

@@ -1,0 +1,104 @@
+"""A capture window across an epoch's end: fit's validation and the epoch-end callbacks kept out of the thread-CPU
+record and out of the time analyze spreads a thread's CPU over (profile/outside_steps.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfbertperf.profile import contention, outside_steps
+
+
+def _piece(seconds, threads, machine=None, exited=0.0):
+    return {"schema": "tfbertperf.threadcpu/1", "seconds": seconds, "cores": 2, "clock": "schedstat", "pid": 1,
+            "threads": [{"tid": tid, "line_id": lid, "name": "python", "cpu_ms": cpu, "runqueue_ms": rq}
+                        for tid, lid, cpu, rq in threads],
+            "children": [{"pid": None, "name": "ended inside the window", "cpu_ms": 1.0, "runqueue_ms": 0.0}],
+            "exited": {"cpu_ms": exited, "python": []},
+            **({"machine": machine} if machine else {})}
+
+
+def test_merge_sums_each_threads_cpu_over_the_pieces_and_weights_the_machine_by_their_time():
+    a = _piece(0.1, [(1, 11, 50.0, 1.0), (2, 12, 10.0, 2.0)],
+               {"busy_cores": 1.0, "other_cores": 0.0, "steal_cores": 0.0, "seconds": 0.1}, exited=3.0)
+    # the second piece: thread 2 ended between the pieces, thread 3 is the new epoch's pipeline thread
+    b = _piece(0.3, [(1, 11, 30.0, 0.0), (3, 13, 20.0, 4.0)],
+               {"busy_cores": 2.0, "other_cores": 0.4, "steal_cores": 0.0, "seconds": 0.3})
+    m = outside_steps.merge([a, b], outside_s=0.5, spans=1)
+    rows = {r["tid"]: r for r in m["threads"]}
+    assert rows[1]["cpu_ms"] == 80.0 and rows[1]["runqueue_ms"] == 1.0
+    assert rows[2]["cpu_ms"] == 10.0 and rows[3]["cpu_ms"] == 20.0 and rows[3]["line_id"] == 13
+    assert m["seconds"] == pytest.approx(0.4) and m["exited"]["cpu_ms"] == 3.0
+    assert m["children"] == [{"pid": None, "name": "ended inside the window", "cpu_ms": 2.0, "runqueue_ms": 0.0}]
+    assert m["machine"]["busy_cores"] == pytest.approx(1.75) and m["machine"]["other_cores"] == pytest.approx(0.3)
+    assert m["outside_steps"] == {"seconds": 0.5, "spans": 1}
+    assert outside_steps.merge([a]) is a  # a window with nothing left out is the plain record
+    assert "machine" not in outside_steps.merge([a, _piece(0.1, [])], 0.1, 1)  # a piece without it: no figure
+
+
+def _trace(outside: bool):
+    """Step 5 (0–10 ms, 2 ms blocked in get-next) with one pipeline event in its compute phase, then fit's
+    validation (15–35 ms) whose pipeline thread — the same thread id — shows 200 events."""
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/7"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/8"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/9"}},
+          {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+           "args": {"step_num": "5", "group_id": "0"}},
+          {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+          {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+          {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 4000, "dur": 100}]
+    ev += [{"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 15000 + 100 * i, "dur": 50}
+           for i in range(200)]
+    if outside:
+        ev.append({"ph": "X", "name": outside_steps.EVENT, "pid": 1, "tid": 1, "ts": 12000, "dur": 25000})
+    return {"traceEvents": ev}
+
+
+def test_a_threads_cpu_is_spread_over_its_activity_inside_the_steps_only():
+    # the record holds the window's CPU less the validation (4 ms of the pipeline thread's, all in step 5's compute
+    # phase); its 200 validation events must not take the share of that CPU they would without the marked span
+    record = {"schema": "tfbertperf.threadcpu/1", "seconds": 0.012, "cores": 2, "clock": "schedstat",
+              "threads": [{"tid": 10, "line_id": 7, "name": "python", "cpu_ms": 4.0, "runqueue_ms": 0.0},
+                          {"tid": 11, "line_id": 8, "name": "python", "cpu_ms": 8.0, "runqueue_ms": 0.0},
+                          {"tid": 12, "line_id": 50, "name": "python", "cpu_ms": 8.0, "runqueue_ms": 0.0}]}
+    cost = 201 * 1.7e-3  # the profiler's cost of the thread's recorded events, taken off its CPU
+    marked = contention.step_contention(_trace(True), thread_cpu=record)["steps"][5]
+    assert marked["input_cpu_ms"] == pytest.approx(4.0 - cost, rel=0.05)
+    unmarked = contention.step_contention(_trace(False), thread_cpu=record)["steps"][5]
+    assert unmarked["input_cpu_ms"] < 0.1  # before: 100 µs of its 10.1 ms of activity fell in the step
+
+
+@pytest.mark.slow
+def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_record(tmp_path):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfbertperf.analyze import analyze
+    from tfbertperf.keras import ProfileCallback
+    from tfbertperf.profile import stepfile, threadcpu, xprof_tools
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    xs = np.random.default_rng(0).standard_normal((4096, 64)).astype("float32")
+    ys = (xs[:, 0] > 0).astype("int64")
+    ds = tf.data.Dataset.from_tensor_slices((xs[:512], ys[:512])).map(lambda x, y: (x * 2.0, y)).batch(32)
+    val = tf.data.Dataset.from_tensor_slices((xs, ys)).map(lambda x, y: (tf.tanh(x), y)).batch(32)  # 128 batches
+    cb = ProfileCallback(str(tmp_path), "12:20")  # epochs of 16 batches: the window holds epoch 1's end
+    model.fit(ds, epochs=2, validation_data=val, verbose=0, callbacks=[cb])
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    steps = json.loads(cb.step_file.read_text())
+    lo, hi = steps["profiled_steps"]
+    captured_s = sum(steps["step_time_ms"][lo:hi]) / 1e3
+    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["seconds"] > 0
+    # the record spans the captured steps (and the callbacks between them), not the 128 validation batches
+    assert record["seconds"] < captured_s + 0.5 * record["outside_steps"]["seconds"], (record["seconds"], captured_s)
+    assert sum(r["cpu_ms"] for r in record["threads"]) / 1e3 < 2 * 2 * record["seconds"] + 0.05
+    tv = xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "trace_viewer")
+    assert len(outside_steps.spans(tv["traceEvents"])) == 1  # TensorBoard's trace viewer shows the span
+    att = analyze(str(tmp_path))["attribution"]
+    assert att["input_cpu_basis"].startswith("measured") and att["steps_profiled"] >= 6
+    assert stepfile.STEP_FILE == cb.step_file.name
