@@ -37,6 +37,12 @@ def test_merge_sums_each_threads_cpu_over_the_pieces_and_weights_the_machine_by_
     assert "machine" not in outside_steps.merge([a, _piece(0.1, [])], 0.1, 1)  # a piece without it: no figure
 
 
+def test_the_last_batch_of_an_epoch_is_known_from_keras_params():
+    assert outside_steps.last_of_epoch({"steps": 16}, 15) and not outside_steps.last_of_epoch({"steps": 16}, 14)
+    assert outside_steps.last_of_epoch({"steps": 16}, 17)  # steps_per_execution: the call that ends past it
+    assert not outside_steps.last_of_epoch({"steps": None}, 15) and not outside_steps.last_of_epoch({}, 0)
+
+
 def _trace(outside: bool):
     """Step 5 (0–10 ms, 2 ms blocked in get-next) with one pipeline event in its compute phase, then fit's
     validation (15–35 ms) whose pipeline thread — the same thread id — shows 200 events."""
@@ -102,3 +108,72 @@ def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_reco
     att = analyze(str(tmp_path))["attribution"]
     assert att["input_cpu_basis"].startswith("measured") and att["steps_profiled"] >= 6
     assert stepfile.STEP_FILE == cb.step_file.name
+
+
+_JAX_FIT = r"""
+import json, sys
+import keras, numpy as np
+from tfbertperf.keras import ProfileCallback
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+xs = np.random.default_rng(0).standard_normal((4096, 64)).astype("float32")
+ys = (xs[:, 0] > 0).astype("int64")
+cb = ProfileCallback(sys.argv[1], "12:20")  # epochs of 16 batches: the window holds epoch 1's end
+model.fit(xs[:512], ys[:512], batch_size=32, epochs=2, validation_data=(xs, ys), verbose=0, callbacks=[cb])
+print(json.dumps({"step_file": str(cb.step_file)}))
+"""
+
+
+@pytest.mark.slow
+def test_a_keras_jax_window_across_an_epochs_end_leaves_the_validation_out_too(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tfbertperf.profile import threadcpu, xprof_tools
+
+    proc = subprocess.run([sys.executable, "-c", _JAX_FIT, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "jax"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    steps = json.loads(next(tmp_path.glob("plugins/profile/*/tfbertperf_steps.json")).read_text())
+    lo, hi = steps["profiled_steps"]
+    captured_s = sum(steps["step_time_ms"][lo:hi]) / 1e3
+    assert record["outside_steps"]["spans"] == 1
+    # from the epoch's last batch on: Keras-JAX builds the validation's iterator before on_test_begin (75 ms here,
+    # where the captured steps took 4 ms)
+    assert record["seconds"] < 2 * captured_s + 0.02, (record["seconds"], captured_s)
+    tv = xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "trace_viewer")
+    assert len(outside_steps.spans(tv["traceEvents"])) == 1  # jax.profiler's capture holds the span too
+
+
+@pytest.mark.slow
+def test_a_tf_loop_of_your_own_keeps_its_evaluation_out_with_timer_outside(tmp_path):
+    import tensorflow as tf
+
+    from tfbertperf.profile import threadcpu, xprof_tools
+    from tfbertperf.tf_steps import StepTimer
+
+    w = tf.Variable(tf.random.normal((256, 256)))
+
+    @tf.function
+    def step(x):
+        return tf.reduce_sum(tf.tanh(x @ w))
+
+    x = tf.random.normal((64, 256))
+    timer = StepTimer(str(tmp_path), profile_steps="4:12")
+    for i in range(16):
+        with timer.step() as s:
+            s.result = step(x)
+        if i == 7:  # an evaluation inside the window: 0.2 s of CPU on the training thread
+            timer.outside()
+            t = tf.timestamp()
+            while float(tf.timestamp() - t) < 0.2:
+                sum(range(20000))
+    timer.close()
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["seconds"] >= 0.2
+    assert record["seconds"] < 0.2 and max(r["cpu_ms"] for r in record["threads"]) < 200.0
+    tv = xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "trace_viewer")
+    assert len(outside_steps.spans(tv["traceEvents"])) == 1

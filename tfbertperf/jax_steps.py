@@ -40,7 +40,7 @@ from typing import Callable
 from tfbertperf.config import parse_window
 from tfbertperf.errors import warn_user
 from tfbertperf.jax_probe import JaxProbe
-from tfbertperf.profile import stepfile, threadcpu
+from tfbertperf.profile import outside_steps, stepfile, threadcpu
 from tfbertperf.train.probe import AUTO_CI95, probe_args, short_run_budget, traced_steps
 
 
@@ -87,7 +87,8 @@ class StepTimer:
         self._stop_ms = 0.0
         self._before: set[str] = set()
         self._session: Path | None = None
-        self._cpu_at_start: dict | None = None  # the threads' CPU at the capture's start (threadcpu.json)
+        self._cpu = None  # the threads' CPU over the capture (threadcpu.json): a profile/outside_steps.py Window
+        self.outside_annotation = _trace_annotation  # name → the profiler's plain trace span (outside())
         self.what_if: dict | None = None
         self.wording = ("StepTimer", "run")  # who speaks in the probe's warnings, and of what (Keras: a fit)
         self.stop_hint = "jax.profiler.stop_trace"  # how the other profiler a capture found running is stopped
@@ -173,8 +174,17 @@ class StepTimer:
         """Context manager for one step (module docstring); set `.result` on what it yields."""
         return _Timed(self)
 
+    def outside(self) -> None:
+        """The training steps pause until the next step (an evaluation inside the window, Keras' validation, an
+        epoch's end): that span stays out of the thread-CPU record and is marked in the capture
+        (profile/outside_steps.py).  Call it where your loop leaves its steps; the next step ends it."""
+        if self._profiling and self._cpu is not None:
+            self._cpu.open()
+
     def _begin(self) -> None:
         self._jax()
+        if self._profiling and self._cpu is not None:
+            self._cpu.close()
         i = len(self.step_times_ms)
         if self.traced and i == self.traced[0] and not self._profiling:
             self._before = stepfile.sessions(self.logdir)
@@ -182,7 +192,7 @@ class StepTimer:
             try:
                 self._start(self.logdir, **kw)
                 self._profiling = True
-                self._cpu_at_start = threadcpu.snapshot(loaders=True)
+                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True), self.outside_annotation)
             except RuntimeError as e:  # JAX runs one profile a process: never stop the user's training for it
                 if "already" not in str(e):
                     raise
@@ -196,15 +206,15 @@ class StepTimer:
     def _end_capture(self) -> None:
         t0 = time.perf_counter()
         stepfile.own_second(self.logdir)
-        cpu_at_stop = threadcpu.snapshot(loaders=True) if self._cpu_at_start is not None else None
+        record = self._cpu.record(threadcpu.snapshot(loaders=True)) if self._cpu is not None else None
         self._stop()
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # a prefetching loader runs ahead meanwhile
         self._profiling = False
         self._profiled = (self.traced[0], len(self.step_times_ms))
         self._session = stepfile.session_dir(self.logdir, self._before)
-        if cpu_at_stop is not None and self._session is not None:  # a loader thread's CPU: profile/host_loader.py
+        if record is not None and self._session is not None:  # a loader thread's CPU: profile/host_loader.py
             try:
-                threadcpu.write_in(self._session, self._cpu_at_start, cpu_at_stop)
+                threadcpu.write_in(self._session, None, None, record)
             except OSError as e:  # never stop the user's training for it: analyze then says the CPU was not measured
                 warn_user(f"tfbertperf StepTimer: no thread-CPU record beside the capture ({e})")
 
@@ -269,3 +279,10 @@ class _Timed:
         if exc[0] is None:
             t.step_times_ms.append((time.perf_counter() - self.t0) * 1e3)
         return False
+
+
+def _trace_annotation(name: str):
+    """A plain (not a step's) trace annotation of JAX's profiler: outside_steps.Window's span."""
+    import jax
+
+    return jax.profiler.TraceAnnotation(name)

@@ -31,7 +31,7 @@ import keras
 
 from tfbertperf.errors import warn_user
 from tfbertperf.jax_steps import StepTimer
-from tfbertperf.profile import autotuned_prefetch
+from tfbertperf.profile import autotuned_prefetch, outside_steps
 from tfbertperf.profile.probe_record import fit_running, unpatch
 from tfbertperf.train.probe import AUTO_CI95, probe_args, traced_steps
 
@@ -102,7 +102,11 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.timer.window and k > 1:
             self.timer.traced = traced_steps((self.timer.window[0] // k, -(-self.timer.window[1] // k)))
 
+    def on_epoch_end(self, epoch, logs=None):  # fit's validation and the epoch-end callbacks: out of the CPU record
+        self.timer.outside()
+
     def on_test_begin(self, logs=None):  # fit's validation runs evaluate with the same callbacks: silent there
+        self.timer.outside()
         if not fit_running(self.model):
             warn_user("tfbertperf ProfileCallback profiles fit's training steps; evaluate() and predict() with it "
                       "capture nothing (profile those with jax.profiler.trace)")
@@ -176,6 +180,8 @@ class ProfileCallback(keras.callbacks.Callback):
             self._result.result = logs["loss"]
         self._open.__exit__(None, None, None)
         self._open = None
+        if outside_steps.last_of_epoch(self.params, batch):  # fit's validation and the epoch's end come next
+            self.timer.outside()
 
     def on_train_end(self, logs=None):
         if self._open is not None:  # a batch that never ended (fit stopped inside it): not a timed step

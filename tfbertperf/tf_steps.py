@@ -115,6 +115,7 @@ class StepTimer(_StepTimer):
                          lambda name, step_num: tf.profiler.experimental.Trace(name, step_num=step_num, _r=1),
                          read_back, probe=False)
         self.stop_hint = "tf.profiler.experimental.stop, or Keras' TensorBoard(profile_batch=…)"
+        self.outside_annotation = tf.profiler.experimental.Trace
         if probe:
             auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
             self._probe = TfProbe(auto, n, int(probe_blocks), ci95, wait_each=True)

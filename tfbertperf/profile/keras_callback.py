@@ -5,15 +5,13 @@ Why it is needed: xprof finds steps only from `tf.profiler.experimental.Trace(na
 (`_r=1` marks a root step event), and charges input to a step only if the `next(iterator)` call runs inside that
 marker. Keras 3's `TensorBoard(profile_batch=…)` emits markers without `_r`: xprof sees 0 steps (analyze reads them)
 
-How it works: a callback cannot wrap `next()`, but Keras 3's TF trainer calls
-`on_train_batch_begin → train_function(iterator) → on_train_batch_end`, and `train_function` itself pulls the
-batch with `next(iterator)`. So the marker is opened in `on_train_batch_begin` and closed in
-`on_train_batch_end`: the fetch, the forward/backward pass and the update all fall inside step i.
+How it works: a callback cannot wrap `next()`, but Keras 3's TF trainer calls `on_train_batch_begin →
+train_function(iterator) → on_train_batch_end`, and `train_function` pulls the batch with `next(iterator)`: the marker
+opened in the first and closed in the last holds the fetch, the forward/backward pass and the update of step i.
 
-The step file: at the end of `fit` every step's wall time (profiled or not, the profiled window marked) is
-written beside the capture as `<logdir>/plugins/profile/<session>/tfbertperf_steps.json` (profile/stepfile.py:
-schema and definitions), where `tfbertperf analyze` finds it: the profiler's cost is then measured (captured −
-unprofiled step) and the verdict is about the program as it runs without the profiler.
+The step file: at the end of `fit` every step's wall time (the profiled window marked) is written beside the
+capture, `<logdir>/plugins/profile/<session>/tfbertperf_steps.json` (profile/stepfile.py), where `analyze` finds it:
+the profiler's cost is then measured (captured − unprofiled step), the verdict about the program without it.
 
 The what-if probe (`probe=True`), run's probe (train/probe.py) for your `fit`: T_c is the step on one cached
 batch — the real batch of the last warm-up step, `Dataset.from_tensors(batch).repeat()` (on a GPU copied to the
@@ -260,7 +258,7 @@ class ProfileCallback(keras.callbacks.Callback):
                           f"the step times and the probe go on — stop the other one or move profile_steps")
                 self.traced = None
             else:
-                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True))  # the threads' CPU: input CPU
+                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True), tf.profiler.experimental.Trace)
                 self._profiling = True
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
@@ -277,6 +275,8 @@ class ProfileCallback(keras.callbacks.Callback):
             self._trace = None
         self.step_times_ms.append((time.perf_counter() - self._t0) * 1e3 - self._block_ms)
         self._step += 1
+        if self._profiling and outside_steps.last_of_epoch(self.params, batch):  # fit's validation and epoch end next
+            self._cpu.open()
 
     def on_train_end(self, logs=None):
         if self._trace is not None:

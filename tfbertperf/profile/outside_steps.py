@@ -9,8 +9,9 @@ steps of 4.7 ms, the training thread's 341 ms of validation made the compute rea
 (profile/contention.py's pool share p 0.2), and the capture alone read the input 4.7 % against a measured what-if
 of 15 % (truth 13 %); a window inside the epoch read 12.5 %.
 
-So while the window is open the callback keeps the time between epochs out: from `on_test_begin` (fit's
-validation) or `on_epoch_end`, whichever comes first after a step, to the next `on_train_batch_begin`, it
+So while the window is open the callback (both backends' ProfileCallback; on JAX through StepTimer.outside) keeps
+the time between epochs out: from the end of an epoch's last batch (`last_of_epoch`; else `on_test_begin` or
+`on_epoch_end`, whichever comes first) to the next `on_train_batch_begin`, it
   - takes a thread-CPU snapshot at each end; the record is the sum of the pieces between (`merge`): each thread's
     CPU and run-queue time, the children's, the exited threads', the seconds, the machine's load weighted by
     seconds, and "outside_steps": {"seconds", "spans"} (additive: a record without it read as before);
@@ -19,8 +20,6 @@ validation) or `on_epoch_end`, whichever comes first after a step, to the next `
 """
 
 from __future__ import annotations
-
-import tensorflow as tf
 
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile import threadcpu
@@ -31,17 +30,19 @@ EVENT = "tfbertperf outside training steps (validation, epoch end)"
 class Window:
     """The thread-CPU record of a capture window less its spans outside the training steps (module docstring)."""
 
-    def __init__(self, start: dict) -> None:
+    def __init__(self, start: dict, annotate) -> None:
+        """`start`: threadcpu.snapshot(loaders=True) at the capture's start; `annotate`: name → the profiler's trace
+        context manager (tf.profiler.experimental.Trace, jax.profiler.TraceAnnotation)."""
         self.pieces: list[dict] = []
         self.outside_s, self.spans = 0.0, 0
-        self._a, self._gap, self._trace = start, None, None
+        self._a, self._gap, self._trace, self._annotate = start, None, None, annotate
 
     def open(self) -> None:
         """The training steps stop here (validation, an epoch's end): close the piece since the last step."""
         if self._trace is None:
             b = threadcpu.snapshot(loaders=True)
             self.pieces.append(threadcpu.window_record(self._a, b))  # its threads' line ids read while they live
-            self._gap, self._trace = b["t"], tf.profiler.experimental.Trace(EVENT)
+            self._gap, self._trace = b["t"], self._annotate(EVENT)
             self._trace.__enter__()
 
     def close(self) -> None:
@@ -60,6 +61,14 @@ class Window:
         else:
             self.pieces.append(threadcpu.window_record(self._a, stop))
         return merge(self.pieces, self.outside_s, self.spans)
+
+
+def last_of_epoch(params: dict, batch: int) -> bool:
+    """Whether Keras' `on_train_batch_end(batch)` ends its epoch: the time to the next batch is fit's validation and
+    the epoch-end callbacks (Keras builds the validation's iterator before `on_test_begin`: 75 ms on JAX, 35 ms on
+    TensorFlow at a first epoch's end).  Unknown where the epoch's steps are (a dataset of unknown length)."""
+    steps = (params or {}).get("steps")
+    return bool(steps) and batch + 1 >= steps
 
 
 def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0) -> dict:
