@@ -32,7 +32,7 @@ def test_merge_sums_each_threads_cpu_over_the_pieces_and_weights_the_machine_by_
     assert m["seconds"] == pytest.approx(0.4) and m["exited"]["cpu_ms"] == 3.0
     assert m["children"] == [{"pid": None, "name": "ended inside the window", "cpu_ms": 2.0, "runqueue_ms": 0.0}]
     assert m["machine"]["busy_cores"] == pytest.approx(1.75) and m["machine"]["other_cores"] == pytest.approx(0.3)
-    assert m["outside_steps"] == {"seconds": 0.5, "spans": 1}
+    assert m["outside_steps"] == {"seconds": 0.5, "spans": 1, "edges": []}
     assert outside_steps.merge([a]) is a  # a window with nothing left out is the plain record
     assert "machine" not in outside_steps.merge([a, _piece(0.1, [])], 0.1, 1)  # a piece without it: no figure
 
@@ -76,21 +76,27 @@ def test_a_threads_cpu_is_spread_over_its_activity_inside_the_steps_only():
     assert unmarked["input_cpu_ms"] < 0.1  # before: 100 µs of its 10.1 ms of activity fell in the step
 
 
-@pytest.mark.slow
-def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_record(tmp_path):
+def _model_and_data():
+    """A small Keras MLP (TensorFlow backend), compiled, and 4096 examples of 64 features with their labels."""
     import keras
     import numpy as np
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    xs = np.random.default_rng(0).standard_normal((4096, 64)).astype("float32")
+    return model, xs, (xs[:, 0] > 0).astype("int64")
+
+
+@pytest.mark.slow
+def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_record(tmp_path):
     import tensorflow as tf
 
     from tfbertperf.analyze import analyze
     from tfbertperf.keras import ProfileCallback
     from tfbertperf.profile import stepfile, threadcpu, xprof_tools
 
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(2)])
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    xs = np.random.default_rng(0).standard_normal((4096, 64)).astype("float32")
-    ys = (xs[:, 0] > 0).astype("int64")
+    model, xs, ys = _model_and_data()
     ds = tf.data.Dataset.from_tensor_slices((xs[:512], ys[:512])).map(lambda x, y: (x * 2.0, y)).batch(32)
     val = tf.data.Dataset.from_tensor_slices((xs, ys)).map(lambda x, y: (tf.tanh(x), y)).batch(32)  # 128 batches
     cb = ProfileCallback(str(tmp_path), "12:20")  # epochs of 16 batches: the window holds epoch 1's end
@@ -99,12 +105,13 @@ def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_reco
     steps = json.loads(cb.step_file.read_text())
     lo, hi = steps["profiled_steps"]
     captured_s = sum(steps["step_time_ms"][lo:hi]) / 1e3
-    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["seconds"] > 0
+    out = record["outside_steps"]
+    assert out["spans"] == 1 and out["edges"] == ["first", "last"] and out["seconds"] > 0
     # the record spans the captured steps (and the callbacks between them), not the 128 validation batches
     assert record["seconds"] < captured_s + 0.5 * record["outside_steps"]["seconds"], (record["seconds"], captured_s)
     assert sum(r["cpu_ms"] for r in record["threads"]) / 1e3 < 2 * 2 * record["seconds"] + 0.05
     tv = xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "trace_viewer")
-    assert len(outside_steps.spans(tv["traceEvents"])) == 1  # TensorBoard's trace viewer shows the span
+    assert len(outside_steps.spans(tv["traceEvents"])) == 1  # TensorBoard's trace viewer shows the validation's
     att = analyze(str(tmp_path))["attribution"]
     assert att["input_cpu_basis"].startswith("measured") and att["steps_profiled"] >= 6
     assert stepfile.STEP_FILE == cb.step_file.name
@@ -140,7 +147,7 @@ def test_a_keras_jax_window_across_an_epochs_end_leaves_the_validation_out_too(t
     steps = json.loads(next(tmp_path.glob("plugins/profile/*/tfbertperf_steps.json")).read_text())
     lo, hi = steps["profiled_steps"]
     captured_s = sum(steps["step_time_ms"][lo:hi]) / 1e3
-    assert record["outside_steps"]["spans"] == 1
+    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["edges"] == ["first", "last"]
     # from the epoch's last batch on: Keras-JAX builds the validation's iterator before on_test_begin (75 ms here,
     # where the captured steps took 4 ms)
     assert record["seconds"] < 2 * captured_s + 0.02, (record["seconds"], captured_s)
@@ -173,7 +180,51 @@ def test_a_tf_loop_of_your_own_keeps_its_evaluation_out_with_timer_outside(tmp_p
                 sum(range(20000))
     timer.close()
     record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
-    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["seconds"] >= 0.2
+    out = record["outside_steps"]
+    assert out["spans"] == 1 and out["edges"] == ["first", "last"] and out["seconds"] >= 0.2
     assert record["seconds"] < 0.2 and max(r["cpu_ms"] for r in record["threads"]) < 200.0
     tv = xprof_tools.convert(xprof_tools.find_xplanes(tmp_path), "trace_viewer")
     assert len(outside_steps.spans(tv["traceEvents"])) == 1
+
+
+@pytest.mark.slow
+def test_the_captures_first_step_tf_function_tracing_stays_out_of_the_cpu_record(tmp_path):
+    import tensorflow as tf
+
+    from tfbertperf.keras import ProfileCallback
+    from tfbertperf.profile import threadcpu
+
+    model, xs, ys = _model_and_data()
+    ds = tf.data.Dataset.from_tensor_slices((xs[:512], ys[:512])).repeat().batch(32)
+    cb = ProfileCallback(str(tmp_path), "0:8")  # captures steps 0–8; xprof's step table and analyze read 1–7
+    model.fit(ds, epochs=1, steps_per_epoch=12, verbose=0, callbacks=[cb])
+    record = json.loads(next(tmp_path.glob(f"plugins/profile/*/{threadcpu.SIDECAR}")).read_text())
+    times = json.loads(cb.step_file.read_text())["step_time_ms"]
+    read_s = sum(times[1:8]) / 1e3
+    assert times[0] / 1e3 > 4 * read_s  # step 0 traces train_function: most of the capture's time
+    assert record["outside_steps"] | {"seconds": 0} == {"seconds": 0, "spans": 0, "edges": ["first", "last"]}
+    assert record["seconds"] < 2 * read_s + 0.02, (record, read_s)
+
+
+def test_the_captures_first_and_last_step_are_out_where_the_record_says_so():
+    # steps 4, 5, 6 (10 ms each): the pipeline thread busy through the edge steps 4 and 6 (xprof leaves them out),
+    # once in step 5; a record that left the edges out holds only step 5's CPU (3 ms)
+    ev = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/7"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/8"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/9"}}]
+    for k, n in enumerate((4, 5, 6)):
+        t0 = 10000 * k
+        ev += [{"ph": "X", "name": f"train {n}", "pid": 1, "tid": 1, "ts": t0, "dur": 10000,
+                "args": {"step_num": str(n), "group_id": str(k)}},
+               {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": t0 + 100, "dur": 9800},
+               {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": t0 + 2000,
+                "dur": 1000 if n == 5 else 8000}]
+    record = {"schema": "tfbertperf.threadcpu/1", "seconds": 0.01, "cores": 2, "clock": "schedstat",
+              "threads": [{"tid": 10, "line_id": 7, "name": "python", "cpu_ms": 3.0, "runqueue_ms": 0.0}]}
+    plain = contention.step_contention({"traceEvents": ev}, thread_cpu=record)["steps"][5]
+    edged = dict(record, outside_steps={"seconds": 0.02, "spans": 0, "edges": ["first", "last"]})
+    out = contention.step_contention({"traceEvents": ev}, thread_cpu=edged)["steps"][5]
+    cost = 3 * 1.7e-3
+    assert out["input_cpu_ms"] == pytest.approx(3.0 - cost, rel=0.01)
+    assert plain["input_cpu_ms"] == pytest.approx((3.0 - cost) / 17, rel=0.01)  # 1 of its 17 ms of activity

@@ -60,3 +60,19 @@ def test_wide_gaps_between_markers_that_hold_no_fetch_the_capture_can_name_are_s
     assert "3.10 ms a step between its step markers" in line and "no figure here counts it" in line, line
     assert step_gaps.keys(0.0, _loop(tmp_path, 0)) == {} and step_gaps.keys(0.0, None) == {}
     assert step_gaps.keys(30.1, _loop(tmp_path, 30_000)) == {"steps_widened_ms": 30.1}  # widened: said so instead
+
+
+def test_a_gap_that_holds_fits_validation_counts_only_up_to_it(tmp_path):
+    # the fetch of step 1's gap, then fit's validation (profile/outside_steps.py marks it) before step 2's marker:
+    # the step is widened by its gap up to the validation, not by the validation's 80 ms
+    from tfbertperf.profile import outside_steps
+
+    events = []
+    for i in range(4):
+        t0 = i * 10_000 + (80_000 if i >= 2 else 0)
+        events.append(("train", t0, 2000, {"step_num": i, "_r": 1}))
+        events.append(("IteratorGetNextOp::DoCompute", t0 + 2050, 3000, {}))
+    events.append((outside_steps.EVENT, 10_000 + 6000, 83_000, {}))
+    xplanes = [synthetic_xspace(tmp_path / "p.xplane.pb", {"python3": events})]
+    gaps = step_gaps.gaps_by_step(xplanes)
+    assert gaps[1] == pytest.approx((4.0, 3.0)) and gaps[0] == pytest.approx((8.0, 3.0))

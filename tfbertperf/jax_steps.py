@@ -262,6 +262,8 @@ class _Timed:
         t._begin()
         self.mark = t._annotation(t.marker, step_num=len(t.step_times_ms))
         self.mark.__enter__()
+        if t._profiling and len(t.step_times_ms) == t.traced[1] - 1:  # the capture's last step, which xprof's table
+            t._cpu.open(last_step=True)  # leaves out: out of the CPU record too, its reading inside its marker
         self.t0 = time.perf_counter()
         return self.step
 

@@ -254,7 +254,9 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     steps = marked(steps)
 
     # input threads whose CPU threadcpu.json measured: their CPU spread over their activity (less outside_steps.py's)
-    outside = outside_steps.spans(e for evs in by_thread.values() for e in evs)
+    span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
+            max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
+    outside = outside_steps.spans((e for evs in by_thread.values() for e in evs), thread_cpu, steps, span)
     cpu_us = threadcpu.measured_cpu_us(thread_cpu)
     measured = {}  # thread key → (activity intervals, CPU µs)
     measured_ids = []
@@ -271,8 +273,6 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
     traced = {threadcpu.line_id(n) for n in threads.values() if "Eigen" not in n} - {None}  # Eigen: the intra-op pool
     pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
-    span = [min((_span(e)[0] for evs in by_thread.values() for e in evs), default=0.0),
-            max((_span(e)[1] for evs in by_thread.values() for e in evs), default=0.0)]
     span = max(1.0, span[1] - span[0] - iv.length(iv.clip(outside, *span)))  # the record leaves those out too
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
                                is_input_thread, INPUT_WORK_EVENTS)

@@ -29,8 +29,7 @@ tracing of the step function (the cached batch's fixed shapes), and per block a 
 (a copy in memory; on the CPU a state over 256 MiB goes to a checkpoint in a temporary directory: train/probe.py
 Snapshot); the steps right after a block, fed from buffers the pipeline filled meanwhile, are left out of T.  Where
 the dataset runs a prefetch that sizes its own buffer (blocks inside the fit would grow it), every block runs after
-the last step instead, each against its stretch of the fit (profile/autotuned_prefetch.py, profile/stepfile.py).
-Supported under one replica (the default strategy, or a one-device tf.distribute one).
+the last step instead (profile/autotuned_prefetch.py, profile/stepfile.py).  Supported under one replica.
 
 Usage:
     from tfbertperf.keras import ProfileCallback
@@ -263,7 +262,8 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.traced and self._step == self.traced[1] and self._profiling:
             self._stop()
         self._trace = tf.profiler.experimental.Trace(self.marker, step_num=self._step, _r=1)
-        self._trace.__enter__()
+        self._trace.__enter__()  # the capture's last step (xprof's table leaves it out): its reading inside it
+        self._cpu.open(last_step=True) if self._profiling and self._step == self.traced[1] - 1 else None
         self._block_ms = 0.0
         self._t0 = time.perf_counter()
 

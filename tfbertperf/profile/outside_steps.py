@@ -9,14 +9,22 @@ steps of 4.7 ms, the training thread's 341 ms of validation made the compute rea
 (profile/contention.py's pool share p 0.2), and the capture alone read the input 4.7 % against a measured what-if
 of 15 % (truth 13 %); a window inside the epoch read 12.5 %.
 
+The same goes for the capture's first and last step: xprof leaves them out of its step table (and so does analyze,
+profile/marker_steps.py), so the callbacks capture one step more on each side (train/probe.py traced_steps) — and
+their CPU counted in the record: a window "0:10" holds step 0, `train_function`'s tracing (674 ms on the training
+thread against 6 ms steps), and that fit read the input 4.3 % where the window 60:80 read 12.5 %.
+
 So while the window is open the callback (both backends' ProfileCallback; on JAX through StepTimer.outside) keeps
 the time between epochs out: from the end of an epoch's last batch (`last_of_epoch`; else `on_test_begin` or
-`on_epoch_end`, whichever comes first) to the next `on_train_batch_begin`, it
+`on_epoch_end`, whichever comes first) to the next `on_train_batch_begin`, and over the first and last step, it
   - takes a thread-CPU snapshot at each end; the record is the sum of the pieces between (`merge`): each thread's
     CPU and run-queue time, the children's, the exited threads', the seconds, the machine's load weighted by
-    seconds, and "outside_steps": {"seconds", "spans"} (additive: a record without it read as before);
-  - opens a trace event named EVENT on the training thread over the same span (TensorBoard's trace viewer shows
-    it), which analyze takes out of the time over which it spreads a thread's measured CPU (`spans`).
+    seconds, and "outside_steps": {"seconds", "spans", "edges"} (additive: a record without it read as before);
+  - between epochs, opens a trace event named EVENT on the training thread over the same span (TensorBoard's trace
+    viewer shows it); the edge steps get none (an event around a step marker would nest the step under it, and
+    the training thread's analysis reads markers at its top: a JAX loop's memory-fed steps read 14 % input so),
+    analyze finds them as xprof does, the first and last marker.  Both are taken out of the time over which
+    analyze spreads a thread's measured CPU (`spans`).
 """
 
 from __future__ import annotations
@@ -25,42 +33,52 @@ from tfbertperf.profile import intervals as iv
 from tfbertperf.profile import threadcpu
 
 EVENT = "tfbertperf outside training steps (validation, epoch end)"
+FIRST, LAST = "first", "last"  # the record's "edges": the capture's first / last step left out of it
 
 
 class Window:
-    """The thread-CPU record of a capture window less its spans outside the training steps (module docstring)."""
+    """The thread-CPU record of a capture window less its spans outside the analyzed steps (module docstring)."""
 
     def __init__(self, start: dict, annotate) -> None:
-        """`start`: threadcpu.snapshot(loaders=True) at the capture's start; `annotate`: name → the profiler's trace
-        context manager (tf.profiler.experimental.Trace, jax.profiler.TraceAnnotation)."""
+        """`start`: threadcpu.snapshot(loaders=True) at the capture's start, before its first step; `annotate`: name →
+        the profiler's trace context manager (tf.profiler.experimental.Trace, jax.profiler.TraceAnnotation).  The
+        first step is out already (xprof leaves it out of its step table): the callers `close()` at the next."""
         self.pieces: list[dict] = []
-        self.outside_s, self.spans = 0.0, 0
-        self._a, self._gap, self._trace, self._annotate = start, None, None, annotate
+        self.outside_s, self.spans, self.edges = 0.0, 0, [FIRST]
+        self._a, self._gap, self._trace, self._annotate = start, start["t"], None, annotate
 
-    def open(self) -> None:
-        """The training steps stop here (validation, an epoch's end): close the piece since the last step."""
-        if self._trace is None:
+    def open(self, last_step: bool = False) -> None:
+        """The analyzed steps stop here: validation or an epoch's end (marked in the capture with EVENT), or with
+        `last_step` the capture's last step (not marked: the capture's own edge, which analyze finds by itself)."""
+        if self._gap is None:
             b = threadcpu.snapshot(loaders=True)
             self.pieces.append(threadcpu.window_record(self._a, b))  # its threads' line ids read while they live
-            self._gap, self._trace = b["t"], self._annotate(EVENT)
-            self._trace.__enter__()
+            self._gap = b["t"]
+            if last_step:
+                self.edges.append(LAST)
+            else:  # a span between steps: an event there encloses no step marker
+                self._trace = self._annotate(EVENT)
+                self._trace.__enter__()
 
     def close(self) -> None:
-        """The training steps go on: a new piece starts."""
+        """The analyzed steps go on: a new piece starts."""
+        if self._gap is not None:
+            self._a = threadcpu.snapshot(loaders=True)
+            self._end(self._a["t"])
+
+    def _end(self, t: float) -> None:
         if self._trace is not None:
             self._trace.__exit__(None, None, None)
-            self._a, self._trace = threadcpu.snapshot(loaders=True), None
-            self.outside_s, self.spans = self.outside_s + self._a["t"] - self._gap, self.spans + 1
+            self._trace, self.spans = None, self.spans + 1
+        self.outside_s, self._gap = self.outside_s + t - self._gap, None
 
     def record(self, stop: dict) -> dict:
         """The window's record up to the snapshot `stop` (taken before the profiler stops)."""
-        if self._trace is not None:  # the window ends outside the steps (after the last epoch's validation)
-            self._trace.__exit__(None, None, None)
-            self._trace = None
-            self.outside_s, self.spans = self.outside_s + stop["t"] - self._gap, self.spans + 1
+        if self._gap is not None:  # the window ends outside the steps (its last step, the last validation)
+            self._end(stop["t"])
         else:
             self.pieces.append(threadcpu.window_record(self._a, stop))
-        return merge(self.pieces, self.outside_s, self.spans)
+        return merge(self.pieces, self.outside_s, self.spans, self.edges)
 
 
 def last_of_epoch(params: dict, batch: int) -> bool:
@@ -71,9 +89,10 @@ def last_of_epoch(params: dict, batch: int) -> bool:
     return bool(steps) and batch + 1 >= steps
 
 
-def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0) -> dict:
-    """One window record (threadcpu.window_record's schema) summing `pieces`, with "outside_steps" where `spans`."""
-    if len(pieces) == 1 and not spans:
+def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0, edges: list | None = None) -> dict:
+    """One window record (threadcpu.window_record's schema) summing `pieces`, with "outside_steps" {"seconds",
+    "spans" (EVENTs), "edges" (the capture's first / last step left out)} where anything was left out."""
+    if len(pieces) == 1 and not spans and not edges:
         return pieces[0]
     out = dict(pieces[-1])
     threads: dict[tuple, dict] = {}
@@ -101,12 +120,20 @@ def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0) -> dict:
         out["machine"] = {k: round(sum(p["machine"][k] * p["seconds"] for p in pieces) / seconds, 3)
                           for k in ("busy_cores", "other_cores", "steal_cores")} | {"seconds": round(seconds, 3)}
     out["seconds"] = round(seconds, 6)
-    if spans:
-        out["outside_steps"] = {"seconds": round(outside_s, 6), "spans": spans}
+    if spans or edges:
+        out["outside_steps"] = {"seconds": round(outside_s, 6), "spans": spans, "edges": list(edges or [])}
     return out
 
 
-def spans(events):
-    """The EVENT spans among a Chrome trace's complete events, merged (profile/intervals.py; µs)."""
-    return iv.union([(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
-                     if e.get("name") == EVENT])
+def spans(events, record: dict | None = None, steps=(), span=(0.0, 0.0)):
+    """The spans a window `record` left out, merged (profile/intervals.py; µs): the EVENT spans among a Chrome
+    trace's complete events, and where the record says so the capture's first step (from the capture's `span`
+    start to the second step marker's start) and last (from the last marker's start on); `steps`: the step markers
+    as (…, start, end) rows sorted by start."""
+    out = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events if e.get("name") == EVENT]
+    edges = ((record or {}).get("outside_steps") or {}).get("edges") or ()
+    if FIRST in edges and len(steps) > 1:
+        out.append((span[0], steps[1][-2]))
+    if LAST in edges and len(steps) > 1:
+        out.append((steps[-1][-2], span[1]))
+    return iv.union(out)

@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from tfbertperf.profile import host_loader
+from tfbertperf.profile import host_loader, outside_steps
 from tfbertperf.profile import intervals as iv
 from tfbertperf.profile.steptable import step_number
 from tfbertperf.profile.trace import load_trace
@@ -78,9 +78,11 @@ def unexplained(xplanes) -> float | None:
     if host_loader.tf_data(trace):
         return None
     for thread, marks in _by_thread(trace).values():
+        cut = thread.start[thread.mask(lambda n: n == outside_steps.EVENT)]
         for m, nxt in zip(marks, marks[1:]):
-            gaps.append(max(0, nxt.start - m.end))
-            spans.append(nxt.start - m.start)
+            if not ((cut >= m.end) & (cut < nxt.start)).any():  # a gap that holds a validation is not the loop's
+                gaps.append(max(0, nxt.start - m.end))
+                spans.append(nxt.start - m.start)
     if not gaps:
         return None
     gap, span = float(np.median(gaps)), float(np.median(spans))
@@ -108,12 +110,14 @@ def gaps_by_step(xplanes) -> dict[int, tuple[float, float]]:
         parts = [np.column_stack([thread.start[fetch], thread.end[fetch]])] if fetch.any() else []
         parts += [loaders[key]] if key in loaders and len(loaders[key]) else []
         spans = iv.union(np.concatenate(parts)) if parts else None
+        cut = thread.start[thread.mask(lambda n: n == outside_steps.EVENT)]  # validation, epoch end: not the step's
         for m, nxt in zip(marks, marks[1:]):
             if spans is None or nxt.start <= m.end or m.step_num is None:
                 continue
-            waited = iv.length(iv.clip(spans, m.end, nxt.start))
+            end = min([nxt.start, *(int(c) for c in cut if m.end <= c < nxt.start)])
+            waited = iv.length(iv.clip(spans, m.end, end))
             if waited > 0:
-                out[m.step_num] = ((nxt.start - m.end) / PS_PER_MS, waited / PS_PER_MS)
+                out[m.step_num] = ((end - m.end) / PS_PER_MS, waited / PS_PER_MS)
     return out
 
 
