@@ -37,6 +37,15 @@ def test_merge_sums_each_threads_cpu_over_the_pieces_and_weights_the_machine_by_
     assert "machine" not in outside_steps.merge([a, _piece(0.1, [])], 0.1, 1)  # a piece without it: no figure
 
 
+def test_the_console_says_the_window_held_a_validation_and_not_its_edge_steps():
+    edges = {"outside_steps": {"seconds": 0.01, "spans": 0, "edges": ["first", "last"]}}
+    assert outside_steps.reading(edges) == {} and outside_steps.reading(None) == {}
+    held = outside_steps.reading({"outside_steps": {"seconds": 0.34, "spans": 1, "edges": ["first"]}})
+    [line] = outside_steps.note(held)
+    assert line.startswith("the window held fit's validation or an epoch's end (0.34 s between its steps")
+    assert outside_steps.note({}) == []
+
+
 def test_the_last_batch_of_an_epoch_is_known_from_keras_params():
     assert outside_steps.last_of_epoch({"steps": 16}, 15) and not outside_steps.last_of_epoch({"steps": 16}, 14)
     assert outside_steps.last_of_epoch({"steps": 16}, 17)  # steps_per_execution: the call that ends past it
@@ -114,6 +123,7 @@ def test_a_window_across_an_epochs_end_leaves_the_validation_out_of_the_cpu_reco
     assert len(outside_steps.spans(tv["traceEvents"])) == 1  # TensorBoard's trace viewer shows the validation's
     att = analyze(str(tmp_path))["attribution"]
     assert att["input_cpu_basis"].startswith("measured") and att["steps_profiled"] >= 6
+    assert att["window_outside_steps_s"] == pytest.approx(out["seconds"], rel=0.01)  # and the console says so
     assert stepfile.STEP_FILE == cb.step_file.name
 
 

@@ -125,6 +125,21 @@ def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0, edges: lis
     return out
 
 
+def reading(record: dict | None) -> dict:
+    """The attribution's key (SCHEMA.md: window_outside_steps_s): the seconds between the window's steps its record
+    left out at validation and epoch ends (not its edge steps); {} where none."""
+    out = (record or {}).get("outside_steps") or {}
+    return {"window_outside_steps_s": float(out["seconds"])} if out.get("spans") else {}
+
+
+def note(att: dict) -> list[str]:
+    """The console's line for a window that held fit's validation or an epoch's end, else []."""
+    s = att.get("window_outside_steps_s")
+    return [f"the window held fit's validation or an epoch's end ({s:.2f} s between its steps: left out of the "
+            f"thread-CPU record, marked in the trace viewer) — the steps next to an epoch's end are not the fit's "
+            f"steady ones: a window inside an epoch reads those"] if s else []
+
+
 def spans(events, record: dict | None = None, steps=(), span=(0.0, 0.0)):
     """The spans a window `record` left out, merged (profile/intervals.py; µs): the EVENT spans among a Chrome
     trace's complete events, and where the record says so the capture's first step (from the capture's `span`

@@ -43,7 +43,7 @@ import numpy as np
 
 from tfbertperf.errors import UsageError
 from tfbertperf.profile import (contention, devices, host_loader, intervals, loaders, machine_load, marker_steps,
-                                program_facts, step_gaps, threadcpu, unprofiled, xprof_tools)
+                                outside_steps, program_facts, step_gaps, threadcpu, unprofiled, xprof_tools)
 from tfbertperf.profile.accelerator_facts import classify_device
 from tfbertperf.profile.device_attribution import attribute_from_idle
 from tfbertperf.profile.trace import load_trace
@@ -134,8 +134,6 @@ IsInfeedEnqueueOp, IsMemcpyHToDOp)."""
 
 def _is_input_op(name: str) -> bool:
     return name.startswith(INPUT_OP_PREFIXES)
-
-
 
 
 def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict:
@@ -287,6 +285,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
         **step_gaps.keys(gap_ms, xplanes if on_host else None),  # a fetch (or gaps unexplained) between the markers
         **machine_load.reading(record := threadcpu.read_beside(xplanes[0]) if xplanes else None),  # a shared machine?
+        **outside_steps.reading(record),  # the window held fit's validation or an epoch's end
         **({"input_loader_threads_unrecorded_ms_per_step": round(unrec, 4)} if on_host and (
             unrec := host_loader.unrecorded_loader_ms(xplanes, record)) else {}),  # no record of a loader thread
         **ran,

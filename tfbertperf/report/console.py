@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tfbertperf.profile import host_loader, machine_load, step_gaps
+from tfbertperf.profile import host_loader, machine_load, outside_steps, step_gaps
 from tfbertperf.report.headline import (au_explained, data_line, headline, input_figure, pct, probe_ran_slower, sig,
                                        tidy_numbers, used_lines, verdict_words, wrap)
 from tfbertperf.report.plots import CATEGORY_ORDER
@@ -114,7 +114,7 @@ ROW_LABELS = {
 def host_table(att: dict, title: str) -> str:
     """Attribution block → text table (category, ms/step, %), nonzero categories only, then the input figures."""
     notes = [x for n in [*(att.get("step_table") or {}).get("notes", []), *step_gaps.note(att), *machine_load.note(
-        att), *host_loader.unrecorded_note(att)] for x in wrap(f"  {n}", "    ")]  # markers', gaps', load's, loader's
+        att), *host_loader.unrecorded_note(att), *outside_steps.note(att)] for x in wrap(f"  {n}", "    ")]
     lines = [f"{title}: {att['steps_profiled']} steps, {att['step_time_ms']:.2f} ms/step", *notes,
              f"  {'category':<24}{'ms/step':>10}{'%':>8}"]
     for cat, label in ROW_LABELS.items():
