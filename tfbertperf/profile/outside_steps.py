@@ -12,7 +12,7 @@ of 15 % (truth 13 %); a window inside the epoch read 12.5 %.
 The same goes for the capture's first and last step: xprof leaves them out of its step table (and so does analyze,
 profile/marker_steps.py), so the callbacks capture one step more on each side (train/probe.py traced_steps) — and
 their CPU counted in the record: a window "0:10" holds step 0, `train_function`'s tracing (674 ms on the training
-thread against 6 ms steps), and that fit read the input 4.3 % where the window 60:80 read 12.5 %.
+thread against 6 ms steps), and that fit read the input 2.5–3.3 % where the window 60:80 read 12.5 %.
 
 So while the window is open the callback (both backends' ProfileCallback; on JAX through StepTimer.outside) keeps
 the time between epochs out: from the end of an epoch's last batch (`last_of_epoch`; else `on_test_begin` or
