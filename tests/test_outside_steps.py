@@ -157,7 +157,7 @@ def test_a_keras_jax_window_across_an_epochs_end_leaves_the_validation_out_too(t
     steps = json.loads(next(tmp_path.glob("plugins/profile/*/tfbertperf_steps.json")).read_text())
     lo, hi = steps["profiled_steps"]
     captured_s = sum(steps["step_time_ms"][lo:hi]) / 1e3
-    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["edges"] == ["first", "last"]
+    assert record["outside_steps"]["spans"] == 1 and record["outside_steps"]["edges"] == []  # JAX keeps its edges
     # from the epoch's last batch on: Keras-JAX builds the validation's iterator before on_test_begin (75 ms here,
     # where the captured steps took 4 ms)
     assert record["seconds"] < 2 * captured_s + 0.02, (record["seconds"], captured_s)

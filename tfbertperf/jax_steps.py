@@ -89,6 +89,10 @@ class StepTimer:
         self._session: Path | None = None
         self._cpu = None  # the threads' CPU over the capture (threadcpu.json): a profile/outside_steps.py Window
         self.outside_annotation = _trace_annotation  # name → the profiler's plain trace span (outside())
+        # the capture's first and last step out of the thread-CPU record (outside_steps.py): not on JAX, whose host
+        # analysis (host_loader.py's interpreter-lock rule) reads the record against every marker's time — a
+        # Keras-JAX fit read a lock wait that is not there in 3 of 5 runs beside two busy processes (0 of 5 before)
+        self.edge_steps_out = False
         self.what_if: dict | None = None
         self.wording = ("StepTimer", "run")  # who speaks in the probe's warnings, and of what (Keras: a fit)
         self.stop_hint = "jax.profiler.stop_trace"  # how the other profiler a capture found running is stopped
@@ -192,7 +196,8 @@ class StepTimer:
             try:
                 self._start(self.logdir, **kw)
                 self._profiling = True
-                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True), self.outside_annotation)
+                self._cpu = outside_steps.Window(threadcpu.snapshot(loaders=True), self.outside_annotation,
+                                                 edges=self.edge_steps_out)
             except RuntimeError as e:  # JAX runs one profile a process: never stop the user's training for it
                 if "already" not in str(e):
                     raise
@@ -206,8 +211,10 @@ class StepTimer:
     def _end_capture(self) -> None:
         t0 = time.perf_counter()
         stepfile.own_second(self.logdir)
-        record = self._cpu.record(threadcpu.snapshot(loaders=True)) if self._cpu is not None else None
+        if self._cpu is not None:
+            self._cpu.end(threadcpu.snapshot(loaders=True))
         self._stop()
+        record = self._cpu.record() if self._cpu is not None else None
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # a prefetching loader runs ahead meanwhile
         self._profiling = False
         self._profiled = (self.traced[0], len(self.step_times_ms))
@@ -262,8 +269,8 @@ class _Timed:
         t._begin()
         self.mark = t._annotation(t.marker, step_num=len(t.step_times_ms))
         self.mark.__enter__()
-        if t._profiling and len(t.step_times_ms) == t.traced[1] - 1:  # the capture's last step, which xprof's table
-            t._cpu.open(last_step=True)  # leaves out: out of the CPU record too, its reading inside its marker
+        if t._profiling and t.edge_steps_out and len(t.step_times_ms) == t.traced[1] - 1:  # the capture's last
+            t._cpu.open(last_step=True)  # step, which xprof's table leaves out: out of the record, read inside it
         self.t0 = time.perf_counter()
         return self.step
 

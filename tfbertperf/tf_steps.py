@@ -116,6 +116,7 @@ class StepTimer(_StepTimer):
                          read_back, probe=False)
         self.stop_hint = "tf.profiler.experimental.stop, or Keras' TensorBoard(profile_batch=…)"
         self.outside_annotation = tf.profiler.experimental.Trace
+        self.edge_steps_out = True  # a TensorFlow loop's capture: contention.py reads the record as the steps'
         if probe:
             auto, n, ci95 = probe_args(probe_steps, probe_ci95, who="StepTimer")
             self._probe = TfProbe(auto, n, int(probe_blocks), ci95, wait_each=True)

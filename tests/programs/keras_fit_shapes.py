@@ -86,7 +86,8 @@ def build(shape: str, wait_ms: float):
         return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
     ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
     if shape == "map":
-        return _mlp(inputs, inputs, 512, 3), ds.map(lambda x, y: (x * 2.0, y)).batch(BATCH, drop_remainder=True).prefetch(2)
+        ds = ds.map(lambda x, y: (x * 2.0, y)).batch(BATCH, drop_remainder=True)
+        return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
     if shape.startswith("wait"):
         def lookup(x):
             time.sleep(wait_ms / 1e3)  # a blocking lookup: the thread waits, it takes no core
@@ -223,6 +224,9 @@ def main() -> None:
                    "validation after each")
     p.add_argument("--validation-batches", type=int, default=32, help="with --epoch-steps: validation_data's batches")
     a = p.parse_args()
+    if a.epoch_steps < 0 or a.validation_batches < 1:
+        p.error(f"--epoch-steps {a.epoch_steps} / --validation-batches {a.validation_batches}: expected 0 or more / "
+                f"1 or more")
     from tfbertperf.keras import ProfileCallback
 
     keras.utils.set_random_seed(0)

@@ -74,9 +74,6 @@ OTHER_NAMED = ("checkpoint", "profiler", "sync", "python", "idle")
 _HOST_RULES = (("host_to_device", TRANSFER), ("input", GET_NEXT), ("compile", COMPILE),
                ("kernel_launch", LAUNCH), ("checkpoint", CHECKPOINT), ("profiler", PROFILER), ("sync", SYNC))
 _HANDOFF = ("host_to_device", "kernel_launch", "compile")
-# tfbertperf's own thread-CPU readings between steps (profile/outside_steps.py: /proc reads, `read` and `decode`
-# frames): never the loader's — a JAX loop's memory-fed steps read 0.9 ms of "loader" a step from them
-OWN_READING = re.compile(r"^\$outside_steps\.py:")
 
 
 @dataclass
@@ -171,11 +168,7 @@ def _python_frames(thread: HostThread, markers, loader_only: bool = False) -> tu
         h_first = h_start  # no hand-off frame's lead-in either: the loader's own frames, as they end
     # (a hand-off frame's part before its first hand-off, [h_start, h_first), is input; the rest other)
     # empty parts (a frame whose first event is its hand-off) are dropped by the union host_activity takes
-    own = thread.mask(OWN_READING.search)
-    return (iv.subtract(iv.union(iv.from_columns(np.concatenate([start[inputs], h_start]),
-                                                 np.concatenate([end[inputs], h_first]))),
-                        iv.union(iv.from_columns(start[own], end[own]))) if own.any() else
-            iv.from_columns(np.concatenate([start[inputs], h_start]), np.concatenate([end[inputs], h_first])),
+    return (iv.from_columns(np.concatenate([start[inputs], h_start]), np.concatenate([end[inputs], h_first])),
             iv.from_columns(np.concatenate([start[other], h_first]), np.concatenate([end[other], h_end])))
 
 

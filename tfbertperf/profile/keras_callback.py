@@ -304,10 +304,10 @@ class ProfileCallback(keras.callbacks.Callback):
     def _stop(self):
         t0 = time.perf_counter()
         stepfile.own_second(self.logdir)  # else a second fit's capture in the same second is written over the first
-        record = self._cpu.record(threadcpu.snapshot(loaders=True))  # its outside-the-steps event closed first
+        self._cpu.end(threadcpu.snapshot(loaders=True))  # its outside-the-steps event closed first
         tf.profiler.experimental.stop()
         self._profiling = False
-        threadcpu.write_beside_newest_capture(self.logdir, None, None, record)
+        threadcpu.write_beside_newest_capture(self.logdir, None, None, self._cpu.record())
         self._profiled = (self.traced[0], self._step)
         self._session = stepfile.session_dir(self.logdir, self._sessions_before)
         self._stop_ms = (time.perf_counter() - t0) * 1e3  # the pipeline runs ahead meanwhile: stepfile.after_stop

@@ -39,26 +39,27 @@ FIRST, LAST = "first", "last"  # the record's "edges": the capture's first / las
 class Window:
     """The thread-CPU record of a capture window less its spans outside the analyzed steps (module docstring)."""
 
-    def __init__(self, start: dict, annotate) -> None:
+    def __init__(self, start: dict, annotate, edges: bool = True) -> None:
         """`start`: threadcpu.snapshot(loaders=True) at the capture's start, before its first step; `annotate`: name →
         the profiler's trace context manager (tf.profiler.experimental.Trace, jax.profiler.TraceAnnotation).  The
-        first step is out already (xprof leaves it out of its step table): the callers `close()` at the next."""
+        first step is out already (xprof leaves it out of its step table): the callers `close()` at the next.
+        `edges` False: the capture's first and last step stay in (JAX's StepTimer: see jax_steps.py)."""
         self.pieces: list[dict] = []
-        self.outside_s, self.spans, self.edges = 0.0, 0, [FIRST]
-        self._a, self._gap, self._trace, self._annotate = start, start["t"], None, annotate
+        self.outside_s, self.spans, self.edges = 0.0, 0, [FIRST] if edges else []
+        self._a, self._gap, self._trace, self._annotate = start, start["t"] if edges else None, None, annotate
 
     def open(self, last_step: bool = False) -> None:
         """The analyzed steps stop here: validation or an epoch's end (marked in the capture with EVENT), or with
         `last_step` the capture's last step (not marked: the capture's own edge, which analyze finds by itself)."""
         if self._gap is None:
+            if last_step:
+                self.edges.append(LAST)
+            else:  # a span between steps: an event there encloses no step marker; the reading inside it (a JAX
+                self._trace = self._annotate(EVENT)  # loop's Python frames of /proc reads are no loader's)
+                self._trace.__enter__()
             b = threadcpu.snapshot(loaders=True)
             self.pieces.append(threadcpu.window_record(self._a, b))  # its threads' line ids read while they live
             self._gap = b["t"]
-            if last_step:
-                self.edges.append(LAST)
-            else:  # a span between steps: an event there encloses no step marker
-                self._trace = self._annotate(EVENT)
-                self._trace.__enter__()
 
     def close(self) -> None:
         """The analyzed steps go on: a new piece starts."""
@@ -72,13 +73,17 @@ class Window:
             self._trace, self.spans = None, self.spans + 1
         self.outside_s, self._gap = self.outside_s + t - self._gap, None
 
-    def record(self, stop: dict) -> dict:
-        """The window's record up to the snapshot `stop` (taken before the profiler stops)."""
+    def end(self, stop: dict) -> None:
+        """The window ends at the snapshot `stop`, taken before the profiler stops (an open EVENT closed with it)."""
+        self._stop = None if self._gap is not None else stop
         if self._gap is not None:  # the window ends outside the steps (its last step, the last validation)
             self._end(stop["t"])
-        else:
-            self.pieces.append(threadcpu.window_record(self._a, stop))
-        return merge(self.pieces, self.outside_s, self.spans, self.edges)
+
+    def record(self) -> dict:
+        """The window's record, built after the profiler stopped (reading the threads' line ids takes Python and
+        /proc reads the capture would otherwise hold: a Keras-JAX fit read a lock wait from them under load)."""
+        last = [threadcpu.window_record(self._a, self._stop)] if self._stop is not None else []
+        return merge(self.pieces + last, self.outside_s, self.spans, self.edges)
 
 
 def last_of_epoch(params: dict, batch: int) -> bool:
