@@ -16,7 +16,8 @@ thread against 6 ms steps), and that fit read the input 2.5–3.3 % where the wi
 
 So while the window is open the callback (both backends' ProfileCallback; on JAX through StepTimer.outside) keeps
 the time between epochs out: from the end of an epoch's last batch (`last_of_epoch`; else `on_test_begin` or
-`on_epoch_end`, whichever comes first) to the next `on_train_batch_begin`, and over the first and last step, it
+`on_epoch_end`, whichever comes first) to the next `on_train_batch_begin`, and (`edges`: TensorFlow's callback and
+StepTimer, not JAX's, whose host analysis reads the record against every marker) over the first and last step, it
   - takes a thread-CPU snapshot at each end; the record is the sum of the pieces between (`merge`): each thread's
     CPU and run-queue time, the children's, the exited threads', the seconds, the machine's load weighted by
     seconds, and "outside_steps": {"seconds", "spans", "edges"} (additive: a record without it read as before);
@@ -25,6 +26,8 @@ the time between epochs out: from the end of an epoch's last batch (`last_of_epo
     the training thread's analysis reads markers at its top: a JAX loop's memory-fed steps read 14 % input so),
     analyze finds them as xprof does, the first and last marker.  Both are taken out of the time over which
     analyze spreads a thread's measured CPU (`spans`).
+The readings run where no analyzed step or gap holds them (inside the marked span, inside the dropped last step's
+marker), and the record's line ids are read after the profiler stops (`end`, then `record`).
 """
 
 from __future__ import annotations
