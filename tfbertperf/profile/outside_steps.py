@@ -127,6 +127,9 @@ def merge(pieces: list[dict], outside_s: float = 0.0, spans: int = 0, edges: lis
     if seconds > 0 and all("machine" in p for p in pieces):  # cores' worth over the pieces' time together
         out["machine"] = {k: round(sum(p["machine"][k] * p["seconds"] for p in pieces) / seconds, 3)
                           for k in ("busy_cores", "other_cores", "steal_cores")} | {"seconds": round(seconds, 3)}
+        if all("resolution_cores" in p["machine"] for p in pieces):  # each piece's ticks: their errors add up
+            out["machine"]["resolution_cores"] = round(sum(p["machine"]["resolution_cores"] * p["seconds"]
+                                                           for p in pieces) / seconds, 3)
     out["seconds"] = round(seconds, 6)
     if spans or edges:
         out["outside_steps"] = {"seconds": round(outside_s, 6), "spans": spans, "edges": list(edges or [])}
