@@ -637,6 +637,37 @@ def test_loader_threads_the_capture_has_no_cpu_record_of_leave_a_verdict_below_t
     assert g["actions"][0]["advice"].startswith("mark the whole step before acting on this verdict"), g["actions"]
 
 
+def test_an_estimate_below_the_line_that_leaves_most_of_the_inputs_cpu_out_is_undecided():
+    """A Keras MLP behind the tf.data guide's map (tests/test_input_cpu_beside.py, a real fit) read 4.5–12 % from the
+    capture against a truth of 27 %: the pipeline's 0.46–1.2 ms of CPU a step beside a compute on the recorded
+    threads, of which the rule counted 0.03–0.12 ms (profile/undecided.py)."""
+    from tfbertperf.profile import undecided
+    from tfbertperf.profile.verdict import verdict
+
+    att = {**_host_att(0.059, None), "step_time_ms": 1.6, "input_cpu_ms_per_step": 0.80,
+           "input_stolen_cpu_fraction": 0.036, "input_cpu_basis": "measured: …"}
+    v = undecided.mark(verdict(att, 0.8), att, 0.8)
+    assert v["bottleneck"] == "compute" and v["undecided"]["source"] == "input CPU beside the compute", v["undecided"]
+    assert v["undecided"]["between"] == ["compute", "input"]
+    # 0.059 + (0.80 / 1.6 − 0.036) = 52 % were each ms of that CPU a ms of the step
+    assert "used 0.80 ms of CPU a step while the step computed — 52% of the step" in v["summary"], v["summary"]
+    assert v["actions"][0]["advice"].startswith("measure the what-if before acting on this verdict")
+    by = "tfbertperf.tf_steps.StepTimer"
+    assert f"{by}(probe=True" in undecided.mark(verdict(att, 0.8), att, 0.8, probe_by=by)["actions"][0]["advice"]
+    # of the unprofiled step the same milliseconds scale alike: 5.9 → 7 % and 52 → 62 %
+    assert undecided.beside_share({**att, "input_cost_estimate_unprofiled_fraction": 0.07})[1] == \
+        pytest.approx(0.07 + 0.464 * 0.07 / 0.059, abs=1e-3)
+    # little CPU beside the compute: all of it is still under the line, decided
+    small = {**att, "input_cpu_ms_per_step": 0.15}
+    assert undecided.mark(verdict(small, 0.8), small, 0.8)["undecided"] is None
+    # a probe measured it, or no record of the input's CPU: this rule says nothing
+    probed = {**att, "input_cost_fraction": 0.27, "input_cost_ci95": 0.02}
+    assert (undecided.mark(verdict(probed, 0.8), probed, 0.8)["undecided"] or {}).get("source") != \
+        "input CPU beside the compute"
+    bare = {**att, "input_cpu_ms_per_step": None}
+    assert undecided.mark(verdict(bare, 0.8), bare, 0.8)["undecided"] is None
+
+
 def test_the_estimates_interval_is_students_t_over_the_steps():
     from tfbertperf.train.blocks import mean_ci95
 

@@ -72,8 +72,8 @@ comes from that CPU and not from wall time:
   followed p (0.15 → ~0.3, 0.39 → ~0.35, 0.57 → ~0.45, 0.78 → ~0.75), where the former rule, X × f × (1 + (C − 1)
   × p) = 1/C per core-ms plus the pools' lock-step share, read the heavier tokenizer 11–26 pp high (it assumed a
   compute as wide as the cores all the time; its compute-only runs use 0.65–0.9 of the 2 cores).  Scored on fresh
-  repetitions of both programs: BENCHMARKS.md, issue 29.  Not measured here: a compute wholly on the recorded
-  threads (p = 0), which this rule takes to lose nothing to the input's CPU.
+  repetitions of both programs: BENCHMARKS.md, issue 29.  A compute nearly all on the recorded threads (a 256-wide
+  MLP, p ≈ 0.07) lost ~0.5 ms a step to a map's ~1 ms of CPU, which this rule counts as ~0: profile/undecided.py.
 
 Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the
 step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many

@@ -28,6 +28,16 @@ against truths of 25–29 % and was called compute-bound (BENCHMARKS.md issue 29
 StepTraceAnnotations").  Likewise where the loop spends a fifth of its step or more between its step markers in
 work the capture cannot name (attribution.steps_gap_unexplained_ms, profile/step_gaps.py), "source": "gaps between
 markers".
+
+And where the capture's estimate sits below the line but the input threads' measured CPU in the compute phase
+(attribution.input_cpu_ms_per_step) would put it on or above the line were each of its milliseconds a millisecond of
+the step, "source": "input CPU beside the compute".  How much of that CPU the step loses is contention.py's rule (the
+share of the compute in parallel regions), which the capture cannot check: a Keras MLP of 256-wide layers behind the
+tf.data guide's `map(x * 2)` pipeline runs its small ops one after another on the recorded threads (the pool share
+p ≈ 0.07), so the rule counted 0.03–0.12 ms of the pipeline's 0.46–1.2 ms a step, and the capture read 4.5–12 %
+against a truth of 27 % (the alternating fits' median: rounds 17–40 %) — called compute-bound.  On the own-fit
+bench's per-example parse (truths 16–22 %) the truths needed 0.5–1.2 ms a step for each ms of that CPU.  The first
+action is to measure the what-if.
 """
 
 from __future__ import annotations
@@ -96,6 +106,14 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
             "mark the whole step before acting on this verdict — its batch's fetch inside the marker "
             "(tfbertperf.tf_steps / jax_steps StepTimer: `timer.steps(...)`; a JAX loop captured with its Python "
             "tracer on) — or measure the what-if (StepTimer's probe=True)")
+    beside = beside_share(att) if unseen else None
+    if beside and beside[0] < INPUT_BOUND_THRESHOLD <= beside[1]:
+        cpu, stolen = att["input_cpu_ms_per_step"], att["input_stolen_cpu_fraction"] * att["step_time_ms"]
+        return _unseen_undecided(decided, att, "input CPU beside the compute", (
+            f"the input pipeline's threads used {cpu:.2f} ms of CPU a step while the step computed — {beside[1]:.0%} "
+            f"of the step if each of those ms cost the step one; the estimate counts {stolen:.2f} ms of them (what "
+            f"the compute loses to them is not in the capture)"), _measure_advice(probe_by, (
+                f"the capture's estimate {beside[0]:.0%} counts only part of the input's CPU beside the compute")))
     ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
     if share is None:
         share, ci, key = estimate_share(att) or (None, None, key)
@@ -147,14 +165,32 @@ def _estimate_undecided(decided: dict, share: float, ci: float, side: str, other
                             "source": "estimate"}
     decided["summary"] += (f"; undecided: the estimate's 95% interval over the captured steps {100 * lo:.0f}–"
                            f"{hi:.0%} straddles the {INPUT_BOUND_THRESHOLD:.0%} line between {side} and {other}")
-    advice = (f"measure the what-if before acting on this verdict: the capture's estimate {share:.0%} ± "
-              f"{100 * ci:.0f} pp (95%, over its steps) sits on the {INPUT_BOUND_THRESHOLD:.0%} line — "
-              + (f"{loop}(probe=True, total_steps=…)" if loop else
-                 "tfbertperf.keras.ProfileCallback(probe=True)")
-              + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
+    advice = _measure_advice(loop, f"the capture's estimate {share:.0%} ± {100 * ci:.0f} pp (95%, over its steps) "
+                                   f"sits on the {INPUT_BOUND_THRESHOLD:.0%} line")
     decided["actions"] = [{"advice": advice, "set": []}, *(decided.get("actions") or [])]
     decided["recommendations"] = [advice, *(decided.get("recommendations") or [])]
     return decided
+
+
+def beside_share(att: dict) -> tuple[float, float] | None:
+    """(the capture's estimate the verdict compared, that share were each ms of the input's measured CPU in the
+    compute phase a ms of the step: module docstring); None with a probe, without measured CPU or an estimate."""
+    share, source = input_share(att)
+    cpu, stolen, est = (att.get(k) for k in ("input_cpu_ms_per_step", "input_stolen_cpu_fraction",
+                                              "input_cost_estimate_fraction"))
+    step = float(att.get("step_time_ms") or 0.0)
+    if not source.startswith("input_cost_estimate") or None in (cpu, stolen) or not est or step <= 0:
+        return None
+    # the estimate's milliseconds with all that CPU in them, ÷ the step the share is of (captured or unprofiled)
+    return share, share + max(0.0, cpu / step - stolen) * share / est
+
+
+def _measure_advice(loop: str, why: str) -> str:
+    """The first action where the capture cannot decide: measure the what-if (`loop`: a loop's StepTimer)."""
+    return (f"measure the what-if before acting on this verdict: {why} — "
+            + (f"{loop}(probe=True, total_steps=…)" if "StepTimer" in loop else
+               "tfbertperf.keras.ProfileCallback(probe=True)")
+            + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
 
 
 def _unseen_undecided(decided: dict, att: dict, source: str, why: str, advice: str) -> dict:
