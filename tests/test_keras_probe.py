@@ -271,6 +271,28 @@ def test_another_profiler_running_costs_the_capture_not_the_users_training(tmp_p
     assert list((tmp_path / "theirs").rglob("*.xplane.pb"))  # theirs captured as it would have
 
 
+def test_the_what_if_measured_beside_keras_tensorboards_capture_is_what_analyze_reads(tmp_path):
+    # one logdir for both (as a user writes it): TensorBoard's capture lands under logdir/train with no step file
+    # beside it, ours at the logdir's top; analyze read the capture alone ("estimated from the capture": 9.4 %
+    # where the probe measured 31.8 %) and the measured what-if was read by nothing
+    from tfbertperf.analyze import analyze
+
+    model, ds = _tiny()
+    logdir = tmp_path / "logs"
+    cb = ProfileCallback(str(logdir), profile_steps="6:10", probe=True, probe_steps=10, probe_blocks=2)
+    theirs = keras.callbacks.TensorBoard(str(logdir), profile_batch=(3, 12))
+    with pytest.warns(UserWarning, match="another profiler is running"):
+        model.fit(ds, steps_per_epoch=60, epochs=1, callbacks=[theirs, cb], verbose=0)
+    assert cb.step_file == logdir / stepfile.STEP_FILE and cb.what_if is not None
+    doc = analyze(str(logdir))
+    assert doc["step_file"] is not None and doc["step_file"]["file"] == str(cb.step_file), doc["step_file"]
+    assert doc["attribution"]["input_cost_fraction"] == pytest.approx(cb.what_if["input_cost_fraction"], abs=1e-3)
+    # a step file of another fit's own capture (a window of its own) is not this capture's: left unread
+    other = {**json.loads(cb.step_file.read_text()), "profiled_steps": [6, 10]}
+    cb.step_file.write_text(json.dumps(other))
+    assert analyze(str(logdir))["step_file"] is None
+
+
 def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):
     # fit(…, initial_epoch=2, epochs=4) runs two epochs; the probe used to plan over four and ran only the blocks
     # that fell in the first half of its plan, spaced for a run twice as long

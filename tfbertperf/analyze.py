@@ -9,7 +9,8 @@ and a verdict line; `--json` prints the attribution/verdict document (the same s
 `devices`).  A profile with accelerator planes but no step markers gets the device summary and one line on
 stderr saying how to mark steps (exit 0); a host-only profile without markers is an error (exit 2).
 A step file beside the capture (`tfbertperf_steps.json`, written by tfbertperf.keras.ProfileCallback or
-tfbertperf.jax_steps; profile/stepfile.py), or `--steps FILE`, gives the unprofiled step time, so the profiler's
+tfbertperf.jax_steps; profile/stepfile.py; or the callback's at the top of PATH when another profiler took its window),
+or `--steps FILE`, gives the unprofiled step time, so the profiler's
 cost is measured (captured − unprofiled step) instead of estimated and the verdict is about the program as it
 runs without the profiler; with the callback's what-if probe it also gives "input cost (measured)".
 """
@@ -56,14 +57,28 @@ def read_run_report(path) -> dict | None:
     return None
 
 
-def step_file(xplanes, steps: str | None):
-    """The step file's summary (profile/stepfile.py): `steps` when given, else the one beside the capture, else
-    None."""
+def step_file(xplanes, steps: str | None, path=None):
+    """The step file's summary (profile/stepfile.py): `steps` when given, else the one beside the capture, else the
+    one at the top of the logdir `path` that ProfileCallback leaves when another profiler held its window (Keras'
+    `TensorBoard(profile_batch=…)` in the same fit: that capture, under logdir/train, has none beside it, and the
+    probe's measured what-if was read by nothing) — only one with no window of its own, written after the capture
+    and within its fit's time of it — else None."""
     from tfbertperf.profile import stepfile, xprof_tools
 
     if steps:
         return stepfile.read(steps)
-    found = stepfile.beside(xprof_tools.source_file(xplanes[0]).parent)
+    source = xprof_tools.source_file(xplanes[0])
+    found = stepfile.beside(source.parent)
+    if not found and path is not None and Path(path).is_dir() and (top := stepfile.beside(path)):
+        try:
+            doc = json.loads(top.read_text())
+            fit_s = (sum(doc.get("step_time_ms") or ()) + sum((doc.get("what_if") or {}).get(
+                "compute_only_step_ms") or ())) / 1e3
+            after = top.stat().st_mtime - source.stat().st_mtime
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None  # not ours to read: the capture is analyzed without it
+        if doc.get("profiled_steps") is None and 0 <= after <= fit_s + 120:
+            found = top
     return stepfile.read(found) if found else None
 
 
@@ -81,7 +96,7 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
     xplanes = xprof_tools.find_xplanes(path, session=session)
     devs = devices.device_planes(xplanes)  # refuses a damaged file in one line before xprof's converter sees it
     report = read_run_report(path)
-    measured = step_file(xplanes, steps)
+    measured = step_file(xplanes, steps, path)
     kw = {}
     if report:
         kw["env_devices"] = (report.get("environment") or {}).get("devices")
