@@ -199,6 +199,21 @@ def test_the_keras_jax_bench_refuses_a_folder_without_results_in_one_line(tmp_pa
     assert proc.stderr.strip().splitlines() == [f"bench_keras_jax_probe: --from {tmp_path}: no results.jsonl there"]
 
 
+@pytest.mark.parametrize("case", ["missing", "no pairs", "baseline"])
+def test_the_kept_captures_verdict_bench_refuses_bad_input_in_one_line(tmp_path, case):
+    bench = ROOT / "tools" / "bench" / "bench_verdicts_kept.py"
+    pairs = tmp_path / "pairs.err"
+    pairs.write_text('[bench] fit map: repetition 1/1 …\n{"shape": "map", "truth": 0.1, "fit_truth": 0.1, '
+                     f'"logdir": "{tmp_path}"}}\n' if case == "baseline" else "[bench] nothing kept\n")
+    args = {"missing": [str(tmp_path / "gone.err")], "no pairs": [str(pairs)],
+            "baseline": [str(pairs), "--baseline", str(tmp_path)]}[case]
+    proc = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("bench_verdicts_kept: ") and {
+        "missing": "gone.err: No such file", "no pairs": "no fit pairs",
+        "baseline": f"--baseline {tmp_path}: no tfbertperf package there"}[case] in proc.stderr, proc.stderr
+
+
 def test_the_keras_jax_bench_refuses_a_broken_archive_in_one_line(tmp_path):
     # keras_jax_gpu.sh packs everything in all.tgz (a device call returns at most 8 files); a cut-off transfer
     (tmp_path / "all.tgz").write_bytes(b"\x1f\x8b\x08\x00 not the rest of a gzip stream")

@@ -12,6 +12,8 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
   map            (not in the benchmark's default list) tf.data's guide shape: `from_tensor_slices → map(x * 2) → batch →
                  prefetch(2)` of examples in memory, in front of the parse shape's MLP — the per-example work is
                  tf.data's own
+  map_small      (not in the default list) the same pipeline before three 256-wide layers: small ops one after another
+                 on the threads the capture records (profile/undecided.py, "input CPU beside the compute")
 
 With --epoch-steps N the profiled fit runs epochs of N steps (`steps_per_epoch`, the dataset repeating: one
 iterator, as the truth's) with `validation_data` of --validation-batches batches after each, so a --window across
@@ -50,7 +52,7 @@ BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
-EXTRA_SHAPES = ("map",)
+EXTRA_SHAPES = ("map", "map_small")
 
 
 def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
@@ -85,9 +87,9 @@ def build(shape: str, wait_ms: float):
         ds = tf.data.Dataset.from_tensor_slices(records).repeat().map(parse).batch(BATCH, drop_remainder=True)
         return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
     ds = tf.data.Dataset.from_tensor_slices((xs, ys)).repeat()
-    if shape == "map":
+    if shape.startswith("map"):
         ds = ds.map(lambda x, y: (x * 2.0, y)).batch(BATCH, drop_remainder=True)
-        return _mlp(inputs, inputs, 512, 3), ds.prefetch(2)
+        return _mlp(inputs, inputs, 256 if shape == "map_small" else 512, 3), ds.prefetch(2)
     if shape.startswith("wait"):
         def lookup(x):
             time.sleep(wait_ms / 1e3)  # a blocking lookup: the thread waits, it takes no core
