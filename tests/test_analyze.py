@@ -176,6 +176,26 @@ def test_session_flag_picks_an_older_session(profiles, tmp_path):
     assert older["profile"]["session"] == "2000_01_01_00_00_00"
     assert older["verdict"]["bottleneck"] == "input" and newest["verdict"]["bottleneck"] == "compute"
     assert_one_line_exit_2(analyze_cli(tmp_path, "--session", "nope"), "--session nope")
+    # which of the two the answer is of: said on stderr (it said nothing), and counted in --json
+    said = analyze_cli(tmp_path)
+    assert said.returncode == 0 and f"tfbertperf: note: read the newest of 2 captures under {tmp_path}: " \
+        f"{prof / '2001_01_01_00_00_00'} (--session NAME picks another)" in said.stderr, said.stderr
+    assert newest["profile"]["sessions_found"] == 2 and "sessions_found" not in older["profile"]
+
+
+def test_the_sessions_a_logdir_holds_are_counted_across_its_runs(tmp_path):
+    from tfbertperf.profile import xprof_tools
+
+    for run, name in (("run1", "2026_01_01_00_00_00"), ("run2", "2026_01_02_00_00_00"),
+                      ("run2", "2026_01_03_00_00_00")):
+        d = tmp_path / run / "plugins" / "profile" / name
+        d.mkdir(parents=True)
+        (d / "vm.xplane.pb").write_bytes(b"")
+    assert [s.name for s in xprof_tools.sessions_under(tmp_path)] == [
+        "2026_01_01_00_00_00", "2026_01_02_00_00_00", "2026_01_03_00_00_00"]
+    assert len(xprof_tools.sessions_under(tmp_path / "run2")) == 2
+    session = tmp_path / "run2" / "plugins" / "profile" / "2026_01_03_00_00_00"  # one session, or its file: none
+    assert xprof_tools.sessions_under(session) == [] == xprof_tools.sessions_under(session / "vm.xplane.pb")
 
 
 @pytest.mark.slow

@@ -210,6 +210,7 @@ def main(argv=None) -> int:
                         "LOGDIR/tfbertperf_answer")
     a = p.parse_args(argv)
     from tfbertperf.advice_validation import validate
+    from tfbertperf.profile import xprof_tools
     from tfbertperf.report.console import print_analysis
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -238,6 +239,10 @@ def main(argv=None) -> int:
         # figure with its source (the step file's measured what-if, else the capture's estimate, else the blocked
         # wait) and the one action that matters most
         doc["headline"] = headline(doc)
+    if a.session is None and len(found := xprof_tools.sessions_under(path)) > 1:  # which capture this answer is of
+        doc["profile"]["sessions_found"] = len(found)
+        print(f"tfbertperf: note: read the newest of {len(found)} captures under {path}: "
+              f"{Path(doc['profile']['xplanes'][0]).parent} (--session NAME picks another)", file=sys.stderr)
     if doc["profile"].get("interrupted"):
         print(f"tfbertperf: note: this profile is from an interrupted run ({doc['profile']['interrupted']}): "
               "its window may hold fewer steps than the run planned", file=sys.stderr)

@@ -73,6 +73,17 @@ def _sessions(profile_dir: Path) -> list[Path]:
     return sorted((p for p in profile_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
 
 
+def sessions_under(path) -> list[Path]:
+    """Every capture session directory find_xplanes would choose among for a logdir `path` (several runs' logdirs
+    below it included); [] for a file, a session directory or a path that is none."""
+    p = Path(path) if not isinstance(path, (list, tuple)) else None
+    if p is None or not p.is_dir() or any(f.is_file() and _is_capture(f.name) for f in p.iterdir()):
+        return []
+    dirs = [d for d in p.rglob("plugins/profile") if d.is_dir()] + (
+        [p] if p.name == "profile" and p.parent.name == "plugins" else [])
+    return [s for d in dirs for s in _sessions(d)]
+
+
 def _check_files(files: list[Path], where: str) -> list[Path]:
     if not files:
         raise UsageError(f"{where}: empty profile session (no *{XPLANE_SUFFIX} files)")
