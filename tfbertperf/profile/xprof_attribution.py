@@ -147,11 +147,12 @@ def _input_ops(ipa: list, xplanes, step_ms: float | None, rows: int = 1) -> dict
     if span is None:
         return {**input_ops_per_step(ipa, rows, None), "input_generator_us": None}
 
-    def wall_ps(rule) -> float:  # wall time with ≥ 1 such event running on some thread
-        return intervals.length(intervals.union(np.concatenate(
-            [intervals.from_columns(t.start[m], t.end[m]) for t in trace.threads for m in [t.mask(rule)]]
-            or [intervals.EMPTY])))
-    steps = max(rows, (span[1] - span[0]) / 1e9 / step_ms)
+    def union_of(rule) -> np.ndarray:  # wall time with ≥ 1 such event running on some thread
+        return intervals.union(np.concatenate([intervals.from_columns(t.start[m], t.end[m]) for t in trace.threads
+                                               for m in [t.mask(rule)]] or [intervals.EMPTY]))
+    outside = union_of(lambda n: n == outside_steps.EVENT)  # fit's validation and epoch ends: no step's input ops
+    steps = max(rows, (span[1] - span[0] - intervals.length(outside)) / 1e9 / step_ms)
+    wall_ps = lambda rule: intervals.length(intervals.subtract(union_of(rule), outside))  # noqa: E731
     # per step, the wall time a from_generator source ran (the batches come from Python: advice.py)
     return {**input_ops_per_step(ipa, steps, wall_ps(_is_input_op) / 1e6),
             "input_generator_us": round(wall_ps(loaders.is_generator) / 1e6 / steps, 3)}
