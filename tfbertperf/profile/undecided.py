@@ -187,10 +187,11 @@ def beside_share(att: dict) -> tuple[float, float] | None:
 
 def _measure_advice(loop: str, why: str) -> str:
     """The first action where the capture cannot decide: measure the what-if (`loop`: a loop's StepTimer)."""
-    return (f"measure the what-if before acting on this verdict: {why} — "
+    # the imperative first: the answer line keeps what follows the colon ("next: run …")
+    return ("measure the what-if before acting on this verdict: run "
             + (f"{loop}(probe=True, total_steps=…)" if "StepTimer" in loop else
                "tfbertperf.keras.ProfileCallback(probe=True)")
-            + " times your steps on one cached batch (a run: profile.probe_steps=auto)")
+            + f", which times your steps on one cached batch (a run: profile.probe_steps=auto) — {why}")
 
 
 def _unseen_undecided(decided: dict, att: dict, source: str, why: str, advice: str) -> dict:
