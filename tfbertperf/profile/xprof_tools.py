@@ -79,9 +79,13 @@ def sessions_under(path) -> list[Path]:
     p = Path(path) if not isinstance(path, (list, tuple)) else None
     if p is None or not p.is_dir() or any(f.is_file() and _is_capture(f.name) for f in p.iterdir()):
         return []
-    dirs = [d for d in p.rglob("plugins/profile") if d.is_dir()] + (
+    return [s for d in _profile_dirs(p) for s in _sessions(d)]
+
+
+def _profile_dirs(p: Path) -> list[Path]:
+    """Every plugins/profile directory below the logdir `p` (several runs' included), `p` itself where it is one."""
+    return [d for d in p.rglob("plugins/profile") if d.is_dir()] + (
         [p] if p.name == "profile" and p.parent.name == "plugins" else [])
-    return [s for d in dirs for s in _sessions(d)]
 
 
 def _check_files(files: list[Path], where: str) -> list[Path]:
@@ -131,9 +135,7 @@ def find_xplanes(path: str | os.PathLike | list, session: str | None = None) -> 
     if direct and session is None:
         return _check_files(direct, str(p))
     # A logdir: find every plugins/profile directory below it.
-    profile_dirs = [d for d in p.rglob("plugins/profile") if d.is_dir()]
-    if p.name == "profile" and p.parent.name == "plugins":
-        profile_dirs.append(p)
+    profile_dirs = _profile_dirs(p)
     if not profile_dirs and (p / "tfbertperf_steps.json").is_file():  # profile/stepfile.py STEP_FILE
         raise UsageError(f"{p}: a step file (tfbertperf_steps.json) but no capture: the profiled window never ran "
                          "(profile_steps beyond the run's steps, or None) — capture a window inside the run")
