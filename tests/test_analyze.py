@@ -115,7 +115,10 @@ def test_a_capture_on_a_shared_machine_says_so(profiles):
     att = analyze_json(profiles["stall"]["logdir"])["attribution"]
     assert att["machine_other_cores"] >= 0.0 and att["machine_steal_cores"] >= 0.0, att
     said = analyze_cli(profiles["stall"]["logdir"]).stdout
-    shared = att["machine_other_cores"] + att["machine_steal_cores"] >= machine_load.SHARED_FROM_CORES
+    # other load beyond the counters' resolution (one tick a core over the window) names the machine shared
+    beyond = att["machine_other_cores"] + att["machine_steal_cores"] - att["machine_resolution_cores"]
+    assert att["machine_resolution_cores"] > 0.0, att
+    shared = beyond >= machine_load.SHARED_FROM_CORES
     assert ("the machine was shared during the capture" in said) == shared, (att, said)
 
 
