@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import subprocess
+import sys
 import warnings
 
 import keras
@@ -291,6 +293,16 @@ def test_the_what_if_measured_beside_keras_tensorboards_capture_is_what_analyze_
     other = {**json.loads(cb.step_file.read_text()), "profiled_steps": [6, 10]}
     cb.step_file.write_text(json.dumps(other))
     assert analyze(str(logdir))["step_file"] is None
+    # a damaged one is left out too, and named: the answer is the capture's alone
+    cb.step_file.write_text('{"step_time_ms": [1.0, ')
+    doc = analyze(str(logdir))
+    assert doc["step_file"] is None and doc["profile"]["step_file_skipped"].startswith(
+        f"{cb.step_file}: not a readable step file (JSONDecodeError)"), doc["profile"]
+    done = subprocess.run([sys.executable, "-m", "tfbertperf", "analyze", str(logdir)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and f"tfbertperf: note: {cb.step_file}: not a readable step file" in done.stderr, \
+        done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_resumed_fit_plans_its_probe_over_the_epochs_it_runs(tmp_path):

@@ -57,12 +57,13 @@ def read_run_report(path) -> dict | None:
     return None
 
 
-def step_file(xplanes, steps: str | None, path=None):
+def step_file(xplanes, steps: str | None, path=None, skipped: list | None = None):
     """The step file's summary (profile/stepfile.py): `steps` when given, else the one beside the capture, else the
     one at the top of the logdir `path` that ProfileCallback leaves when another profiler held its window (Keras'
     `TensorBoard(profile_batch=…)` in the same fit: that capture, under logdir/train, has none beside it, and the
     probe's measured what-if was read by nothing) — only one with no window of its own, written after the capture
-    and within its fit's time of it — else None."""
+    and within its fit's time of it — else None.  A top one that cannot be read is left out, and `skipped` gets a
+    line naming it (the console's note: the answer is the capture's alone)."""
     from tfbertperf.profile import stepfile, xprof_tools
 
     if steps:
@@ -75,8 +76,11 @@ def step_file(xplanes, steps: str | None, path=None):
             fit_s = (sum(doc.get("step_time_ms") or ()) + sum((doc.get("what_if") or {}).get(
                 "compute_only_step_ms") or ())) / 1e3
             after = top.stat().st_mtime - source.stat().st_mtime
-        except (OSError, ValueError, TypeError, AttributeError):
-            return None  # not ours to read: the capture is analyzed without it
+        except (OSError, ValueError, TypeError, AttributeError) as e:  # the capture is analyzed without it
+            if skipped is not None:
+                skipped.append(f"{top}: not a readable step file ({type(e).__name__}), left out: the answer is the "
+                               "capture's alone (--steps FILE names one)")
+            return None
         if doc.get("profiled_steps") is None and 0 <= after <= fit_s + 120:
             found = top
     return stepfile.read(found) if found else None
@@ -96,7 +100,7 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
     xplanes = xprof_tools.find_xplanes(path, session=session)
     devs = devices.device_planes(xplanes)  # refuses a damaged file in one line before xprof's converter sees it
     report = read_run_report(path)
-    measured = step_file(xplanes, steps, path)
+    measured = step_file(xplanes, steps, path, skipped := [])
     kw = {}
     if report:
         kw["env_devices"] = (report.get("environment") or {}).get("devices")
@@ -133,6 +137,8 @@ def analyze(path, session: str | None = None, trace: bool = True, steps: str | N
     doc["profile"] = {"session": xplanes[0].parent.name,
                       "xplanes": [str(xprof_tools.source_file(x)) for x in xplanes], "run_report": bool(report)}
     doc["step_file"] = measured.as_dict() if measured else None
+    if skipped:
+        doc["profile"]["step_file_skipped"] = skipped[0]
     if measured and measured.unprofiled_step_ms and doc.get("attribution"):
         doc["attribution"]["profiler_cost"] = _measured_cost(doc["attribution"], measured, drifted)
         if drifted and doc["attribution"].get("input_cost_estimate_unprofiled_fraction") is not None:
@@ -243,6 +249,8 @@ def main(argv=None) -> int:
         doc["profile"]["sessions_found"] = len(found)
         print(f"tfbertperf: note: read the newest of {len(found)} captures under {path}: "
               f"{Path(doc['profile']['xplanes'][0]).parent} (--session NAME picks another)", file=sys.stderr)
+    if doc["profile"].get("step_file_skipped"):
+        print(f"tfbertperf: note: {doc['profile']['step_file_skipped']}", file=sys.stderr)
     if doc["profile"].get("interrupted"):
         print(f"tfbertperf: note: this profile is from an interrupted run ({doc['profile']['interrupted']}): "
               "its window may hold fewer steps than the run planned", file=sys.stderr)
