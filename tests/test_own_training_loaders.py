@@ -325,3 +325,77 @@ def test_a_host_step_waiting_for_the_lock_its_loader_threads_hold_is_told_to_use
     first = actions("input", att)[0]["advice"]
     assert "for light Python (0.8 ms of their CPU a 2.6 ms step): make it release the lock" in first, first
     assert "use_multiprocessing" not in first and "tf.data" in first, first
+
+
+# ---- what the loader already runs on: the advice asks for more of it, or for what it lacks, never for what it does
+
+
+def test_what_the_loader_already_runs_on_is_read_from_the_record():
+    from tfbertperf.profile.loaders import workers_reading
+
+    assert workers_reading(None) == {} and workers_reading({"threads": [], "seconds": 0.01}) == {}
+    w = workers_reading(_record(3.0, (2.0, 1.5)))["input_loader_workers"]
+    # 5 + 3 ms of the threads, 3.5 of the children over 10 ms: 1.15 cores wanted of 2
+    assert w == {"processes": 2, "threads": 1, "wanted_cores": pytest.approx(1.15), "cores": 2}
+    # a pool stopped at an epoch's end inside the window: its threads by their names, its processes uncounted
+    ended = {"cpu_ms": 4.0, "python": ["Thread-3 (worker)", "Thread-4 (worker)", "Thread-5 (_handle_workers)"]}
+    rec = _record(3.0, exited=ended)
+    rec["children"] = [{"pid": None, "name": "ended inside the window", "cpu_ms": 6.0, "runqueue_ms": 0.0}]
+    w = workers_reading(rec)["input_loader_workers"]
+    assert w["threads"] == 2 and w["processes"] is None and w["wanted_cores"] == pytest.approx(1.8)
+    # a record without Python thread names (written without loaders=True) says nothing
+    bare = _record(3.0, (2.0,))
+    for t in bare["threads"]:
+        t.pop("python", None)
+    assert workers_reading(bare) == {}
+
+
+_COMPUTES = {"input_loader_wanted_ms_per_step": 8.0, "step_time_ms": 10.0}
+_WAITS = {"input_loader_wanted_ms_per_step": 1.4, "step_time_ms": 4.7}
+
+
+@pytest.mark.parametrize("loader, workers, blocked, want, never", [
+    # computing, its processes fill the machine (bench_python_loader "python": 4 processes 0.88× of 2)
+    (_COMPUTES, {"processes": 2, "threads": 0, "wanted_cores": 4.1, "cores": 2}, 0.1, "fill the machine",
+     "PyDataset(workers=N, use_multiprocessing=True)"),
+    # computing on processes with a core to spare: more of them
+    (_COMPUTES, {"processes": 2, "threads": 0, "wanted_cores": 1.2, "cores": 2}, 0.1,
+     "PyDataset(workers=4, use_multiprocessing=True)", "PyDataset(workers=N"),
+    # computing on threads: processes (the interpreter lock), as before
+    (_COMPUTES, {"processes": 0, "threads": 2, "wanted_cores": 1.9, "cores": 2}, 0.1,
+     "load them in worker processes", "fill the machine"),
+    # waiting on processes: threads in their place ("mixed": threads 1.14–1.4× the processes' step rate)
+    (_WAITS, {"processes": 2, "threads": 0, "wanted_cores": 2.2, "cores": 2}, 0.1,
+     "worker threads in place of its 2 processes", "use_multiprocessing=True)"),
+    # waiting on threads that lag: more threads
+    (_WAITS, {"processes": 0, "threads": 2, "wanted_cores": 1.0, "cores": 2}, 0.3,
+     "more worker threads than the 2", "PyDataset(workers=N"),
+    # waiting on threads that keep ahead: the CPU beside the step ("mixed": 4 threads 0.99× of 2)
+    (_WAITS, {"processes": 0, "threads": 2, "wanted_cores": 2.0, "cores": 2}, 0.12,
+     "its 2 worker threads keep ahead of the step (it waits 12%", "PyDataset(workers="),
+    # nothing recorded about workers: as before
+    (_WAITS, None, 0.3, "PyDataset(workers=N) threads", "in place of"),
+])
+def test_the_loaders_advice_asks_for_what_it_lacks_not_what_it_runs(loader, workers, blocked, want, never):
+    att = {"input_ops_us": {"preprocessing": 1000.0}, "input_generator_us": 990.0, "source": "xprof", **loader,
+           "fractions": {"input": blocked}, "input_cost_estimate_fraction": 0.31,
+           **({"input_loader_workers": workers} if workers else {})}
+    first = _texts(att)[0]
+    assert want in first and never not in first, first
+
+
+@pytest.mark.slow  # a real fit whose loader computes in two worker processes (~15 s)
+def test_a_pydataset_already_on_worker_processes_is_not_told_to_use_them(tmp_path):
+    # it was: "load them in worker processes — PyDataset(workers=N, use_multiprocessing=True)" to a fit that ran
+    # PyDataset(workers=2, use_multiprocessing=True)
+    from tfbertperf.analyze import analyze
+
+    _program().run(str(tmp_path / "procs"), workers=2, read_ms=0.0, cpu_ms=6.0, steps=50, window="15:40",
+                   processes=True)
+    doc = analyze(str(tmp_path / "procs"))
+    seen = doc["attribution"]["input_loader_workers"]
+    assert seen["processes"] in (2, None) and seen["wanted_cores"] > 0, seen
+    texts = [a["advice"] for a in doc["verdict"]["actions"]]
+    assert not any("load them in worker processes" in t for t in texts), texts
+    if doc["verdict"]["bottleneck"] == "input" and "Dataset.from_generator" in texts[0]:
+        assert "fill the machine" in texts[0] or "more worker processes than the" in texts[0], texts[0]

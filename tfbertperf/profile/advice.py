@@ -24,7 +24,7 @@ from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_fact
 from tfbertperf.profile.loaders import (LOADER_COMPUTES_SHARE, PYTHON_LOADER_SHARE, _PY_ELSE,  # noqa: F401
                                         _PY_SOURCE, _generator_share, _host_loader, _loader_computes,
                                         _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held, _lock_light,
-                                        _python_loader, _unseen)
+                                        _python_loader, _unseen, remedies as _loader_remedies)
 
 
 @dataclass(frozen=True)
@@ -135,13 +135,11 @@ ADVICE: tuple[Advice, ...] = (
                     "a Python loader's work in processes (PyDataset(workers=N, use_multiprocessing=True)); or "
                     "prepare the batches offline", _unseen, runs="foreign"),
     Advice("input", _PY_SOURCE + " and its Python computes (it wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} "
-                    "ms step), out of reach of tf.data's parallel map and prefetch: load them in worker processes — "
-                    "PyDataset(workers=N, use_multiprocessing=True); threads share the interpreter lock with the step "
-                    "— " + _PY_ELSE, lambda c: _python_loader(c) and _loader_computes(c), runs="foreign"),
+                    "ms step), out of reach of tf.data's parallel map and prefetch: {computes_remedy}",
+           lambda c: _python_loader(c) and _loader_computes(c), runs="foreign"),
     Advice("input", _PY_SOURCE + " and mostly wait (the loader wanted {loader_ms:.1f} ms of CPU a {step_ms:.1f} ms "
-                    "step), out of reach of tf.data's parallel map and prefetch: load them in parallel — "
-                    "PyDataset(workers=N) threads — "
-                    + _PY_ELSE, lambda c: _python_loader(c) and _loader_waits(c), runs="foreign"),
+                    "step), out of reach of tf.data's parallel map and prefetch: {waits_remedy}",
+           lambda c: _python_loader(c) and _loader_waits(c), runs="foreign"),
     Advice("input", _PY_SOURCE + ", out of reach of tf.data's parallel map and prefetch: load them in parallel — "
                     "PyDataset(workers=N), with use_multiprocessing=True for CPU-heavy __getitem__ — " + _PY_ELSE,
            lambda c: _python_loader(c) and c["loader_ms"] is None, runs="foreign"),
@@ -303,6 +301,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "root_autotuned": any(f["iterator"] in AT_THE_END for f in att.get("autotuned_prefetch") or ()),
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
+    ctx.update(_loader_remedies(att.get("input_loader_workers"), ctx["input"], ctx["estimate"]))  # its workers
     ctx["seen"] = max(ctx["input"], ctx["estimate"])  # the capture's whole input reading: wait and stolen CPU
     ctx["end_prefetch"] = "" if ctx["root_autotuned"] else " prefetch(AUTOTUNE),"
     ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")

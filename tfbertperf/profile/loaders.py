@@ -148,3 +148,78 @@ def _unseen(c: dict) -> bool:
     tf.data's threads; it read 1 % beside a measured 73 %, and the advice blamed a 0.06 ms Python hand-off).  Only
     where it recorded no tf.data input op: a TensorFlow capture that shows the pipeline is judged by its own rows."""
     return (c["measured"] or 0.0) >= 0.2 and c["seen"] < c["measured"] / 2 and _no_input_ops(c)
+
+
+# ---- what the loader already runs on (issue 29: advice never asks for what the program already does)
+WORKER_THREAD = re.compile(r"\(worker\)$")
+"""A thread pool's worker: Python names a `multiprocessing.pool.ThreadPool` thread "Thread-N (worker)", the pool
+PyDataset(workers=N) runs `__getitem__` on without use_multiprocessing (with it: child processes)."""
+
+FULL_FROM = 1.0
+"""The program fills the machine where its threads and child processes wanted (CPU + run-queue wait, as
+loaders.wanted_us counts a loader's) at least the machine's cores over the window: another worker finds no core."""
+
+
+def workers_reading(record: dict | None) -> dict:
+    """attribution.input_loader_workers (SCHEMA.md), from a thread-CPU record written with loaders=True: {"processes":
+    child processes that used CPU in the window (None where they ended inside it, a pool stopped at an epoch's end:
+    how many is not recorded), "threads": pool worker threads (WORKER_THREAD; alive or ended inside the window, the
+    larger: a pool restarted at an epoch's end has the same size), "wanted_cores": the cores' worth of CPU the process
+    and its children wanted (used + run-queue wait; the ended ones' CPU) over the window, "cores"}; {} where the
+    record has no Python thread names (written without loaders=True) or no window."""
+    r = record or {}
+    threads, seconds, exited = r.get("threads") or (), float(r.get("seconds") or 0.0), r.get("exited") or {}
+    names = [str(t["python"]) for t in threads if t.get("python")]
+    if seconds <= 0 or not (names or exited.get("python")):
+        return {}
+    kids = r.get("children") or ()
+    wanted = sum(float(t["cpu_ms"]) + float(t.get("runqueue_ms") or 0.0) for t in (*threads, *kids)) \
+        + float(exited.get("cpu_ms") or 0.0)
+    alive = sum(c.get("pid") is not None and float(c["cpu_ms"]) > 0 for c in kids)
+    ended = any(c.get("pid") is None and float(c["cpu_ms"]) > 0 for c in kids)
+    return {"input_loader_workers": {
+        "processes": alive or (None if ended else 0),
+        "threads": max(sum(bool(WORKER_THREAD.search(n)) for n in names),
+                       sum(bool(WORKER_THREAD.search(str(n))) for n in exited.get("python") or ())),
+        "wanted_cores": round(wanted / 1e3 / seconds, 3), "cores": r.get("cores")}}
+
+
+def _full(w: dict) -> bool:
+    return bool(w.get("cores")) and w.get("wanted_cores", 0.0) >= FULL_FROM * w["cores"]
+
+
+def remedies(w: dict | None, blocked: float = 0.0, estimate: float = 0.0) -> dict:
+    """The words of the Python-loader advice (advice.py: {computes_remedy}, {waits_remedy}) for the workers the
+    program already runs (workers_reading): more of what it has, or what it lacks, never what it does.  More threads
+    for a waiting loader only where the step's blocked wait for a batch (`blocked`, of the step) is at least half the
+    input's estimated cost (`estimate`): a pool that keeps ahead costs the step its CPU beside it, not its waits
+    (tools/bench/bench_python_loader.py, "mixed": a 4 ms read and 1 ms of Python a batch, workers=4 threads 0.99× the
+    step rate of workers=2)."""
+    w, els = w or {}, _PY_ELSE
+    procs, threads = w.get("processes", 0), int(w.get("threads") or 0)  # processes None: some, ended in the window
+    n = f"{procs} " if procs else ""
+    fill = (f"the program already wanted {w.get('wanted_cores', 0):.1f} of the {w.get('cores')} cores over the "
+            "window: another worker finds no free core")
+    cheaper = "make __getitem__ cheaper (NumPy on whole batches, not a Python loop over examples), " + els[3:]
+    if procs != 0 and _full(w):
+        computes = f"its {n}worker processes and the step fill the machine ({fill}) — " + cheaper + "; or more cores"
+    elif procs != 0:
+        computes = (f"more worker processes than the {n or 'ones '}that ran in the window — "
+                    f"PyDataset(workers={2 * procs if procs else 'N'}, use_multiprocessing=True) — " + els)
+    else:
+        computes = ("load them in worker processes — PyDataset(workers=N, use_multiprocessing=True); threads share "
+                    "the interpreter lock with the step — " + els)
+    if procs != 0:
+        waits = (f"worker threads in place of its {n}processes — PyDataset(workers={max(4, 2 * (procs or 2))}) "
+                 "without use_multiprocessing: a waiting loader needs no core of its own, and a process pays to "
+                 "hand each batch over — " + els)
+    elif threads and blocked >= estimate / 2:
+        waits = (f"more worker threads than the {threads} that ran in the window — PyDataset(workers={2 * threads}): "
+                 "a waiting loader needs no core — " + els)
+    elif threads:
+        waits = (f"its {threads} worker threads keep ahead of the step (it waits {blocked:.0%} of it for a batch; the "
+                 f"rest of the input's {estimate:.0%} is the loader's CPU beside the step, its Python holding the "
+                 "interpreter lock the step needs: more threads add none) — " + cheaper)
+    else:
+        waits = "load them in parallel — PyDataset(workers=N) threads — " + els
+    return {"computes_remedy": computes, "waits_remedy": waits}

@@ -286,7 +286,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         **({} if held_ms is None else {"input_interpreter_held_ms": round(held_ms, 4)}),
         **step_gaps.keys(gap_ms, xplanes if on_host else None),  # a fetch (or gaps unexplained) between the markers
         **machine_load.reading(record := threadcpu.read_beside(xplanes[0]) if xplanes else None),  # a shared machine?
-        **outside_steps.reading(record),  # the window held fit's validation or an epoch's end
+        **outside_steps.reading(record), **loaders.workers_reading(record),  # validation, epoch ends; loader workers
         **({"input_loader_threads_unrecorded_ms_per_step": round(unrec, 4)} if on_host and (
             unrec := host_loader.unrecorded_loader_ms(xplanes, record)) else {}),  # no record of a loader thread
         **ran,

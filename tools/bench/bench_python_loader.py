@@ -36,9 +36,11 @@ CASES = {
     "reads": (["--read-ms", "20"], [("workers=1", ["--workers", "1"]), ("workers=4 threads", ["--workers", "4"])]),
     "python": (["--read-ms", "0", "--cpu-ms", "8"],
                [("workers=1", ["--workers", "1"]), ("workers=2 threads", ["--workers", "2"]),
-                ("workers=2 processes", ["--workers", "2", "--processes"])]),
+                ("workers=2 processes", ["--workers", "2", "--processes"]),
+                ("workers=4 processes", ["--workers", "4", "--processes"])]),
     "mixed": (["--read-ms", "4", "--cpu-ms", "1"],
-              [("workers=2 threads", ["--workers", "2"]), ("workers=2 processes", ["--workers", "2", "--processes"])]),
+              [("workers=2 threads", ["--workers", "2"]), ("workers=2 processes", ["--workers", "2", "--processes"]),
+               ("workers=4 threads", ["--workers", "4"])]),
 }
 
 
@@ -56,7 +58,8 @@ finally:
 v = d['verdict']
 print(json.dumps({'estimate': d['attribution'].get('input_cost_estimate_fraction'),
                   'bottleneck': v['bottleneck'] + (' (undecided)' if v.get('undecided') else ''),
-                  'first': (v.get('actions') or [{}])[0].get('advice', '')}))
+                  'first': (v.get('actions') or [{}])[0].get('advice', ''),
+                  'workers': d['attribution'].get('input_loader_workers') or {}}))
 """
 
 
@@ -80,10 +83,19 @@ def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     now = _analyze(str(ROOT), out)
     then = _analyze(baseline, out) if baseline else None
     first = now["first"]
-    key = ("loader: worker processes" if "worker processes" in first else
+    key = ("loader: no free core (cheaper, tf.data, offline)" if "fill the machine" in first else
+           "loader: more processes" if "more worker processes" in first else
+           "loader: threads, not processes" if "in place of its" in first else
+           "loader: more threads" if "more worker threads" in first else
+           "loader: threads keep ahead (cheaper, tf.data, offline)" if "keep ahead" in first else
+           "loader: worker processes" if "worker processes" in first else
            "loader: worker threads" if "PyDataset(workers=N) threads" in first else
            "loader (processes or threads)" if "PyDataset(workers=N)" in first else
            "tf.data map" if "num_parallel_calls" in first else first[:40])
+    seen = now.get("workers") or {}  # what the record saw the loader run on, and the program's demand for cores
+    if seen:
+        key += (f" ({seen['processes']} proc, {seen['threads']} threads seen; wanted {seen['wanted_cores']:.1f} of "
+                f"{seen['cores']} cores)")
     w = rec.get("what_if") or {}
     return {**rec, "bottleneck": now["bottleneck"], "estimate": now["estimate"], "advice": key,
             "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95"),
