@@ -360,19 +360,19 @@ _WAITS = {"input_loader_wanted_ms_per_step": 1.4, "step_time_ms": 4.7}
      "PyDataset(workers=N, use_multiprocessing=True)"),
     # computing on processes with a core to spare: more of them
     (_COMPUTES, {"processes": 2, "threads": 0, "wanted_cores": 1.2, "cores": 2}, 0.1,
-     "PyDataset(workers=4, use_multiprocessing=True)", "PyDataset(workers=N"),
+     "more worker processes than it runs now", "load them in worker processes"),
     # computing on threads: processes (the interpreter lock), as before
     (_COMPUTES, {"processes": 0, "threads": 2, "wanted_cores": 1.9, "cores": 2}, 0.1,
      "load them in worker processes", "fill the machine"),
     # waiting on processes: threads in their place ("mixed": threads 1.14–1.4× the processes' step rate)
     (_WAITS, {"processes": 2, "threads": 0, "wanted_cores": 2.2, "cores": 2}, 0.1,
-     "worker threads in place of its 2 processes", "use_multiprocessing=True)"),
+     "worker threads in place of its worker processes", "use_multiprocessing=True)"),
     # waiting on threads that lag: more threads
     (_WAITS, {"processes": 0, "threads": 2, "wanted_cores": 1.0, "cores": 2}, 0.3,
-     "more worker threads than the 2", "PyDataset(workers=N"),
+     "more worker threads than it runs now", "PyDataset(workers=N) threads"),
     # waiting on threads that keep ahead: the CPU beside the step ("mixed": 4 threads 0.99× of 2)
     (_WAITS, {"processes": 0, "threads": 2, "wanted_cores": 2.0, "cores": 2}, 0.12,
-     "its 2 worker threads keep ahead of the step (it waits 12%", "PyDataset(workers="),
+     "its worker threads keep ahead of the step (it waits 12%", "PyDataset(workers="),
     # nothing recorded about workers: as before
     (_WAITS, None, 0.3, "PyDataset(workers=N) threads", "in place of"),
 ])
@@ -398,4 +398,4 @@ def test_a_pydataset_already_on_worker_processes_is_not_told_to_use_them(tmp_pat
     texts = [a["advice"] for a in doc["verdict"]["actions"]]
     assert not any("load them in worker processes" in t for t in texts), texts
     if doc["verdict"]["bottleneck"] == "input" and "Dataset.from_generator" in texts[0]:
-        assert "fill the machine" in texts[0] or "more worker processes than the" in texts[0], texts[0]
+        assert "fill the machine" in texts[0] or "more worker processes than it runs" in texts[0], texts[0]

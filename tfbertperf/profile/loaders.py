@@ -196,30 +196,30 @@ def remedies(w: dict | None, blocked: float = 0.0, estimate: float = 0.0) -> dic
     (tools/bench/bench_python_loader.py, "mixed": a 4 ms read and 1 ms of Python a batch, workers=4 threads 0.99× the
     step rate of workers=2)."""
     w, els = w or {}, _PY_ELSE
-    procs, threads = w.get("processes", 0), int(w.get("threads") or 0)  # processes None: some, ended in the window
-    n = f"{procs} " if procs else ""
-    fill = (f"the program already wanted {w.get('wanted_cores', 0):.1f} of the {w.get('cores')} cores over the "
-            "window: another worker finds no free core")
+    # no counts in the words: a pool Keras restarts at an epoch's end can show its old and new workers in one window
+    procs, threads = w.get("processes", 0) != 0, bool(w.get("threads"))  # processes None: some, ended in the window
     cheaper = "make __getitem__ cheaper (NumPy on whole batches, not a Python loop over examples), " + els[3:]
-    if procs != 0 and _full(w):
-        computes = f"its {n}worker processes and the step fill the machine ({fill}) — " + cheaper + "; or more cores"
-    elif procs != 0:
-        computes = (f"more worker processes than the {n or 'ones '}that ran in the window — "
-                    f"PyDataset(workers={2 * procs if procs else 'N'}, use_multiprocessing=True) — " + els)
+    if procs and _full(w):
+        computes = (f"its worker processes and the step fill the machine (the program already wanted "
+                    f"{w['wanted_cores']:.1f} of the {w['cores']} cores over the window: another worker finds no free "
+                    "core) — " + cheaper + "; or more cores")
+    elif procs:
+        computes = ("more worker processes than it runs now — raise N in PyDataset(workers=N, use_multiprocessing=True) "
+                    "— " + els)
     else:
         computes = ("load them in worker processes — PyDataset(workers=N, use_multiprocessing=True); threads share "
                     "the interpreter lock with the step — " + els)
-    if procs != 0:
-        waits = (f"worker threads in place of its {n}processes — PyDataset(workers={max(4, 2 * (procs or 2))}) "
-                 "without use_multiprocessing: a waiting loader needs no core of its own, and a process pays to "
-                 "hand each batch over — " + els)
+    if procs:
+        waits = ("worker threads in place of its worker processes — PyDataset(workers=N) without "
+                 "use_multiprocessing: a waiting loader needs no core of its own, and a process pays to hand each "
+                 "batch over — " + els)
     elif threads and blocked >= estimate / 2:
-        waits = (f"more worker threads than the {threads} that ran in the window — PyDataset(workers={2 * threads}): "
-                 "a waiting loader needs no core — " + els)
+        waits = ("more worker threads than it runs now — raise N in PyDataset(workers=N): a waiting loader needs no "
+                 "core — " + els)
     elif threads:
-        waits = (f"its {threads} worker threads keep ahead of the step (it waits {blocked:.0%} of it for a batch; the "
-                 f"rest of the input's {estimate:.0%} is the loader's CPU beside the step, its Python holding the "
-                 "interpreter lock the step needs: more threads add none) — " + cheaper)
+        waits = (f"its worker threads keep ahead of the step (it waits {blocked:.0%} of it for a batch; the rest of "
+                 f"the input's {estimate:.0%} is the loader's CPU beside the step, its Python holding the interpreter "
+                 "lock the step needs: more threads add none) — " + cheaper)
     else:
         waits = "load them in parallel — PyDataset(workers=N) threads — " + els
     return {"computes_remedy": computes, "waits_remedy": waits}

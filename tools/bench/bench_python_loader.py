@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "tests" / "programs" / "keras_pydataset.py"
 CASES = {
-    "reads": (["--read-ms", "20"], [("workers=1", ["--workers", "1"]), ("workers=4 threads", ["--workers", "4"])]),
+    "reads": (["--read-ms", "20"], [("workers=1", ["--workers", "1"]), ("workers=4 threads", ["--workers", "4"]),
+                                    ("workers=8 threads", ["--workers", "8"])]),
     "python": (["--read-ms", "0", "--cpu-ms", "8"],
                [("workers=1", ["--workers", "1"]), ("workers=2 threads", ["--workers", "2"]),
                 ("workers=2 processes", ["--workers", "2", "--processes"]),
@@ -73,6 +74,19 @@ def _analyze(pythonpath: str, out: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _key(first: str) -> str:
+    """The first advice in a few words (the table's column)."""
+    return ("loader: no free core (cheaper, tf.data, offline)" if "fill the machine" in first else
+            "loader: more processes" if "more worker processes" in first else
+            "loader: threads, not processes" if "in place of its" in first else
+            "loader: more threads" if "more worker threads" in first else
+            "loader: threads keep ahead (cheaper, tf.data, offline)" if "keep ahead" in first else
+            "loader: worker processes" if "worker processes" in first else
+            "loader: worker threads" if "PyDataset(workers=N) threads" in first else
+            "loader (processes or threads)" if "PyDataset(workers=N)" in first else
+            "tf.data map" if "num_parallel_calls" in first else first[:40])
+
+
 def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": BACKEND[0]}
     res = subprocess.run([sys.executable, str(PROGRAM), "--out", out, "--probe", "--steps", str(steps), *args],
@@ -82,16 +96,7 @@ def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     rec = json.loads(res.stdout.strip().splitlines()[-1])
     now = _analyze(str(ROOT), out)
     then = _analyze(baseline, out) if baseline else None
-    first = now["first"]
-    key = ("loader: no free core (cheaper, tf.data, offline)" if "fill the machine" in first else
-           "loader: more processes" if "more worker processes" in first else
-           "loader: threads, not processes" if "in place of its" in first else
-           "loader: more threads" if "more worker threads" in first else
-           "loader: threads keep ahead (cheaper, tf.data, offline)" if "keep ahead" in first else
-           "loader: worker processes" if "worker processes" in first else
-           "loader: worker threads" if "PyDataset(workers=N) threads" in first else
-           "loader (processes or threads)" if "PyDataset(workers=N)" in first else
-           "tf.data map" if "num_parallel_calls" in first else first[:40])
+    key = _key(now["first"])
     seen = now.get("workers") or {}  # what the record saw the loader run on, and the program's demand for cores
     if seen:
         key += (f" ({seen['processes']} proc, {seen['threads']} threads seen; wanted {seen['wanted_cores']:.1f} of "
@@ -99,7 +104,8 @@ def _run(args: list[str], out: str, steps: int, baseline: str) -> dict:
     w = rec.get("what_if") or {}
     return {**rec, "bottleneck": now["bottleneck"], "estimate": now["estimate"], "advice": key,
             "truth": w.get("input_cost_fraction"), "truth_ci": w.get("input_cost_ci95"),
-            "before": (f"{then['bottleneck']}, {100 * (then['estimate'] or 0):.0f} %" if then else "")}
+            "before": (f"{then['bottleneck']}, {100 * (then['estimate'] or 0):.0f} %, {_key(then['first'])}"
+                       if then else "")}
 
 
 BACKEND = ["tensorflow"]
