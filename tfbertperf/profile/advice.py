@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_facts
+from tfbertperf.profile.prefetch_stats import map_remedy
 from tfbertperf.profile.loaders import (LOADER_COMPUTES_SHARE, PYTHON_LOADER_SHARE, _PY_ELSE,  # noqa: F401
                                         _PY_SOURCE, _generator_share, _host_loader, _loader_computes,
                                         _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held, _lock_light,
@@ -147,8 +148,7 @@ ADVICE: tuple[Advice, ...] = (
                     "prefetch → autotune, stage remote shards to local disk",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) >= c["ops"].get("preprocessing", 0),
            runs="foreign"),
-    Advice("input", "preprocessing dominates: map num_parallel_calls → autotune, vectorize (map after batch), "
-                    "cache after parse, or preprocess offline",
+    Advice("input", "preprocessing dominates: {map_remedy}",
            lambda c: _tfdata_input(c) and c["ops"].get("storage_read", 0) < c["ops"].get("preprocessing", 0),
            runs="foreign"),
     Advice("input", "prefetch → autotune at the end of the pipeline (to train with: a what-if measured under it "
@@ -302,6 +302,7 @@ def actions(bottleneck: str, att: dict, config: dict | None = None, storage: dic
            "bigger_batch": 2 * int(train.get("batch_size") or 16),
            "cpu_bf16": None if not cpu_flags else cpu_bf16_capable(cpu_flags)}
     ctx.update(_loader_remedies(att.get("input_loader_workers"), ctx["input"], ctx["estimate"]))  # its workers
+    ctx["map_remedy"] = map_remedy(att.get("tfdata_maps"))  # what its tf.data maps already run
     ctx["seen"] = max(ctx["input"], ctx["estimate"])  # the capture's whole input reading: wait and stolen CPU
     ctx["end_prefetch"] = "" if ctx["root_autotuned"] else " prefetch(AUTOTUNE),"
     ctx["compute_dtype"] = ctx["precision"].replace("mixed_", "")

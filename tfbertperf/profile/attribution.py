@@ -171,6 +171,7 @@ def attribute(xplanes, *, step_time_ms: float | None = None, compute_only_step_m
     # a user's fit: tf.data prefetches sizing their own buffer (profile/autotuned_prefetch.py; our runs: null)
     att["autotuned_prefetch"] = (load_trace(xplanes).autotuned_prefetch() or dataset_prefetch or None) \
         if config is None else None
+    att["tfdata_maps"] = load_trace(xplanes).tfdata_maps() or None if config is None else None  # what its maps run
     att["what_if_after_steps"] = bool(what_if_after_steps) if att.get("input_cost_fraction") is not None else None
     vkw = {"config": config, "storage": storage, "au_threshold": threshold, "cpu_flags": cpu_flags}
     decided = verdict(att, au, **vkw)

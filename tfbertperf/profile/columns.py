@@ -99,6 +99,7 @@ class HostThread:
     # tf.data prefetches whose buffer tf.data sizes itself, seen on this thread: (iterator name, autotune mode,
     # largest buffer_limit recorded) — `prefetch(tf.data.AUTOTUNE)`, or the one tf.data injects after `.repeat()`
     prefetch: tuple = ()
+    maps: tuple = ((), frozenset())  # tf.data maps: (name, autotuned, starts) each, and those reading a batch
 
     def __len__(self) -> int:
         return len(self.start)
@@ -293,7 +294,8 @@ def _thread(line, host: str, names: Names, table, strings: list = ()) -> HostThr
     else:
         step = np.full(len(order), MISSING, dtype=np.int64)
     return HostThread(host, line.display_name or line.name, line.id, start, end, codes, step, names,
-                      prefetch=prefetch_stats.from_line(line, names, table, strings))
+                      prefetch=prefetch_stats.from_line(line, names, table, strings),
+                      maps=prefetch_stats.maps_from_line(line, names, table, strings))
 
 
 def _progress(path: Path, size: int):

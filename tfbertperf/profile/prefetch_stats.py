@@ -34,3 +34,51 @@ def from_line(line, names, table, strings) -> tuple:
                                         int(line.start[i])))
     return tuple((name, m, np.array([x for x, _ in seen], dtype=np.int64),
                   np.array([t for _, t in seen], dtype=np.int64)) for (name, m), seen in sorted(out.items()))
+
+
+MAP_KINDS = ("ParallelMapV2", "ParallelMap", "MapAndBatch", "Map")  # an iterator name's last part: a tf.data map
+BATCH_KINDS = ("Batch", "BatchV2", "ParallelBatch", "PaddedBatch")  # … and its input's, for a map after a batch
+
+
+def maps_from_line(line, names, table, strings) -> tuple:
+    """((iterator name, autotuned, start per event) per tf.data map among a host line's iterator events, the names of
+    the maps among them that read a batch): autotuned where its `autotune` stat is "true" —
+    `map(num_parallel_calls=AUTOTUNE)`, or a map tf.data's own `map_parallelization` made parallel (a stateless `map(f)`
+    with no num_parallel_calls shows it too) —, reading a batch where an iterator named after it is a batch
+    (`…::ParallelMapV2::BatchV2`: `batch(…).map(f)`, vectorized).  Trace.tfdata_maps keeps the ones that fed training
+    steps; advice.py reads them (never "num_parallel_calls → autotune" to a map that has it)."""
+    if line.stats.get("autotune") is None and not any(
+            names.values[c].startswith("Iterator::") for c in np.unique(table).tolist()):
+        return (), frozenset()  # most lines: no tf.data iterator events
+    auto = line.stats.get("autotune")
+    true = {i for i, v in enumerate(strings) if v == "true"}
+    out: dict = {}
+    batched = set()
+    for i, code in enumerate(table.tolist()):
+        parts = names.values[code].split("::")
+        if parts[0] != "Iterator" or len(parts) < 2:
+            continue
+        kind = parts[-1].split("[")[0]
+        if kind in BATCH_KINDS and parts[-2].split("[")[0] in MAP_KINDS:
+            batched.add("::".join(parts[:-1]))
+        if kind in MAP_KINDS:
+            out.setdefault((names.values[code], auto is not None and int(auto[i]) in true), []).append(
+                int(line.start[i]))
+    return tuple((n, a, np.array(s, dtype=np.int64)) for (n, a), s in sorted(out.items())), frozenset(batched)
+
+
+def map_remedy(maps: list | None) -> str:
+    """The words of the "preprocessing dominates" advice (advice.py {map_remedy}) for the maps the capture shows
+    (Trace.tfdata_maps): num_parallel_calls → autotune only where a map is not already tuned by tf.data, map after
+    batch only where one runs per example; where all are tuned, more CPUs than this machine's are the remaining
+    lever beside less work (tf.data service)."""
+    maps = maps or []
+    tuned, batched = bool(maps) and all(m["autotuned"] for m in maps), bool(maps) and all(m["after_batch"] for m in maps)
+    said = ", ".join(sorted({m["iterator"].rsplit("::", 1)[-1] for m in maps}))
+    parts = ([] if tuned else ["map num_parallel_calls → autotune"]) + \
+        ([] if batched else ["vectorize (map after batch)"]) + ["cache after parse", "preprocess offline"]
+    if not tuned:
+        return ", ".join(parts[:-1]) + ", or " + parts[-1]
+    return (f"its maps already run in parallel, tuned by tf.data ({said}: autotune{', on whole batches' * batched}; "
+            "tf.data parallelizes a stateless map(f) itself) — " + ", ".join(parts) +
+            ", or run it on more CPUs than this machine's (tf.data service workers)")

@@ -83,6 +83,23 @@ class Trace:
                     seen[(name, mode)] = max(seen.get((name, mode), 0), int(limits.max()))
         return [{"iterator": n, "autotune_mode": m, "buffer_limit_max": lim} for (n, m), lim in sorted(seen.items())]
 
+    def tfdata_maps(self) -> list[dict]:
+        """tf.data maps (HostThread.maps), one per iterator: {"iterator", "autotuned", "after_batch"}; where the
+        capture has step markers, only those with an event inside a step (a validation dataset's maps feed none)."""
+        spans = sorted((e.start, e.end) for _, e in self.markers())
+        starts = np.array([a for a, _ in spans], dtype=np.int64)
+        ends = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64)) if spans else starts
+        seen: dict = {}
+        batched = set().union(*(t.maps[1] for t in self.threads)) if self.threads else set()
+        for t in self.threads:
+            for name, auto, at in t.maps[0]:
+                if spans:
+                    k = np.searchsorted(starts, at, side="right") - 1
+                    at = at[(k >= 0) & (at <= ends[np.maximum(k, 0)])]
+                if len(at):
+                    seen[name] = seen.get(name, False) or bool(auto)
+        return [{"iterator": n, "autotuned": a, "after_batch": n in batched} for n, a in sorted(seen.items())]
+
     def active_devices(self) -> list[DeviceTrace]:
         """Device planes that ran kernels (a plane that only received copies is not one)."""
         return [d for d in self.devices if len(d.busy)]
