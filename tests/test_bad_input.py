@@ -276,3 +276,17 @@ def test_a_bench_refuses_an_unknown_case_in_one_line(bench, args, said):
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(said), line
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--reps", "0"], "--reps 0 / --steps 160: need at least 1 and 40"),
+    (["--steps", "10"], "--reps 3 / --steps 10: need at least 1 and 40"),
+    (["--baseline", "/nonexistent-checkout"], "--baseline /nonexistent-checkout: no tfbertperf package there"),
+], ids=["reps", "steps", "baseline"])
+def test_the_tfdata_maps_bench_refuses_bad_flags_in_one_line(args, said):
+    # refused before any fit runs (five fits a repetition)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_tfdata_maps.py"), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line == f"bench_tfdata_maps: {said}", line

@@ -64,10 +64,11 @@ print(json.dumps({'estimate': d['attribution'].get('input_cost_estimate_fraction
 """
 
 
-def _analyze(pythonpath: str, out: str) -> dict:
-    """analyze on the capture alone, with the tfbertperf on `pythonpath` (this tree, or --baseline's)."""
+def _analyze(pythonpath: str, out: str, script: str = _ANALYZE) -> dict:
+    """analyze on the capture alone, with the tfbertperf on `pythonpath` (this tree, or --baseline's): `script`'s last
+    line of JSON (bench_tfdata_maps.py passes its own)."""
     env = {**os.environ, "PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, "-c", _ANALYZE, out], capture_output=True, text=True, env=env,
+    res = subprocess.run([sys.executable, "-c", script, out], capture_output=True, text=True, env=env,
                          cwd=tempfile.gettempdir(), timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"analyze ({pythonpath}) failed on {out}: {res.stderr.strip().splitlines()[-1:]}")
