@@ -47,24 +47,23 @@ def maps_from_line(line, names, table, strings) -> tuple:
     with no num_parallel_calls shows it too) —, reading a batch where an iterator named after it is a batch
     (`…::ParallelMapV2::BatchV2`: `batch(…).map(f)`, vectorized).  Trace.tfdata_maps keeps the ones that fed training
     steps; advice.py reads them (never "num_parallel_calls → autotune" to a map that has it)."""
-    if line.stats.get("autotune") is None and not any(
-            names.values[c].startswith("Iterator::") for c in np.unique(table).tolist()):
-        return (), frozenset()  # most lines: no tf.data iterator events
+    codes, inverse = np.unique(table, return_inverse=True)  # each name classified once, not per event
+    parts = [names.values[c].split("::") for c in codes.tolist()]
+    kinds = [p[-1].split("[")[0] if p[0] == "Iterator" and len(p) > 1 else "" for p in parts]
+    batched = frozenset("::".join(p[:-1]) for p, k in zip(parts, kinds)
+                        if k in BATCH_KINDS and p[-2].split("[")[0] in MAP_KINDS)
     auto = line.stats.get("autotune")
-    true = {i for i, v in enumerate(strings) if v == "true"}
-    out: dict = {}
-    batched = set()
-    for i, code in enumerate(table.tolist()):
-        parts = names.values[code].split("::")
-        if parts[0] != "Iterator" or len(parts) < 2:
-            continue
-        kind = parts[-1].split("[")[0]
-        if kind in BATCH_KINDS and parts[-2].split("[")[0] in MAP_KINDS:
-            batched.add("::".join(parts[:-1]))
-        if kind in MAP_KINDS:
-            out.setdefault((names.values[code], auto is not None and int(auto[i]) in true), []).append(
-                int(line.start[i]))
-    return tuple((n, a, np.array(s, dtype=np.int64)) for (n, a), s in sorted(out.items())), frozenset(batched)
+    true = np.array([i for i, v in enumerate(strings) if v == "true"], dtype=np.int64)
+    tuned = np.isin(auto, true) if auto is not None else np.zeros(len(table), dtype=bool)
+    out = []
+    for u, k in enumerate(kinds):
+        if k in MAP_KINDS:
+            mine = inverse == u
+            for a in (False, True):
+                at = line.start[mine & (tuned == a)]
+                if len(at):
+                    out.append((names.values[int(codes[u])], a, np.asarray(at, dtype=np.int64)))
+    return tuple(sorted(out, key=lambda m: (m[0], m[1]))), batched
 
 
 def map_remedy(maps: list | None) -> str:
