@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tfbertperf.profile.accelerator_facts import cpu_bf16_capable, measured_facts
-from tfbertperf.profile.prefetch_stats import map_remedy
 from tfbertperf.profile.loaders import (LOADER_COMPUTES_SHARE, PYTHON_LOADER_SHARE, _PY_ELSE,  # noqa: F401
                                         _PY_SOURCE, _generator_share, _host_loader, _loader_computes,
                                         _loader_not_tfdata, _loader_thread, _loader_waits, _lock_held, _lock_light,
                                         _python_loader, _unseen, remedies as _loader_remedies)
+from tfbertperf.profile.prefetch_stats import map_remedy
 
 
 @dataclass(frozen=True)

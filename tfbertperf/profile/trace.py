@@ -65,20 +65,29 @@ class Trace:
         out = [(t, t.event(i)) for t in self.threads for i in t.marker_index().tolist()]
         return sorted(out, key=lambda te: te[1].start)
 
+    def _in_steps(self):
+        """A mask function over event start times: inside a step marker (the last marker starting at or before each
+        event, still running then); every event where the capture has no markers."""
+        spans = sorted((e.start, e.end) for _, e in self.markers())
+        if not spans:
+            return lambda at: np.ones(len(at), dtype=bool)
+        starts = np.array([a for a, _ in spans], dtype=np.int64)
+        ends = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64))
+
+        def inside(at):
+            k = np.searchsorted(starts, at, side="right") - 1
+            return (k >= 0) & (at <= ends[np.maximum(k, 0)])
+        return inside
+
     def autotuned_prefetch(self) -> list[dict]:
         """tf.data prefetches whose buffer tf.data sizes itself (HostThread.prefetch), one per iterator:
         {"iterator", "autotune_mode", "buffer_limit_max"}.  Where the capture has step markers, only those with an
         event inside a step: a fit's validation dataset (`validation_data=`, evaluated between epochs, a window
         across an epoch's end) gets tf.data's injected prefetch of its own, which feeds no training step."""
-        spans = sorted((e.start, e.end) for _, e in self.markers())
-        starts = np.array([a for a, _ in spans], dtype=np.int64)
-        ends = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64)) if spans else starts
-        seen: dict = {}
+        inside, seen = self._in_steps(), {}
         for t in self.threads:
             for name, mode, limits, at in t.prefetch:
-                if spans:  # the last marker starting at or before each event, and whether it still runs then
-                    k = np.searchsorted(starts, at, side="right") - 1
-                    limits = limits[(k >= 0) & (at <= ends[np.maximum(k, 0)])]
+                limits = limits[inside(at)]
                 if len(limits):
                     seen[(name, mode)] = max(seen.get((name, mode), 0), int(limits.max()))
         return [{"iterator": n, "autotune_mode": m, "buffer_limit_max": lim} for (n, m), lim in sorted(seen.items())]
@@ -86,17 +95,11 @@ class Trace:
     def tfdata_maps(self) -> list[dict]:
         """tf.data maps (HostThread.maps), one per iterator: {"iterator", "autotuned", "after_batch"}; where the
         capture has step markers, only those with an event inside a step (a validation dataset's maps feed none)."""
-        spans = sorted((e.start, e.end) for _, e in self.markers())
-        starts = np.array([a for a, _ in spans], dtype=np.int64)
-        ends = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64)) if spans else starts
-        seen: dict = {}
+        inside, seen = self._in_steps(), {}
         batched = set().union(*(t.maps[1] for t in self.threads)) if self.threads else set()
         for t in self.threads:
             for name, auto, at in t.maps[0]:
-                if spans:
-                    k = np.searchsorted(starts, at, side="right") - 1
-                    at = at[(k >= 0) & (at <= ends[np.maximum(k, 0)])]
-                if len(at):
+                if inside(at).any():
                     seen[name] = seen.get(name, False) or bool(auto)
         return [{"iterator": n, "autotuned": a, "after_batch": n in batched} for n, a in sorted(seen.items())]
 
