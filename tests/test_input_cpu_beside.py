@@ -11,7 +11,7 @@ def test_a_small_mlp_behind_the_guides_map_is_not_called_compute_bound_from_the_
     # `from_tensor_slices → map(x * 2) → batch(32) → prefetch(2)` before three 256-wide layers: the small ops run
     # one after another on the threads the capture records (pool share ~0.07), so contention.py's rule counts almost
     # none of the pipeline's CPU.  Measured (BENCHMARKS.md, issue 29): truth 27 % (alternating fits, rounds 17–40 %),
-    # the capture alone 4.5–12 %: "compute-bound" before this rule.
+    # the capture alone 4.5–12 %: "compute-bound" before this rule (and 4–7 % against 15–24 % before core_wait.py).
     import keras
     import numpy as np
     import tensorflow as tf
@@ -35,10 +35,12 @@ def test_a_small_mlp_behind_the_guides_map_is_not_called_compute_bound_from_the_
     doc = analyze(str(tmp_path))
     att, v = doc["attribution"], doc["verdict"]
     assert att["input_cpu_basis"].startswith("measured") and att["input_cost_fraction"] is None  # no probe
+    # the fair-share rule counts a small part of the pipeline's CPU, the recorded threads' waits for its cores more
+    # (profile/core_wait.py), at most all of it
     stolen_ms = att["input_stolen_cpu_fraction"] * att["step_time_ms"]
-    assert att["input_cpu_ms_per_step"] > 2 * stolen_ms, att  # the rule counts a small part of the pipeline's CPU
+    assert 0 < stolen_ms <= att["input_cpu_ms_per_step"] * 1.01 + 0.01, att
     share, upper = undecided.beside_share(att)
-    assert upper >= share + 0.5 * att["input_cpu_ms_per_step"] / att["step_time_ms"], (share, upper, att)
+    assert upper >= share, (share, upper, att)
     if share < INPUT_BOUND_THRESHOLD <= upper:  # the capture cannot decide: measure the what-if first
         assert v["undecided"]["source"] == "input CPU beside the compute", v
         assert v["actions"][0]["advice"].startswith("measure the what-if before acting on this verdict"), v["actions"]

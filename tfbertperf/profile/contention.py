@@ -35,13 +35,11 @@ and mean |error| (mean signed error) against the truth:
 
   A single run's truth scatters by ±10 pp here (other load); the bias stays within ±4 pp and changes sign with the
   stall's strength.  Alternatives, replayed on such profiles (4 repetitions a strength, mean signed error):
-  - the "lock-step" model (an op ends with its slowest slice, no rebalancing: lost = m / (1 + m), m = ceil(k_in /
-    C)) overshot: +5 / +12 / +2 pp; it only differs from this one when k_in is not a multiple of C.
+  - the "lock-step" model (lost = m / (1 + m), m = ceil(k_in / C)) overshot: +5 / +12 / +2 pp.
   - counting the compute's demand instant by instant (k_c(t) busy compute threads; steal only while
     k_c(t) + k_in(t) > C) undershot at every strength: −8 / −10 / −12 pp (−7 / −6 / −6 with k_c capped at C).
-    The compute's gaps between pool tasks last tens to hundreds of µs, less than a scheduler time slice: an
-    input thread that takes a core in a gap holds it past the gap.  At the time scale of an op a CPU-bound
-    model needs all its W cores, so W is taken per step (the compute's width), not per instant.
+    The compute's gaps between pool tasks are shorter than a scheduler time slice: an input thread that takes
+    a core in a gap holds it past the gap.  So W is taken per step (the compute's width), not per instant.
   On a per-example stall map (thousands of tiny input ops) it undershot: truth 0.60–0.86, estimate 0.40–0.73.
 
 Measured CPU (issue 29: CPU is CPU, waits are waits).  Busy wall time is not CPU: a `py_function` that sleeps or
@@ -73,7 +71,8 @@ comes from that CPU and not from wall time:
   × p) = 1/C per core-ms plus the pools' lock-step share, read the heavier tokenizer 11–26 pp high (it assumed a
   compute as wide as the cores all the time; its compute-only runs use 0.65–0.9 of the 2 cores).  Scored on fresh
   repetitions of both programs: BENCHMARKS.md, issue 29.  A compute nearly all on the recorded threads (a 256-wide
-  MLP, p ≈ 0.07) lost ~0.5 ms a step to a map's ~1 ms of CPU, which this rule counts as ~0: profile/undecided.py.
+  MLP, p ≈ 0.07) lost ~0.5 ms a step to a map's ~1 ms of CPU, which this rule counts as ~0: its recorded threads'
+  wait for a core counts instead where larger (profile/core_wait.py).
 
 Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the
 step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many
@@ -84,15 +83,13 @@ compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer
 in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
 input 18 pp low.  A from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
-Replayed on own Keras fits (BENCHMARKS.md "issue 29"): a waiting map adds no stolen time, a per-example parse beside
-the model counts by its measured CPU.  Without measured CPU (a capture with no threadcpu.json, or threads the
-record cannot name) busy periods stand in as below, except that the wall time of Python function ops on input
-threads (`EagerPyFunc`, `PyFunc`: `tf.py_function` / `numpy_function`, which may as well wait as compute) is not
-counted as CPU — the estimate then says so (`input_cpu_basis`).
+Without measured CPU (no threadcpu.json, or threads the record cannot name) busy periods stand in as below, but
+the wall time of Python function ops on input threads (`EagerPyFunc`, `PyFunc`, which may as well wait as compute)
+is not counted as CPU — the estimate then says so (`input_cpu_basis`).
 
-Without thread-pool task events (profile.threadpool_events off, our default: 3/4 of a trace) input threads are busy
-in their function executions (`ExecutorState::Process`, `FunctionRun`) and W = C (the stolen time moved 0.01–0.12 ms
-a step).  C: the most distinct threads of TF's inter-op or intra-op pool in the trace, else os.cpu_count().
+Without thread-pool task events (profile.threadpool_events off, our default) input threads are busy in their function
+executions (`ExecutorState::Process`, `FunctionRun`) and W = C.  C: the most distinct threads of TF's inter-op or
+intra-op pool in the trace, else os.cpu_count().
 """
 
 from __future__ import annotations
@@ -102,7 +99,7 @@ import re
 from collections import defaultdict
 
 from tfbertperf.profile import intervals as iv
-from tfbertperf.profile import loaders, outside_steps, threadcpu
+from tfbertperf.profile import core_wait, loaders, outside_steps, threadcpu
 from tfbertperf.profile.devices import _union  # one interval merge for device planes and host threads
 from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
@@ -273,6 +270,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
     traced = {threadcpu.line_id(n) for n in threads.values() if "Eigen" not in n} - {None}  # Eigen: the intra-op pool
     pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
+    rq_rate, rq_share = core_wait.input_share_of_wait(thread_cpu, traced, {*measured_ids, *loader_ids},
+                                                      loader_kids / 1e3)
     span = max(1.0, span[1] - span[0] - iv.length(iv.clip(outside, *span)))  # the record leaves those out too
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
                                is_input_thread, INPUT_WORK_EVENTS)
@@ -331,6 +330,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
             stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
+            stolen = max(stolen, min(cpu_in, rq_rate * iv.length(phase) * rq_share))  # the waits: core_wait.py
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,

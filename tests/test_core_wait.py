@@ -1,0 +1,76 @@
+"""The step's recorded threads waiting for a core while the input ran (profile/core_wait.py): a compute of small
+ops one after another on the threads the capture records loses steps to a per-example map beside it, which
+contention.py's fair-share rule (× the pool share p ≈ 0) counts as nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfbertperf.profile import contention, core_wait
+from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
+
+# step 5: 2 ms blocked in get-next, then an 8 ms compute phase on tf_Compute/2 (a line the capture records) while
+# the input thread (tf.data's pool, line 1) shows two short events and used 4 ms of CPU
+_EVENTS = [
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/1"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/2"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/3"}},
+    {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
+     "args": {"step_num": "5", "group_id": "0"}},
+    {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
+    {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
+    {"ph": "X", "name": "MapAndBatchProduce", "pid": 1, "tid": 2, "ts": 3000, "dur": 100},
+    {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 6000, "dur": 100},
+]
+_INPUT_CPU = 4.0 - 2 * HOST_EVENT_COST_US / 1e3  # the rule takes the profiler's cost of its 2 events out
+
+
+def _record(runqueue_ms: float = 3.0, main_runqueue_ms: float = 1.0, other_cores: float | None = None,
+            input_ms: float = 4.0) -> dict:
+    """A 10 ms thread-CPU record: the training thread (tid = pid, no line), tf_Compute/2 (recorded) with 5 ms of
+    CPU, an untraced pool thread (line 50) with 0.4 ms — p = 0.4 / 5.4 — and the input thread (line 1)."""
+    out = {"schema": "tfbertperf.threadcpu/1", "seconds": 0.01, "cores": 2, "clock": "schedstat", "pid": 100,
+           "threads": [{"tid": 100, "line_id": None, "name": "python", "cpu_ms": 0.6, "runqueue_ms": main_runqueue_ms},
+                       {"tid": 101, "line_id": 2, "name": "tf_Compute", "cpu_ms": 5.0, "runqueue_ms": runqueue_ms},
+                       {"tid": 102, "line_id": 50, "name": "tf_numa_0", "cpu_ms": 0.4, "runqueue_ms": 9.0},
+                       {"tid": 103, "line_id": 1, "name": "tf_data_privat", "cpu_ms": input_ms, "runqueue_ms": 2.0},
+                       {"tid": 104, "line_id": 77, "name": "tfbertperf-sampler", "cpu_ms": 50.0, "runqueue_ms": 50.0}]}
+    if other_cores is not None:
+        out["machine"] = {"busy_cores": 1.9, "other_cores": other_cores, "steal_cores": 0.0, "seconds": 0.01}
+    return out
+
+
+def _stolen(record: dict) -> float:
+    return contention.step_contention({"traceEvents": _EVENTS}, thread_cpu=record)["steps"][5]["stolen_ms"]
+
+
+def test_the_waits_are_the_recorded_threads_and_the_share_is_the_inputs_cpu():
+    # the training thread's 1 ms and tf_Compute's 3 ms over 10 ms; not the untraced pool's 9 ms, not the input's own
+    # wait, not our sampler's; the input's 4 ms of the 10 ms that ran (the sampler's left out)
+    rate, share = core_wait.input_share_of_wait(_record(), traced={1, 2}, inputs={1})
+    assert rate == pytest.approx(0.4) and share == pytest.approx(0.4)
+    # other processes' CPU on the cores took their part of the waits: 1 core over 10 ms
+    assert core_wait.input_share_of_wait(_record(other_cores=1.0), {1, 2}, {1})[1] == pytest.approx(0.2)
+    # a generator's loader processes: input CPU the rows do not hold
+    assert core_wait.input_share_of_wait(_record(), {1, 2}, {1}, children_ms=5.0)[1] == pytest.approx(9 / 15)
+    assert core_wait.input_share_of_wait(None, {1, 2}, {1}) == (0.0, 0.0)
+
+
+def test_a_compute_on_the_recorded_threads_loses_what_they_waited_for_the_inputs_cores():
+    # the fair-share rule alone: 4 ms × f (1/2) × C (2) × p (0.4 / 5.4) = 0.30 ms; the waits: 0.4 of the 8 ms phase,
+    # the input's share 0.4 of it = 1.28 ms (before core_wait.py the step lost 0.30 ms)
+    assert _stolen(_record()) == pytest.approx(0.4 * 8.0 * 0.4, abs=1e-3)
+    # other processes held half the cores: their share of the waits is theirs
+    assert _stolen(_record(other_cores=1.0)) == pytest.approx(0.4 * 8.0 * 0.2, abs=1e-3)
+
+
+def test_without_waits_or_input_cpu_the_fair_share_rule_stands():
+    rule = _INPUT_CPU * 0.5 * 2 * (0.4 / 5.4)  # p: threadcpu.pool_share reads the lines (the main thread has none)
+    assert _stolen(_record(runqueue_ms=0.0, main_runqueue_ms=0.0)) == pytest.approx(rule, abs=1e-3)  # psutil: no waits
+    assert _stolen(_record(input_ms=0.0)) == pytest.approx(0.0, abs=1e-6)  # the compute queued behind itself only
+
+
+def test_the_waits_count_at_most_the_inputs_cpu_in_the_phase():
+    # 40 ms of waits over a 10 ms window (many recorded threads queued at once): at most a step-ms per input CPU-ms
+    assert _stolen(_record(runqueue_ms=39.0)) == pytest.approx(_INPUT_CPU, abs=1e-3)

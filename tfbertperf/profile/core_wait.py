@@ -1,0 +1,63 @@
+"""The step's own threads waiting for a core while the input pipeline ran: the loss contention.py's fair-share
+rule cannot see on a compute that runs on the threads the capture records.
+
+contention.py counts the input's CPU against the compute in proportion to the compute's share in parallel regions
+(p, the pools the capture records no event for).  A Keras model of small ops runs them one after another on the
+recorded threads (the training thread, TF's inter-op pool; p ≈ 0.07 for three 256-wide layers), so that rule
+counts almost nothing — yet such a step loses time to the input anyway: each op wakes the next thread, and a
+wake-up that finds both cores busy (one of them running a per-example map) waits in the run queue.  The thread-CPU
+record (profile/threadcpu.py) measures that wait directly: schedstat's run-queue time of every thread over the
+window.  Measured by hand (issue 29, a 256-wide MLP behind `map(x * 2)` on 2 cores): the recorded threads' wait
+rose from 0.30 to 1.51 ms a step with the map beside them, their voluntary switches from 9 to 32 a step.
+
+Not all of that wait is the input's: the compute's own threads queue behind each other (a compute-bound MLP with no
+input at all waits 1.4 ms a step on this VM), and other processes take cores too.  So the recorded threads' wait is
+shared out by who held the cores: the input's part is its CPU's share of all the CPU that ran beside the step — the
+process's threads (input, recorded, pools) and other processes' (machine_load's other cores).  Per step
+
+    waited = W_rec ÷ window × compute phase × X ÷ (X + K + O)
+
+W_rec the recorded compute threads' run-queue time over the record's window, X the input threads' (and a
+generator's loader's) CPU, K the process's other threads' CPU, O other processes' CPU, all over the same window.
+X is the CPU as it ran, the profiler's cost on the input threads in it (contention.py's rule takes that cost out):
+the waits were measured under the profiler too, behind whatever held the cores then.  The stolen
+time of the step is the larger of this and contention.py's rule — the two read the same loss from two sides (the
+pools' progress, the recorded threads' waits), and each misses what the other sees — and this part at most the
+input's CPU in the step's compute phase (a millisecond of the step for each of its milliseconds, the bound
+undecided.py's "input CPU beside the compute" takes).
+
+Measured (BENCHMARKS.md issue 29, "the recorded threads' wait for a core"): on fresh captures of own Keras fits the
+MLP behind the guide's map read 4–7 % against truths of 15–24 % before, within 2 pp after.  Without run-queue
+figures (psutil's fallback records none) the rule is contention.py's alone.
+"""
+
+from __future__ import annotations
+
+
+def input_share_of_wait(record: dict | None, traced: set[int], inputs: set[int], children_ms: float = 0.0
+                        ) -> tuple[float, float]:
+    """(the recorded compute threads' run-queue wait per unit of the record's window (ms ÷ ms), the input's share
+    of the CPU that ran in that window) from a thread-CPU record; (0, 0) without one or without run-queue figures.
+
+    `traced`: the line ids of the threads the capture records (the training thread counts by its tid, the
+    process id); `inputs`: the line ids of input threads (a generator's loader threads with them);
+    `children_ms`: a generator's loader processes' CPU over the window, input the rows do not hold."""
+    rows = (record or {}).get("threads") or ()
+    seconds = float((record or {}).get("seconds") or 0.0)
+    if not rows or seconds <= 0:
+        return 0.0, 0.0
+    pid = record.get("pid") or min((r.get("tid") or 0 for r in rows), default=None)
+    waited, x = 0.0, children_ms
+    ran = children_ms + float(((record.get("machine") or {}).get("other_cores") or 0.0)) * seconds * 1e3
+    for r in rows:
+        lid, cpu = r.get("line_id"), float(r.get("cpu_ms") or 0.0)
+        if str(r.get("name", "")).startswith("tfbertperf"):  # our own sampler and snapshots
+            continue
+        ran += cpu
+        if lid is not None and lid in inputs:
+            x += cpu
+        elif (lid is not None and lid in traced) or r.get("tid") == pid:
+            waited += float(r.get("runqueue_ms") or 0.0)
+    if waited <= 0 or x <= 0:
+        return 0.0, 0.0
+    return waited / (seconds * 1e3), x / ran
