@@ -26,8 +26,9 @@ pools' progress, the recorded threads' waits), and each misses what the other se
 input's CPU in the step's compute phase (a millisecond of the step for each of its milliseconds, the bound
 undecided.py's "input CPU beside the compute" takes).
 
-Measured (BENCHMARKS.md issue 29, "the recorded threads' wait for a core"): on fresh captures of own Keras fits the
-MLP behind the guide's map read 4–7 % against truths of 15–24 % before, within 2 pp after.  Without run-queue
+Measured (BENCHMARKS.md issue 29, "the recorded threads' wait for a core"), on fresh captures against the code before:
+that MLP −2.7, −2.6, +0.5 pp from truths of ~20 % (before −16.2, −15.8, −15.2); the own-fit bench's 18 captures
+3.2 pp (5.7); a per-example parse in front of a small model +5.5 / +2.9 pp (−6.5 / −6.8).  Without run-queue
 figures (psutil's fallback records none) the rule is contention.py's alone.
 """
 
