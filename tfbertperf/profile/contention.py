@@ -38,8 +38,7 @@ and mean |error| (mean signed error) against the truth:
   - the "lock-step" model (lost = m / (1 + m), m = ceil(k_in / C)) overshot: +5 / +12 / +2 pp.
   - counting the compute's demand instant by instant (k_c(t) busy compute threads; steal only while
     k_c(t) + k_in(t) > C) undershot at every strength: −8 / −10 / −12 pp (−7 / −6 / −6 with k_c capped at C).
-    The compute's gaps between pool tasks are shorter than a scheduler time slice: an input thread that takes
-    a core in a gap holds it past the gap.  So W is taken per step (the compute's width), not per instant.
+    (An input thread that takes a core in the compute's short gaps holds it past the gap: W is per step.)
   On a per-example stall map (thousands of tiny input ops) it undershot: truth 0.60–0.86, estimate 0.40–0.73.
 
 Measured CPU (issue 29: CPU is CPU, waits are waits).  Busy wall time is not CPU: a `py_function` that sleeps or
@@ -230,7 +229,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
        counted), "measured_threads": input threads whose CPU was measured, "python_loader": a from_generator
        source's own loader CPU counted (profile/loaders.py), "loader_wanted_ms": the CPU that loader wanted a step
        (loaders.wanted_us; None without a from_generator source or a record), "steps": {step_num: {"step_ms",
-       "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms", "input_busy_ms"
+       "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms" ("waits_ms" of it: what
+       the recorded threads' waits for a core added to the fair-share rule, core_wait.py), "input_busy_ms"
        (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
        Steps are the step-marker events (args step_num) of the host process.
@@ -314,7 +314,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 k_in += edges[i][1]
                 i += 1
             prev = t
-        cpu_in = None
+        cpu_in, queued = None, 0.0
         if measured or loader_py or loader_kids:
             # the loader's threads and processes show no events: their CPU spread evenly over the capture
             part = iv.length(phase) / span
@@ -330,13 +330,13 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
             stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
-            stolen = max(stolen, min(cpu_in, rq_rate * iv.length(phase) * rq_share))  # the waits: core_wait.py
+            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share)
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,
             "wait_ms": wait_us / 1e3,
             "compute_phase_ms": (end - start - wait_us) / 1e3,
-            "stolen_ms": stolen / 1e3,
+            "stolen_ms": stolen / 1e3, "waits_ms": queued / 1e3,
             "input_busy_ms": busy_in / 1e3,
             "input_cpu_ms": None if cpu_in is None else cpu_in / 1e3,
             "compute_width": width,

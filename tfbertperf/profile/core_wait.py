@@ -62,3 +62,11 @@ def input_share_of_wait(record: dict | None, traced: set[int], inputs: set[int],
     if waited <= 0 or x <= 0:
         return 0.0, 0.0
     return waited / (seconds * 1e3), x / ran
+
+
+def larger(rule_us: float, cpu_in_us: float, waits_us: float) -> tuple[float, float]:
+    """(a step's stolen µs, the part of it the waits added to the rule): the larger of the fair-share rule's reading
+    and the recorded threads' waits' input share, the latter at most the input's CPU in the phase (module
+    docstring)."""
+    stolen = max(rule_us, min(cpu_in_us, waits_us))
+    return stolen, stolen - rule_us

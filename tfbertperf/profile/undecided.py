@@ -38,6 +38,12 @@ p ≈ 0.07), so the rule counted 0.03–0.12 ms of the pipeline's 0.46–1.2 ms 
 against a truth of 27 % (the alternating fits' median: rounds 17–40 %) — called compute-bound.  On the own-fit
 bench's per-example parse (truths 16–22 %) the truths needed 0.5–1.2 ms a step for each ms of that CPU.  The first
 action is to measure the what-if.
+
+Its mirror: where the estimate reaches the line only by the part the step's recorded threads' waits for a core add to
+it (attribution.input_stolen_waits_fraction, profile/core_wait.py) — without them it reads below — the verdict is
+undecided, "source": "waits for a core", the first action the same.  The waits' reading brought a small MLP behind
+a per-example map from 4–5 % to ~20 % against truths of ~20 %, and a per-example parse in front of another small
+model to 22 % against a truth of 17 % (BENCHMARKS.md issue 29, "the recorded threads' wait for a core").
 """
 
 from __future__ import annotations
@@ -114,6 +120,15 @@ def mark(decided: dict, att: dict, au: float, *, probe_steps: int | None = None,
             f"of the step if each of those ms cost the step one; the estimate counts {stolen:.2f} ms of them (what "
             f"the compute loses to them is not in the capture)"), _measure_advice(probe_by, (
                 f"the capture's estimate {beside[0]:.0%} counts only part of the input's CPU beside the compute")))
+    below = waits_share(att) if att.get("input_cost_fraction") is None and decided["bottleneck"] == "input" else None
+    if below and below[1] < INPUT_BOUND_THRESHOLD <= below[0]:
+        other = verdict({**att, below[2]: att[below[2]] - (below[0] - below[1])}, au, **verdict_kw)["bottleneck"]
+        if other != "input":
+            return _unseen_undecided(decided, att, "waits for a core", (
+                f"the estimate {below[0]:.0%} counts the step's threads' waits for the cores the input held "
+                f"(core_wait.py); without them it reads {below[1]:.0%}, and the capture cannot tell which the step "
+                f"lost"), _measure_advice(probe_by, "the capture's estimate sits on the line by the waits it "
+                                                    "counts"), other=other)
     ci, share, key = att.get("input_cost_ci95"), probe_share(att), "input_cost_fraction"
     if share is None:
         share, ci, key = estimate_share(att) or (None, None, key)
@@ -185,6 +200,17 @@ def beside_share(att: dict) -> tuple[float, float] | None:
     return share, share + max(0.0, cpu / step - stolen) * share / est
 
 
+def waits_share(att: dict) -> tuple[float, float, str] | None:
+    """(the capture's estimate the verdict compared, the same without the part the recorded threads' waits for a
+    core added to it (attribution.input_stolen_waits_fraction, profile/core_wait.py), the estimate's key); None
+    with a probe or without that part."""
+    share, source = input_share(att)
+    waits, est = att.get("input_stolen_waits_fraction"), att.get("input_cost_estimate_fraction")
+    if not source.startswith("input_cost_estimate") or not waits or not est:
+        return None
+    return share, share - waits * share / est, source
+
+
 def _measure_advice(loop: str, why: str) -> str:
     """The first action where the capture cannot decide: measure the what-if (`loop`: a loop's StepTimer)."""
     # the imperative first: the answer line keeps what follows the colon ("next: run …")
@@ -194,11 +220,12 @@ def _measure_advice(loop: str, why: str) -> str:
             + f", which times your steps on one cached batch (a run: profile.probe_steps=auto) — {why}")
 
 
-def _unseen_undecided(decided: dict, att: dict, source: str, why: str, advice: str) -> dict:
-    """A verdict below the line beside input work the capture cannot count (module docstring): undecided, `why`
-    added to the summary, `advice` the first action."""
+def _unseen_undecided(decided: dict, att: dict, source: str, why: str, advice: str, other: str = "input") -> dict:
+    """A verdict below the line beside input work the capture cannot count (module docstring) — or above it by the
+    waits it counts (`other`: the verdict without them) —: undecided, `why` added to the summary, `advice` the
+    first action."""
     share, _ = input_share(att)
-    decided["undecided"] = {"between": [decided["bottleneck"], "input"], "input_cost_fraction": round(share, 4),
+    decided["undecided"] = {"between": [decided["bottleneck"], other], "input_cost_fraction": round(share, 4),
                             "ci95": None, "threshold": INPUT_BOUND_THRESHOLD, "probe_steps_to_decide": None,
                             "longer_by": None, "source": source}
     decided["summary"] += f"; undecided: {why}"

@@ -12,13 +12,11 @@ Definitions (all times are means over the profiled steps that xprof found from t
   CPU the input pipeline stole from compute) / step time, from the host threads in xprof's trace (see
   profile/contention.py); input_cost_estimate_unprofiled_fraction: the same ms ÷ the measured unprofiled step
   (profile/unprofiled.py host_estimate), read by the verdict before the captured share; input_cost_estimate_ci95
-  its 95 % half-width over the captured steps (profile/undecided.py).  Closer to the what-if truth than the direct
-  measure when the pipeline competes with compute for CPU cores.  The stolen CPU is the input threads' measured
-  CPU where the capture has their clocks (input_cpu_basis says measured or estimated; input_cpu_ms_per_step the
-  measured input CPU in the steps' compute phases).  None on accelerators: busy tf.data threads do not slow a
-  GPU/TPU kernel, so the stolen-CPU term would invent input cost there.
-- compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else
-  "accelerator".
+  its 95 % half-width over the captured steps (profile/undecided.py).  The stolen CPU is the input threads'
+  measured CPU where the capture has their clocks (input_cpu_basis says measured or estimated;
+  input_cpu_ms_per_step the measured input CPU in the steps' compute phases).  None on accelerators: busy tf.data
+  threads do not slow a GPU/TPU kernel.
+- compute_on: "host" when xprof says CPU_ONLY or the profile has no device plane with events, else "accelerator".
 - host_to_device (accelerators, steps marked): the copy time measured on the device planes' H2D streams, per
   step — the part of each device's H2D copies inside its own step during which it ran no kernel (exposed
   copies; copies hidden behind compute cost the step nothing), the slowest device's, matched to xprof's step
@@ -26,10 +24,9 @@ Definitions (all times are means over the profiled steps that xprof found from t
   So input = waiting for tf.data, host_to_device = copies.  `transfer` records what moved and from where.
 - accelerator_utilization: on the host (MLPerf Storage) compute time / total time = T_c / T when the probe
   ran; otherwise the compute categories' share of the step minus the stolen share.  On accelerators: device
-  busy ÷ wall over the profiled steps, device_busy_fraction = Σ_d busy_d / (n × Σ_s step_s) over the n
-  devices that ran kernels (busy_ms > 0; a device that only received copies is not one), where busy_d is the
-  union of d's kernel intervals inside d's own `Steps` events of the profiled steps and step_s xprof's step
-  time; without device Steps lines busy_d is d's busy time over the whole capture, at most Σ_s step_s.
+  busy ÷ wall over the profiled steps, device_busy_fraction = Σ_d busy_d / (n × Σ_s step_s) over the n devices
+  that ran kernels (not those that only received copies), busy_d the union of d's kernel intervals inside d's
+  own `Steps` events of the profiled steps (without them: over the whole capture, at most Σ_s step_s).
   au_compute_only_ratio keeps T_c / T as its own figure whenever the probe ran.  au_pass = AU ≥ au_threshold
   (config profile.au_threshold, default 0.90).
 """
@@ -82,6 +79,7 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "cores": res["cores"],
         "wait_ms": statistics.fmean(s["wait_ms"] for s in steps),
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
+        "waits_ms": statistics.fmean(s.get("waits_ms", 0.0) for s in steps),  # of it: contention's core_wait part
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
         "input_cpu_ms": threads[1] if threads[0] else statistics.fmean(cpu) if cpu else None,
         "basis": "measured loader" if threads[0] else res["input_cpu_basis"] + (" loader" if res.get("python_loader")
@@ -240,7 +238,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     cost = None
     if compute_only_step_ms is not None and T and T > 0:
         cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
-    estimate = stolen_fraction = est_ci = None
+    estimate = stolen_fraction = est_ci = waits = None
     cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
@@ -252,6 +250,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             cores, cpu_basis, input_cpu_ms, est_ci, loader_wanted_ms = (
                 c["cores"], INPUT_CPU_BASIS[c["basis"]], c["input_cpu_ms"], c["ci95"], c["loader_wanted_ms"])
             stolen_fraction = min(1.0, c["stolen_ms"] / (c["step_ms"] + gap_ms))
+            waits = min(stolen_fraction, c["waits_ms"] / (c["step_ms"] + gap_ms))
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
     events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
@@ -271,6 +270,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
         **({"input_cost_estimate_unprofiled_caveat": caveat} if caveat else {}),
         "input_cost_estimate_ci95": None if est_ci is None or estimate is None else round(est_ci, 6),
         "input_stolen_cpu_fraction": None if stolen_fraction is None else round(stolen_fraction, 6),
+        **({"input_stolen_waits_fraction": round(waits, 6)} if waits else {}),  # of it: core_wait.py's part
         "input_cpu_basis": cpu_basis,
         "input_cpu_ms_per_step": None if input_cpu_ms is None else round(input_cpu_ms, 4),
         "input_loader_wanted_ms_per_step": None if loader_wanted_ms is None else round(loader_wanted_ms, 4),
