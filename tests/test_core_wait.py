@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from test_own_training import _host_att
+from test_profile import _STEP_5
+
 from tfbertperf.profile import contention, core_wait
 from tfbertperf.profile.program_facts import HOST_EVENT_COST_US
 
-# step 5: 2 ms blocked in get-next, then an 8 ms compute phase on tf_Compute/2 (a line the capture records) while
-# the input thread (tf.data's pool, line 1) shows two short events and used 4 ms of CPU
-_EVENTS = [
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "tf_data_private_threadpool/1"}},
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "tf_Compute/2"}},
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 4, "args": {"name": "tf_Compute/3"}},
-    {"ph": "X", "name": "train 5", "pid": 1, "tid": 1, "ts": 0, "dur": 10000,
-     "args": {"step_num": "5", "group_id": "0"}},
-    {"ph": "X", "name": "IteratorGetNextOp::DoCompute", "pid": 1, "tid": 1, "ts": 0, "dur": 2000},
-    {"ph": "X", "name": "MatMul", "pid": 1, "tid": 3, "ts": 2000, "dur": 8000},
-    {"ph": "X", "name": "MapAndBatchProduce", "pid": 1, "tid": 2, "ts": 3000, "dur": 100},
-    {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 6000, "dur": 100},
-]
+# step 5 (test_profile's: 2 ms blocked in get-next, then an 8 ms compute phase) on tf_Compute/2 (a line the capture
+# records) while the input thread (tf.data's pool, line 1) shows two short events and used 4 ms of CPU
+_EVENTS = [*_STEP_5,
+           {"ph": "X", "name": "MatMul", "pid": 1, "tid": 4, "ts": 2000, "dur": 8000},
+           {"ph": "X", "name": "MapAndBatchProduce", "pid": 1, "tid": 2, "ts": 3000, "dur": 100},
+           {"ph": "X", "name": "ExecutorState::Process", "pid": 1, "tid": 2, "ts": 6000, "dur": 100}]
 _INPUT_CPU = 4.0 - 2 * HOST_EVENT_COST_US / 1e3  # the rule takes the profiler's cost of its 2 events out
 
 
@@ -79,14 +74,10 @@ def test_the_waits_count_at_most_the_inputs_cpu_in_the_phase():
 
 
 def _att(estimate: float, waits: float | None) -> dict:
-    """A host attribution from a real run's report, no probe: the capture's estimate and the waits' part of it."""
-    import json
-    from pathlib import Path
-
-    att = json.loads((Path(__file__).parent / "fixtures" / "reports" / "cpu-tuned.json").read_text())["attribution"]
-    att = {**att, "input_cost_fraction": None, "input_cost_ci95": None, "input_cost_estimate_fraction": estimate,
-           "input_cost_estimate_ci95": None, "input_cost_estimate_unprofiled_fraction": None, "step_time_ms": 4.0,
-           "input_cpu_ms_per_step": 0.9, "input_stolen_cpu_fraction": 0.15, "input_cpu_basis": "measured: …"}
+    """A host attribution from a real run's report, no probe (test_own_training's): the capture's estimate and the
+    waits' part of it."""
+    att = {**_host_att(estimate, None), "step_time_ms": 4.0, "input_cpu_ms_per_step": 0.9,
+           "input_stolen_cpu_fraction": 0.15, "input_cpu_basis": "measured: …"}
     return {**att, "input_stolen_waits_fraction": waits} if waits is not None else att
 
 
