@@ -18,6 +18,8 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
 With --epoch-steps N the profiled fit runs epochs of N steps (`steps_per_epoch`, the dataset repeating: one
 iterator, as the truth's) with `validation_data` of --validation-batches batches after each, so a --window across
 N holds fit's validation and epoch end (profile/outside_steps.py).
+With --burst STEP:MS two processes spin beside the fit for MS ms from its step STEP: a neighbour's burst on a shared
+machine, a slow stretch that is not the program's (train/recovery.py's reference).
 
 Truth (no profiler, no ProfileCallback), measured two ways, each half before and half after the profiled fit:
 "truth" in a bare loop of `model.train_function` (below) and "fit_truth" inside `model.fit` (FitTruth).
@@ -207,6 +209,39 @@ class FitTruth(keras.callbacks.Callback):
         return max(0.0, (t - tc) / t), t, tc
 
 
+class Burst(keras.callbacks.Callback):
+    """A neighbour's burst beside the fit: at step `step` two processes (not the program's children in any sense
+    but their parent) spin on the cores for `ms` milliseconds each, then exit — the slow stretch a shared machine
+    puts into a fit now and then."""
+
+    def __init__(self, step: int, ms: float):
+        super().__init__()
+        self.step, self.ms, self.seen = step, ms, 0
+
+    @classmethod
+    def parse(cls, value: str, p) -> list:
+        if not value:
+            return []
+        try:
+            step, ms = value.split(":")
+            b = cls(int(step), float(ms))
+        except ValueError:
+            b = None
+        if b is None or b.step < 0 or b.ms <= 0:
+            p.error(f"--burst {value}: expected STEP:MS, a step ≥ 0 and milliseconds > 0")
+        return [b]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.seen == self.step:
+            import subprocess
+            import sys
+
+            spin = f"import time\nt = time.perf_counter() + {self.ms / 1e3}\nwhile time.perf_counter() < t: pass"
+            for _ in range(2):
+                subprocess.Popen([sys.executable, "-S", "-c", spin])
+        self.seen += 1
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=SHAPES + EXTRA_SHAPES, required=True)
@@ -225,7 +260,10 @@ def main() -> None:
     p.add_argument("--epoch-steps", type=int, default=0, help="the profiled fit's steps_per_epoch (0: one epoch), "
                    "validation after each")
     p.add_argument("--validation-batches", type=int, default=32, help="with --epoch-steps: validation_data's batches")
+    p.add_argument("--burst", default="", help="STEP:MS — a neighbour's burst: two processes spin for MS ms from the "
+                   "fit's step STEP (a slow stretch that is not the program's: train/recovery.py)")
     a = p.parse_args()
+    burst = Burst.parse(a.burst, p)
     if a.epoch_steps < 0 or a.validation_batches < 1:
         p.error(f"--epoch-steps {a.epoch_steps} / --validation-batches {a.validation_batches}: expected 0 or more / "
                 f"1 or more")
@@ -248,9 +286,9 @@ def main() -> None:
         val = tf.data.Dataset.from_tensor_slices(
             tf.nest.map_structure(lambda *b: tf.stack(b), *ds.take(a.validation_batches))).prefetch(2)
         model.fit(ds, epochs=-(-a.steps // a.epoch_steps), steps_per_epoch=a.epoch_steps, validation_data=val,
-                  callbacks=[cb], verbose=0)
+                  callbacks=[cb, *burst], verbose=0)
     else:
-        model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb], verbose=0)
+        model.fit(ds, epochs=1, steps_per_epoch=a.steps, callbacks=[cb, *burst], verbose=0)
     half = len(truth.T)
     truth.blocks(a.rounds // 2)
     fit_truth.run(model, ds, a.rounds // 2)

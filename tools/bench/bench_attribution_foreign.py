@@ -20,6 +20,7 @@ Per repetition, in a fresh interpreter:
            capture alone; stall also with the threads' CPU record beside it (stall_loop.py --threadcpu: "measured")
            and the other processes' CPU on the program's cores over the window (profile/machine_load.py).
 --busy N runs N busy processes (a Python loop each) beside every repetition: a machine that is not the program's.
+--burst STEP:MS (fit shapes) puts a neighbour's burst of MS ms into each fit from its step STEP.
 
     python tools/bench/bench_attribution_foreign.py            # 3 repetitions of each program, markdown tables
     python tools/bench/bench_attribution_foreign.py --programs image,text --reps 3
@@ -36,6 +37,7 @@ Per repetition, in a fresh interpreter:
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import tempfile
@@ -165,12 +167,17 @@ def main(argv=None) -> int:
     p.add_argument("--busy", type=int, default=0, help="busy processes beside every repetition (0: none)")
     p.add_argument("--epoch-steps", type=int, default=0, help="fit shapes: epochs of this many steps, validation_data "
                    "after each (keras_fit_shapes.py); 75 puts epoch 1's end inside the window 70:80")
+    p.add_argument("--burst", default="", help="fit shapes: STEP:MS, a neighbour's burst of two spinning processes "
+                   "for MS ms from the fit's step STEP (keras_fit_shapes.py)")
     a = p.parse_args(argv)
     for flag, v in (("--busy", a.busy), ("--epoch-steps", a.epoch_steps)):
         if v < 0:  # one line, exit 2 (the project's bad-input rule), before any program runs
             print(f"bench_attribution_foreign: {flag} {v}: expected a count of "
                   f"{'busy processes' if flag == '--busy' else 'steps an epoch'}, 0 or more", file=sys.stderr)
             return 2
+    if a.burst and not re.fullmatch(r"\d+:\d*\.?\d+", a.burst):
+        print(f"bench_attribution_foreign: --burst {a.burst}: expected STEP:MS (a step, milliseconds)", file=sys.stderr)
+        return 2
     import subprocess
 
     t0 = time.time()
@@ -197,7 +204,7 @@ def _programs(a) -> int:
         fit_args = [x for flag, v in (("--probe-steps", a.probe_steps), ("--probe-blocks", a.probe_blocks),
                                       ("--rounds", a.truth_rounds), ("--steps", a.fit_steps),
                                       ("--steps-per-execution", a.steps_per_execution),
-                                      ("--epoch-steps", a.epoch_steps)) if v
+                                      ("--epoch-steps", a.epoch_steps), ("--burst", a.burst)) if v
                     for x in (flag, str(v))]
         total += own_fit(fits, a.reps, fit_args)
     for program in (p for p in programs if not p.startswith("fit:")):
