@@ -79,6 +79,21 @@ def test_a_slow_stretch_before_the_capture_does_not_hold_the_rest_of_the_fit_out
     assert set(range(82, 93)) <= set(out) and end == 93  # back with the run 1.8, 4.x, 4.x ms (within 20 %)
 
 
+def test_steps_that_keep_a_faster_pace_than_a_burst_before_the_first_block_are_the_fits_own_after_40():
+    # the burst in the steps between warm-up and the first block: no steps before it to judge it by.  A drain ends
+    # (a bank filled in one block's time, the longest seen 25 steps); steps 40 in a row "not back" keep a pace of
+    # their own, and are the fit's, not a drain's (three fits of three: the blocks went after the loop, 41-45 pp high)
+    steps = [9.0] * 5 + [8.0] * 9 + [3.0] * 5 + _steady(100, level=3.7, seed=9)
+    out, end = recovery.observed(steps, [(14, 5)], 5, None, len(steps))
+    assert out == list(range(14, 19)) and end == 19
+    assert not recovery.ready(steps[:50], [(14, 5)], 5, None, 200)  # judged after 40 steps, not before
+    assert recovery.ready(steps[:19 + recovery.LEVEL_STEPS + recovery.BRACKET_MIN], [(14, 5)], 5, None, 200)
+    # … while a drain of 30 steps is still one
+    steps = _steady(20) + [2.5] * 35 + _steady(20, seed=1)
+    out, end = recovery.observed(steps, [(20, 5)], 3, None, len(steps))
+    assert out == list(range(20, 55)) and end == 55
+
+
 def test_the_next_block_waits_for_the_recovery_and_five_steps_at_the_pipelines_own_pace():
     steps = _steady(20) + [2.5] * 12 + _steady(30, seed=3)
     seen = [recovery.ready(steps[:k], [(20, 5)], 3, None, 100) for k in range(20, 45)]

@@ -19,6 +19,11 @@ within RECOVERY_TOL stays out; a recovery is cut where the next block or the cap
 waits (`ready`) until the last one's recovery has ended and BRACKET_MIN clean steps have run after it, so that
 each block is compared with steps at the pipeline's own pace on both sides (profile/stepfile.py's pairing).
 
+A drain ends: the bank was filled in one block's time (the longest seen here ran 25 steps).  Steps that stay "not
+back" for LEVEL_STEPS in a row keep a pace of their own — the reference was a slow stretch (a neighbour's burst
+between warm-up and the first block, with no steps before it to judge it by) — and count as the fit's: without
+that, three fits of three with such a burst ran their blocks after the last step and read 41–45 pp high.
+
 What it cannot see: a pipeline only slightly behind (an input cost under RECOVERY_TOL) drains its buffers over many
 steps at a pace within the tolerance of its own; then the steps fed from them count, and T reads low by at most
 that input cost times the share of such steps.  Such counted steps also become clean steps; the next reference
@@ -40,6 +45,7 @@ RECOVERY_TOL = 0.2  # a step back to its own pace: within 20 % of the reference 
 # the 2-core VM varies by ±17 %; steps fed from buffers ran at 0.4-0.5 of the reference)
 RECOVERY_RUN = 3  # … judged on the mean of this many steps in a row
 REFERENCE_STEPS = 20  # the reference: from at most this many clean steps before the block (`_reference`)
+LEVEL_STEPS = 40  # … steps not back for this long keep a pace of their own: no recovery (`observed`)
 EARLIER_STEPS = 80  # … and no higher than the same figure of as many as this before those (`_reference`)
 BRACKET_MIN = 5  # real steps at least on each side of a block that it is compared with (train/blocks.py), and the
 # clean steps a block waits for after the last recovery
@@ -123,6 +129,8 @@ def observed(step_ms, ran, warmup: int, traced, total: int, final: bool = True) 
         start = min(p + n, nxt)
         stop = min(nxt, now)
         end = _back(step_ms, start, stop, ref)
+        if end - start >= LEVEL_STEPS:  # not a drain: a pace the steps keep (a slow stretch was the reference)
+            end = start
         if not final and stop < nxt and end > stop - RECOVERY_RUN:  # not back yet, or judged on too few steps
             out.update(range(p, stop))
             return sorted(out), None
