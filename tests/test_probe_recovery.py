@@ -67,7 +67,7 @@ def test_a_slow_stretch_before_the_capture_does_not_hold_the_rest_of_the_fit_out
     # a Keras fit (the tf.data guide's map, 140 steps) ran ~3.7 ms steps, 13 at 5.5-10.5 ms (a neighbour's burst) just
     # before the capture, and ~4.8 ms after it: against the slower half of the 20 steps before (8 ms) every later
     # step was "still fed from a bank", the last block went after the loop, paired with the slow stretch, and the
-    # what-if read 37 % against a truth of 12 % (issue 29).  The reference is no higher than that of 100 steps.
+    # what-if read 37 % against a truth of 12 % (issue 29).  The reference is no higher than that of the 80 before.
     steps = _steady(45, level=3.7, seed=6) + [8.0] * 13 + _steady(10, level=3.7, seed=7) + [0.0] * 14 \
         + _steady(40, level=4.8, seed=8)
     out, end = recovery.observed(steps, [(14, 5), (30, 5)], 5, (68, 82), len(steps))
@@ -82,7 +82,7 @@ def test_a_slow_stretch_before_the_capture_does_not_hold_the_rest_of_the_fit_out
 def test_steps_that_keep_a_faster_pace_than_a_burst_before_the_first_block_are_the_fits_own_after_40():
     # the burst in the steps between warm-up and the first block: no steps before it to judge it by.  A drain ends
     # (a bank filled in one block's time, the longest seen 25 steps); steps 40 in a row "not back" keep a pace of
-    # their own, and are the fit's, not a drain's (three fits of three: the blocks went after the loop, 41-45 pp high)
+    # their own, and are the fit's, not a drain's (6 fits of 6: a block after the loop, 8-46 pp high)
     steps = [9.0] * 5 + [8.0] * 9 + [3.0] * 5 + _steady(100, level=3.7, seed=9)
     out, end = recovery.observed(steps, [(14, 5)], 5, None, len(steps))
     assert out == list(range(14, 19)) and end == 19

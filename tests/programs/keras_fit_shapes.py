@@ -210,9 +210,9 @@ class FitTruth(keras.callbacks.Callback):
 
 
 class Burst(keras.callbacks.Callback):
-    """A neighbour's burst beside the fit: at step `step` two processes (not the program's children in any sense
-    but their parent) spin on the cores for `ms` milliseconds each, then exit — the slow stretch a shared machine
-    puts into a fit now and then."""
+    """A neighbour's burst beside the fit: at step `step` two processes spin on the cores for `ms` milliseconds each,
+    then exit — the slow stretch a shared machine puts into a fit now and then.  Started through a shell that exits
+    at once, so that they are not the program's children (whose CPU the thread-CPU record counts as its loaders')."""
 
     def __init__(self, step: int, ms: float):
         super().__init__()
@@ -233,12 +233,13 @@ class Burst(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.seen == self.step:
+            import shlex
             import subprocess
             import sys
 
             spin = f"import time\nt = time.perf_counter() + {self.ms / 1e3}\nwhile time.perf_counter() < t: pass"
-            for _ in range(2):
-                subprocess.Popen([sys.executable, "-S", "-c", spin])
+            one = f"{shlex.quote(sys.executable)} -S -c {shlex.quote(spin)} &"
+            subprocess.run(["sh", "-c", f"{one} {one}"], check=True)
         self.seen += 1
 
 

@@ -22,7 +22,8 @@ each block is compared with steps at the pipeline's own pace on both sides (prof
 A drain ends: the bank was filled in one block's time (the longest seen here ran 25 steps).  Steps that stay "not
 back" for LEVEL_STEPS in a row keep a pace of their own — the reference was a slow stretch (a neighbour's burst
 between warm-up and the first block, with no steps before it to judge it by) — and count as the fit's: without
-that, three fits of three with such a burst ran their blocks after the last step and read 41–45 pp high.
+that, six fits of six with such a burst ran one of their two or three blocks after the last step and read 8–46 pp
+high (BENCHMARKS.md, "a neighbour's burst").
 
 What it cannot see: a pipeline only slightly behind (an input cost under RECOVERY_TOL) drains its buffers over many
 steps at a pace within the tolerance of its own; then the steps fed from them count, and T reads low by at most

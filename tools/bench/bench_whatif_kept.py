@@ -76,8 +76,8 @@ def ran(specs: list[str]) -> int:
                 print(f"bench_whatif_kept: --ran {spec}: expected CODE:FILE[,FILE…] of fit pairs", file=sys.stderr)
             return 2
         codes[code] = rows
-    print("| code | shape | truth loop / fit | measured what-if ± interval (error vs loop / fit, pp) | blocks (after the "
-          "last step) | verdict with it |")
+    print("| code | shape | truth loop / fit | measured what-if ± interval (error vs loop / fit, pp) | "
+          "blocks (after the last step) | verdict with it |")
     print("|---|---|---|---|---|---|")
     for code, rows in codes.items():
         for r in rows:
