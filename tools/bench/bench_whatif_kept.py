@@ -9,7 +9,11 @@ input cost and its 95 % interval, the error against both truths; per code: the m
 the truths inside the interval, and a constant guess at the mean loop truth beside them.
 
     python tools/bench/bench_attribution_foreign.py --programs fit:parse,fit:tokenize --reps 3 2> pairs.err
-    python tools/bench/bench_whatif_kept.py pairs.err --baseline /tmp/wt-before
+    python tools/bench/bench_whatif_kept.py pairs.err --baseline /tmp/wt-before [--recovery]
+
+With --recovery the steps left out of T as a probe block's recovery (train/recovery.py) are found again by each
+code from the fit's own step times, the blocks where they ran: a change to that rule read on the same fits (where
+it would also have moved the blocks, the fit as it ran says less than a fresh run: --ran).
 
 With --ran CODE:FILE,FILE… (repeated) the fits are not re-read: each file's pairs are scored as their own run
 measured them — for a change that moves where the probe's blocks run, fits run by each code in turn (e.g.
@@ -34,24 +38,56 @@ READ = r"""
 import json, sys
 from pathlib import Path
 from tfbertperf.profile import stepfile
+from tfbertperf.train import recovery
+mode, logdirs = sys.argv[1], sys.argv[2:]
+given = json.loads(sys.stdin.read()) if mode == "with" else None
 out = []
-for logdir in sys.argv[1:]:
+for k, logdir in enumerate(logdirs):
     f = sorted(Path(logdir).glob("plugins/profile/*/tfbertperf_steps.json"))
-    s = stepfile.read(f[-1]) if f else None
-    out.append(None if s is None else {"cost": s.input_cost_fraction, "ci": s.input_cost_ci95,
-                                        "T": s.unprofiled_step_ms, "Tc": s.compute_only_step_ms})
+    if not f:
+        out.append(None)
+        continue
+    doc = json.loads(f[-1].read_text())
+    if mode == "recovery":  # this code's recovery steps, from the fit's own step times and blocks as they ran
+        steps, w = doc["step_time_ms"], doc.get("profiled_steps")
+        ran = [tuple(b) for b in (doc.get("what_if") or {}).get("blocks") or [] if b[0] < len(steps)]
+        traced = (w[0] - 1, w[1] + 1) if w else None
+        out.append(recovery.observed(steps, ran, doc.get("warmup_steps", 0), traced, len(steps))[0])
+        continue
+    if given is not None:
+        doc["excluded_steps"] = given[k]
+    s = stepfile.summarize(doc, str(f[-1]))
+    out.append({"cost": s.input_cost_fraction, "ci": s.input_cost_ci95, "T": s.unprofiled_step_ms,
+                "Tc": s.compute_only_step_ms})
 print(json.dumps(out))
 """
 
 
-def read(logdirs: list[str], tree: Path) -> list[dict | None]:
-    """Each kept fit's measured what-if by the code in `tree` (None where it has no step file)."""
+def read(logdirs: list[str], tree: Path, mode: str = "read", given=None) -> list:
+    """Each kept fit's measured what-if by the code in `tree` (None where it has no step file); mode "recovery":
+    the recovery steps that code finds in each; "with": the what-if with `given` excluded steps per fit."""
     env = {**os.environ, "PYTHONPATH": str(tree), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run([sys.executable, "-c", READ, *logdirs], capture_output=True, text=True, env=env, cwd="/")
+    proc = subprocess.run([sys.executable, "-c", READ, mode, *logdirs], capture_output=True, text=True, env=env,
+                          cwd="/", input=json.dumps(given))
     if proc.returncode != 0:
         said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"bench_whatif_kept: the step files not read by {tree} ({said})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def with_recovery(logdirs: list[str], trees: list) -> dict:
+    """--recovery: each code's what-if with its own recovery rule applied to the fits' step times, the blocks as
+    they ran (the steps the writer left out for other reasons — the batch the probe took, the capture's stop — kept
+    out for both)."""
+    rec = {name: read(logdirs, tree, "recovery") for name, tree in trees}
+    given = {name: [] for name, _ in trees}
+    for k, logdir in enumerate(logdirs):
+        f = sorted(Path(logdir).glob("plugins/profile/*/tfbertperf_steps.json"))
+        written = set(json.loads(f[-1].read_text()).get("excluded_steps") or []) if f else set()
+        base = written - set().union(*(set(rec[name][k] or []) for name, _ in trees))
+        for name, _ in trees:
+            given[name].append(sorted(base | set(rec[name][k] or [])))
+    return {name: read(logdirs, tree, "with", given[name]) for name, tree in trees}
 
 
 def _pairs(names: list[str], who: str) -> list[dict] | None:
@@ -112,6 +148,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pairs", nargs="*", help="files of bench_attribution_foreign.py's JSON lines (its stderr)")
     p.add_argument("--baseline", help="a worktree of the code to compare with (e.g. `git worktree add DIR REV`)")
+    p.add_argument("--recovery", action="store_true",
+                   help="with --baseline: each code's recovery rule applied to the fits' own step times (blocks as "
+                        "they ran), not the steps the writer left out")
     p.add_argument("--ran", action="append", default=[], metavar="CODE:FILE[,FILE…]",
                    help="score each code's fits as they ran (module docstring); repeatable")
     a = p.parse_args(argv)
@@ -119,6 +158,9 @@ def main(argv=None) -> int:
         return ran(a.ran)
     if not a.pairs:
         print("bench_whatif_kept: no files of fit pairs given (or --ran CODE:FILE…)", file=sys.stderr)
+        return 2
+    if a.recovery and not a.baseline:
+        print("bench_whatif_kept: --recovery compares two codes: give --baseline", file=sys.stderr)
         return 2
     if a.baseline and not (Path(a.baseline) / "tfbertperf").is_dir():
         print(f"bench_whatif_kept: --baseline {a.baseline}: no tfbertperf package there", file=sys.stderr)
@@ -131,7 +173,8 @@ def main(argv=None) -> int:
         print(f"bench_whatif_kept: {', '.join(a.pairs)}: no kept fit pairs (JSON lines with a shape)", file=sys.stderr)
         return 2
     trees = [("now", ROOT)] + ([("before", Path(a.baseline))] if a.baseline else [])
-    got = {name: read([r["logdir"] for r in rows], tree) for name, tree in trees}
+    got = with_recovery([r["logdir"] for r in rows], trees) if a.recovery else \
+        {name: read([r["logdir"] for r in rows], tree) for name, tree in trees}
     pp = lambda v, t: f"{100 * v:.1f} % ({100 * (v - t):+.1f})"  # noqa: E731
     print("| shape | truth loop / fit | " + " | ".join(f"what-if {n} ± interval (error vs loop, pp)" for n, _ in trees)
           + " |")
