@@ -183,9 +183,12 @@ def test_a_jax_cpu_loop_whose_python_loader_runs_in_the_step_reads_input_bound(t
 def _near_its_truth(est: float, r: dict) -> None:
     """A loader ahead of the step is seen (before: 0.0-0.5 %), and read within 15 pp of the truth where the truth
     holds still: beside another busy process (a CI run's second worker) the truth's two halves, measured seconds
-    apart, differed by up to 33 pp (0.02 and 0.35 around one capture; the estimate 14-16 % on three such runs)."""
+    apart, differed by up to 33 pp (0.02 and 0.35 around one capture; the estimate 14-16 % on three such runs), and
+    by 9 pp on a loader process's truth of 32 % quiet that read 15 and 6 % (the estimate 34 %): they hold still when
+    they agree within 10 pp and within a third of their mean."""
     assert est > 0.05, (est, r["truth"])
-    if abs(r["halves"][0] - r["halves"][-1]) < 0.1:
+    h0, h1 = r["halves"][0], r["halves"][-1]
+    if abs(h0 - h1) < min(0.1, (h0 + h1) / 6):
         assert abs(est - r["truth"]) < 0.15, (est, r["truth"], r["halves"])
 
 
