@@ -264,6 +264,38 @@ def test_the_foreign_attribution_bench_refuses_a_negative_count_in_one_line(flag
     assert line.startswith(f"bench_attribution_foreign: {flag} -2: expected a count"), line
 
 
+def test_a_neighbours_burst_refuses_a_bad_value_in_one_line():
+    # the bench refuses it before any fit runs; the fit program itself after TensorFlow's own import lines
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_attribution_foreign.py"), "--burst",
+                           "52"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("bench_attribution_foreign: --burst 52: expected STEP:MS"), line
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "programs" / "keras_fit_shapes.py"), "--shape", "map",
+                           "--out", "unused", "--burst", "52:-1"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    ours = [x for x in proc.stderr.strip().splitlines() if not x.startswith(("I0000", "WARNING: All log messages"))]
+    assert proc.returncode == 2 and proc.stdout == "" and ours == [
+        "keras_fit_shapes: --burst 52:-1: expected STEP:MS, a step ≥ 0 and milliseconds > 0"], proc.stderr
+
+
+@pytest.mark.parametrize("case", ["no files", "missing", "no pairs", "ran", "recovery", "baseline"])
+def test_the_kept_what_if_bench_refuses_bad_input_in_one_line(tmp_path, case):
+    pairs = tmp_path / "pairs.err"
+    pairs.write_text("[bench] nothing kept\n")
+    args, said = {"no files": ([], "no files of fit pairs given"),
+                  "missing": ([str(tmp_path / "gone.err")], "gone.err: No such file"),
+                  "no pairs": ([str(pairs)], "no kept fit pairs"),
+                  "ran": (["--ran", "now"], "--ran now: expected CODE:FILE"),
+                  "recovery": ([str(pairs), "--recovery"], "--recovery compares two codes: give --baseline"),
+                  "baseline": ([str(pairs), "--baseline", str(tmp_path)], "no tfbertperf package there")}[case]
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "bench_whatif_kept.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("bench_whatif_kept: ") and said in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("bench, args, said", [
     ("bench_python_loader", ["--cases", "mixed,nope"],
      "bench_python_loader: --cases 'mixed,nope': expected a comma-separated list of"),

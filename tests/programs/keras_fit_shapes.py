@@ -219,7 +219,7 @@ class Burst(keras.callbacks.Callback):
         self.step, self.ms, self.seen = step, ms, 0
 
     @classmethod
-    def parse(cls, value: str, p) -> list:
+    def parse(cls, value: str) -> list:
         if not value:
             return []
         try:
@@ -227,8 +227,12 @@ class Burst(keras.callbacks.Callback):
             b = cls(int(step), float(ms))
         except ValueError:
             b = None
-        if b is None or b.step < 0 or b.ms <= 0:
-            p.error(f"--burst {value}: expected STEP:MS, a step ≥ 0 and milliseconds > 0")
+        if b is None or b.step < 0 or b.ms <= 0:  # one line, exit 2 (the project's bad-input rule)
+            import sys
+
+            print(f"keras_fit_shapes: --burst {value}: expected STEP:MS, a step ≥ 0 and milliseconds > 0",
+                  file=sys.stderr)
+            sys.exit(2)
         return [b]
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -264,7 +268,7 @@ def main() -> None:
     p.add_argument("--burst", default="", help="STEP:MS — a neighbour's burst: two processes spin for MS ms from the "
                    "fit's step STEP (a slow stretch that is not the program's: train/recovery.py)")
     a = p.parse_args()
-    burst = Burst.parse(a.burst, p)
+    burst = Burst.parse(a.burst)
     if a.epoch_steps < 0 or a.validation_batches < 1:
         p.error(f"--epoch-steps {a.epoch_steps} / --validation-batches {a.validation_batches}: expected 0 or more / "
                 f"1 or more")
