@@ -295,8 +295,9 @@ def test_capture_drops_only_the_thread_pool_task_events(tmp_path, threadpool_eve
 # ---- CPU is CPU, waits are waits (issue 29): stolen time from the input threads' measured CPU
 
 def _measured(line_id_cpu_ms: dict) -> dict:
-    """A threadcpu.json record (profile/threadcpu.py) naming the capture's lines by id."""
-    return {"schema": "tfbertperf.threadcpu/1", "seconds": 0.01, "cores": 2, "clock": "schedstat",
+    """A threadcpu.json record (profile/threadcpu.py) naming the capture's lines by id, over a 50 ms window (the
+    CPU of its threads fits 2 cores: core_wait.ceiling reads the compute's share of them)."""
+    return {"schema": "tfbertperf.threadcpu/1", "seconds": 0.05, "cores": 2, "clock": "schedstat",
             "threads": [{"tid": 100 + i, "line_id": lid, "name": "python", "cpu_ms": ms, "runqueue_ms": 0.0}
                         for i, (lid, ms) in enumerate(line_id_cpu_ms.items())]}
 

@@ -76,19 +76,20 @@ comes from that CPU and not from wall time:
 Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the
 step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many
 cores are free, the two serialize.  So the measured CPU of an input thread that ran Python function ops, in the
-compute phase, costs the step whole (at least: the lock's hand-overs add to it), whatever p.  Measured (issue 29,
-a capture of a Keras fit behind a 4-way parallel map whose py_function sleeps, 12 steps; BENCHMARKS.md): the
-compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2 ms longer for each ms of the input threads' CPU
-in it, where the rule above (p ≈ 0: a compute on the recorded threads) counted nothing and the capture read the
-input 18 pp low.  A from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
+compute phase, costs the step whole, whatever p.  Measured (issue 29, a Keras fit behind a 4-way parallel map whose
+py_function sleeps, 12 steps; BENCHMARKS.md): the compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2
+ms longer for each ms of that CPU, where the rule above (p ≈ 0) counted nothing: the input 18 pp low.  All of these
+at most what the compute's own CPU leaves of the phase (core_wait.ceiling: a Python generator's 7.2 ms of CPU a 9.9
+ms step beside a compute of 1.08 cores on 2 read 73 % "whole" against a truth of 42–48 %; capped, 50 %). A
+from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
 Without measured CPU (no threadcpu.json, or threads the record cannot name) busy periods stand in as below, but
 the wall time of Python function ops on input threads (`EagerPyFunc`, `PyFunc`, which may as well wait as compute)
 is not counted as CPU — the estimate then says so (`input_cpu_basis`).
 
-Without thread-pool task events (profile.threadpool_events off, our default) input threads are busy in their function
-executions (`ExecutorState::Process`, `FunctionRun`) and W = C.  C: the most distinct threads of TF's inter-op or
-intra-op pool in the trace, else os.cpu_count().
+Without thread-pool task events (profile.threadpool_events off, our default) input threads are busy in their
+function executions (`ExecutorState::Process`, `FunctionRun`) and W = C.  C: the most distinct threads of TF's
+inter-op or intra-op pool in the trace, else os.cpu_count().
 """
 
 from __future__ import annotations
@@ -235,8 +236,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
        in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
        Steps are the step-marker events (args step_num) of the host process.
     """
-    table = thread_table(trace)
-    threads = table["threads"]
+    threads = thread_table(trace)["threads"]
     C = int(cores or estimate_cores(trace))
     steps = []  # (step_num, pid, tid, start, end)
     by_thread: dict[tuple, list[dict]] = defaultdict(list)
@@ -269,9 +269,9 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
     generator = any(loaders.is_generator(e["name"]) for evs in by_thread.values() for e in evs)
     loader_py, loader_kids, loader_ids = loaders.loader_cpu_us(thread_cpu) if generator else (0.0, 0.0, set())
     traced = {threadcpu.line_id(n) for n in threads.values() if "Eigen" not in n} - {None}  # Eigen: the intra-op pool
-    pool = threadcpu.pool_share(thread_cpu, traced, set(measured_ids) | loader_ids)
-    rq_rate, rq_share = core_wait.input_share_of_wait(thread_cpu, traced, {*measured_ids, *loader_ids},
-                                                      loader_kids / 1e3)
+    inputs = {*measured_ids, *loader_ids}  # line ids: the input threads and a generator's loader threads
+    pool, compute_cores = threadcpu.pool_share(thread_cpu, traced, inputs), core_wait.compute_cores(thread_cpu, inputs)
+    rq_rate, rq_share = core_wait.input_share_of_wait(thread_cpu, traced, inputs, loader_kids / 1e3)
     span = max(1.0, span[1] - span[0] - iv.length(iv.clip(outside, *span)))  # the record leaves those out too
     input_busy = _busy_threads({k: v for k, v in by_thread.items() if k not in measured}, threads,
                                is_input_thread, INPUT_WORK_EVENTS)
@@ -296,8 +296,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
         edges = []
         for thread_ivs in input_busy:
             for a, b in _clip(thread_ivs, start, end):
-                edges.append((a, 1))
-                edges.append((b, -1))
+                edges += [(a, 1), (b, -1)]
         edges.sort(key=lambda x: (x[0], x[1]))
         k_in = 0
         stolen = busy_in = 0.0
@@ -330,7 +329,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
             stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
-            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share)
+            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share,
+                                              core_wait.ceiling(iv.length(phase), compute_cores, C))
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,

@@ -64,9 +64,26 @@ def input_share_of_wait(record: dict | None, traced: set[int], inputs: set[int],
     return waited / (seconds * 1e3), x / ran
 
 
-def larger(rule_us: float, cpu_in_us: float, waits_us: float) -> tuple[float, float]:
+def larger(rule_us: float, cpu_in_us: float, waits_us: float, most_us: float = float("inf")) -> tuple[float, float]:
     """(a step's stolen µs, the part of it the waits added to the rule): the larger of the fair-share rule's reading
-    and the recorded threads' waits' input share, the latter at most the input's CPU in the phase (module
-    docstring)."""
-    stolen = max(rule_us, min(cpu_in_us, waits_us))
-    return stolen, stolen - rule_us
+    and the recorded threads' waits' input share, the latter at most the input's CPU in the phase, and the two at
+    most `most_us` (ceiling: what the compute's own CPU leaves of the phase) (module docstring)."""
+    stolen = min(max(rule_us, min(cpu_in_us, waits_us)), most_us)
+    return stolen, max(0.0, stolen - rule_us)
+
+
+def compute_cores(record: dict | None, inputs: set[int]) -> float | None:
+    """The CPU the process's threads ran beside the input's (line ids `inputs`; this package's own threads and rows
+    the capture has no line for left out), in cores over the record's window; None without a record."""
+    rows, seconds = (record or {}).get("threads") or (), float((record or {}).get("seconds") or 0.0)
+    if not rows or seconds <= 0:
+        return None
+    return sum(float(r.get("cpu_ms") or 0.0) for r in rows if r.get("line_id") is not None
+               and r["line_id"] not in inputs and not str(r.get("name", "")).startswith("tfbertperf")) / (seconds * 1e3)
+
+
+def ceiling(phase_us: float, compute_cores: float | None, cores: int) -> float:
+    """The most of a compute phase of `phase_us` the input can have taken from it: without the input the compute
+    still runs its own CPU, `compute_cores` of the phase's wall time, and that on `cores` cores at best takes
+    compute_cores ÷ cores of the phase (module docstring); the whole phase without a record."""
+    return float("inf") if compute_cores is None else phase_us * max(0.0, 1.0 - compute_cores / max(1, cores))
