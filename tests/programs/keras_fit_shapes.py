@@ -14,6 +14,9 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
                  tf.data's own
   map_small      (not in the default list) the same pipeline before three 256-wide layers: small ops one after another
                  on the threads the capture records (profile/undecided.py, "input CPU beside the compute")
+  generator      (not in the default list) a Python generator behind `Dataset.from_generator`: per example a regex word
+                 split, a vocabulary lookup and bigram hashing in Python (the interpreter lock held), batched and
+                 prefetched, in front of an embedding + 3×512 MLP that wants both cores (profile/core_wait.py ceiling)
 
 With --epoch-steps N the profiled fit runs epochs of N steps (`steps_per_epoch`, the dataset repeating: one
 iterator, as the truth's) with `validation_data` of --validation-batches batches after each, so a --window across
@@ -54,7 +57,7 @@ BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
-EXTRA_SHAPES = ("map", "map_small")
+EXTRA_SHAPES = ("map", "map_small", "generator")
 
 
 def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
@@ -72,6 +75,8 @@ def build(shape: str, wait_ms: float):
     """(model, dataset of (x, y) batches repeating forever) for a shape (module docstring)."""
     if shape == "tokenize":
         return _tokenize()
+    if shape == "generator":
+        return _generator()
     xs, ys = _examples(2048)
     inputs = keras.Input((FEATURES,))
     if shape == "parse":
@@ -128,6 +133,35 @@ def _tokenize():
     inputs = keras.Input((128,), dtype="int32")
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 128)(inputs))
     return _mlp(inputs, x, 512, 2), ds
+
+
+def _generator():
+    import pydoc_data.topics as topics
+
+    text = " ".join(topics.topics.values())
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
+    np.random.default_rng(0).shuffle(sentences)  # prose and code listings mixed: an even cost per batch
+    vocab: dict[str, int] = {}
+    for w in re.findall(r"[a-z]+", text.lower()):
+        vocab.setdefault(w, len(vocab) + 1)
+    length, size = 64, 5000
+
+    def encode(s: str) -> np.ndarray:
+        ids = [vocab.get(w, 0) % size for w in re.findall(r"[a-z]+", s.lower())][:length]
+        pairs = [hash((a, b)) % size for a, b in zip(ids, ids[1:])][:length]
+        return np.array(ids + [0] * (length - len(ids)) + pairs + [0] * (length - len(pairs)), np.int32)
+
+    def examples():
+        i = 0
+        while True:
+            yield encode(sentences[i % len(sentences)]), np.int32(i % 2)
+            i += 1
+
+    ds = tf.data.Dataset.from_generator(examples, output_signature=(tf.TensorSpec((2 * length,), tf.int32),
+                                                                    tf.TensorSpec((), tf.int32)))
+    inputs = keras.Input((2 * length,), dtype="int32")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(size, 64)(inputs))
+    return _mlp(inputs, x, 512, 3), ds.batch(BATCH, drop_remainder=True).prefetch(2)
 
 
 def _timed(step, source, n: int, settle_ms: float = 0.0, untimed: int = SETTLE) -> list[float]:

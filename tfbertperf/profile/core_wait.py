@@ -30,6 +30,15 @@ Measured (BENCHMARKS.md issue 29, "the recorded threads' wait for a core"), on f
 that MLP −2.7, −2.6, +0.5 pp from truths of ~20 % (before −16.2, −15.8, −15.2); the own-fit bench's 18 captures
 3.2 pp (5.7); a per-example parse in front of a small model +5.5 / +2.9 pp (−6.5 / −6.8).  Without run-queue
 figures (psutil's fallback records none) the rule is contention.py's alone.
+
+Both at most a ceiling the record also gives: the compute's own CPU.  The process's threads other than the input's
+ran Y cores' worth of CPU over the window (compute_cores: the training thread, TF's pools, oneDNN's); without the
+input they would still run it, on C cores at best in Y ÷ C of the phase, so the input took at most 1 − Y ÷ C of
+the phase (ceiling).  A bound from the CPU alone, true whatever the rules model: it binds where a compute wide
+enough to fill the cores meets an input whose CPU the rules count at a millisecond of the step each — a Python
+generator's (contention.py: the interpreter lock), a keras-hub tokenizer's waits.  Measured (issue 29): a Keras fit
+behind `Dataset.from_generator` doing 7.2 ms of Python a 9.9 ms step beside 1.08 compute cores on 2 read 73 % against
+a truth of 42–48 %; capped, 50 %.
 """
 
 from __future__ import annotations

@@ -172,14 +172,15 @@ def write_in(session, a: dict | None, b: dict | None, record: dict | None = None
 
 
 def read_beside(xplane) -> dict | None:
-    """The SIDECAR in the same folder as an `.xplane.pb` file, or None when there is none.  A damaged one raises
-    UsageError (one line, naming the file)."""
+    """The SIDECAR in the same folder as an `.xplane.pb` file (a gzipped capture's: beside the `.gz` the user gave,
+    not its temporary copy), or None when there is none.  A damaged one raises UsageError (one line, naming the
+    file)."""
     import json
-    from pathlib import Path
 
     from tfbertperf.errors import UsageError
+    from tfbertperf.profile.xprof_tools import source_file
 
-    path = Path(xplane).parent / SIDECAR
+    path = source_file(xplane).parent / SIDECAR
     if not path.is_file():
         return None
     try:

@@ -219,7 +219,7 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
                                  **_input_ops(ipa, xplanes, None), "accelerator": accelerator, **ran}, idle_att)
             if att.get("source") == "device_idle":
                 return {**att, **_input_ops(ipa, xplanes, att["step_time_ms"], att["steps_profiled"])}
-        where = Path(xplanes[0]).parent if xplanes else "profile"
+        where = xprof_tools.source_file(xplanes[0]).parent if xplanes else "profile"
         raise NoStepsError(f"{where}: the profile has no step markers xprof recognises; {STEP_MARKER_HINT}")
     on_host = compute_on_host(meta["hardware_type"], devs)
     rows, loader_ms, held_ms = host_loader.move_to_input(rows, xplanes) if on_host else (rows, None, None)
@@ -298,7 +298,7 @@ def _without_xprof(xplanes, devs: list[dict], idle_att: dict | None, accelerator
                    step_time_ms: float | None, compute_only_step_ms: float | None) -> dict:
     """attribute_host's block from the device-idle reading alone (xprof not run: `skipped` says why)."""
     if idle_att is None:
-        where = Path(xplanes[0]) if xplanes else "profile"
+        where = xprof_tools.source_file(xplanes[0]) if xplanes else "profile"
         raise UsageError(f"{where}: --xprof never, but this capture's attribution is xprof's step table (it "
                          f"computes on the host, or the device-idle reading finds no steps); run with --xprof auto")
     active = [d for d in devs if d["busy_ms"] > 0]
