@@ -164,3 +164,14 @@ def test_a_real_capture_behind_a_python_generator_reads_near_its_truth():
     # the step file beside it (renamed, so named here): the measured what-if is the figure
     doc = analyze(str(here / "vm.xplane.pb.gz"), steps=str(here / "generator.steps.json"))
     assert doc["attribution"]["input_cost_fraction"] == pytest.approx(truth["what_if"], abs=1e-3)
+
+
+def test_the_unprofiled_share_stays_under_the_captured_ceiling():
+    from tfbertperf.profile.unprofiled import host_estimate
+
+    # a generator's fit: the capture read 47.8 % of a 12.8 ms step at the ceiling; the unprofiled step 10.3 ms.  Its
+    # input's milliseconds kept read 59.4 % (truths 46-49 %); the compute's share of the cores is the step's either way
+    assert host_estimate(0.478, 12.8, 10.3) == pytest.approx(0.478 * 12.8 / 10.3)
+    assert host_estimate(0.478, 12.8, 10.3, most=0.478) == pytest.approx(0.478)
+    assert host_estimate(0.30, 12.8, 10.3, most=0.60) == pytest.approx(0.30 * 12.8 / 10.3)  # below it: as before
+    assert host_estimate(0.50, 12.8, 10.3, most=0.45) == pytest.approx(0.50)  # never below the captured share

@@ -231,9 +231,9 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
        source's own loader CPU counted (profile/loaders.py), "loader_wanted_ms": the CPU that loader wanted a step
        (loaders.wanted_us; None without a from_generator source or a record), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms" ("waits_ms" of it: what
-       the recorded threads' waits for a core added to the fair-share rule, core_wait.py), "input_busy_ms"
-       (union of busy input threads' time × threads, in the compute phase), "input_cpu_ms" (measured input CPU
-       in the compute phase; None when estimated), "compute_width" (W: threads the compute runs on, ≤ C)}}}.
+       the recorded threads' waits for a core added to the fair-share rule, core_wait.py; at most "ceiling_ms",
+       inf without measured input CPU), "input_busy_ms" (union of busy input threads' time × threads, in the compute phase),
+       "input_cpu_ms" (measured input CPU in the compute phase; None when estimated), "compute_width" (W)}}}.
        Steps are the step-marker events (args step_num) of the host process.
     """
     threads = thread_table(trace)["threads"]
@@ -313,7 +313,7 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 k_in += edges[i][1]
                 i += 1
             prev = t
-        cpu_in, queued = None, 0.0
+        cpu_in, queued, most = None, 0.0, float("inf")
         if measured or loader_py or loader_kids:
             # the loader's threads and processes show no events: their CPU spread evenly over the capture
             part = iv.length(phase) / span
@@ -329,14 +329,14 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
             stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
-            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share,
-                                              core_wait.ceiling(iv.length(phase), compute_cores, C))
+            most = core_wait.ceiling(iv.length(phase), compute_cores, C)  # the compute's own CPU: at most the rest
+            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share, most)
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,
             "wait_ms": wait_us / 1e3,
             "compute_phase_ms": (end - start - wait_us) / 1e3,
-            "stolen_ms": stolen / 1e3, "waits_ms": queued / 1e3,
+            "stolen_ms": stolen / 1e3, "waits_ms": queued / 1e3, "ceiling_ms": most / 1e3,
             "input_busy_ms": busy_in / 1e3,
             "input_cpu_ms": None if cpu_in is None else cpu_in / 1e3,
             "compute_width": width,

@@ -172,9 +172,8 @@ def write_in(session, a: dict | None, b: dict | None, record: dict | None = None
 
 
 def read_beside(xplane) -> dict | None:
-    """The SIDECAR in the same folder as an `.xplane.pb` file (a gzipped capture's: beside the `.gz` the user gave,
-    not its temporary copy), or None when there is none.  A damaged one raises UsageError (one line, naming the
-    file)."""
+    """The SIDECAR beside an `.xplane.pb` file (a gzipped capture's: beside the `.gz` the user gave, not its
+    temporary copy), or None when there is none.  A damaged one raises UsageError (one line, naming the file)."""
     import json
 
     from tfbertperf.errors import UsageError

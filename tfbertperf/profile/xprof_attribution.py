@@ -80,6 +80,7 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "wait_ms": statistics.fmean(s["wait_ms"] for s in steps),
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
         "waits_ms": statistics.fmean(s.get("waits_ms", 0.0) for s in steps),  # of it: contention's core_wait part
+        "ceiling_ms": float("inf") if threads[0] else statistics.fmean(s.get("ceiling_ms", 1e300) for s in steps),
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
         "input_cpu_ms": threads[1] if threads[0] else statistics.fmean(cpu) if cpu else None,
         "basis": "measured loader" if threads[0] else res["input_cpu_basis"] + (" loader" if res.get("python_loader")
@@ -119,10 +120,8 @@ def _idle_reading(att: dict, idle_att: dict | None) -> dict:
     capture allows one; xprof's figures stay under xprof_step_time_ms / xprof_breakdown_ms."""
     if idle_att is None:
         return att
-    out = {**att, "xprof_step_time_ms": att.get("step_time_ms"), "xprof_breakdown_ms": att.get("breakdown_ms"),
-           "xprof_transfer": att.get("transfer"), **idle_att}
-    out["input_cost_fraction"] = att.get("input_cost_fraction")
-    return out
+    return {**att, "xprof_step_time_ms": att.get("step_time_ms"), "xprof_breakdown_ms": att.get("breakdown_ms"),
+            "xprof_transfer": att.get("transfer"), **idle_att, "input_cost_fraction": att.get("input_cost_fraction")}
 
 
 INPUT_OP_PREFIXES = ("Iterator::", "MemcpyHToD", "InfeedEnqueue")
@@ -235,11 +234,9 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
     fr = {c: (v / prof_step_ms if prof_step_ms > 0 else 0.0) for c, v in bd.items()}
     input_bound = fr["input"] + fr["host_to_device"]
     T = step_time_ms if step_time_ms else prof_step_ms
-    cost = None
-    if compute_only_step_ms is not None and T and T > 0:
-        cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T))
-    estimate = stolen_fraction = est_ci = waits = None
-    cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
+    cost = max(0.0, min(1.0, (T - compute_only_step_ms) / T)) if compute_only_step_ms is not None and T else None
+    estimate = stolen_fraction = est_ci = waits = cores = cpu_basis = input_cpu_ms = loader_wanted_ms = None
+    most = 1.0  # the estimate's ceiling, a share of the step (core_wait.ceiling): the unprofiled share's too
     if trace and on_host:
         numbers = {n for n in (step_number(r["step"]) for r in rows) if n is not None}
         record = threadcpu.read_beside(xplanes[0]) if xplanes else None
@@ -253,8 +250,10 @@ def attribute_host(xplanes: list[Path], *, step_time_ms: float | None = None,
             waits = min(stolen_fraction, c["waits_ms"] / (c["step_ms"] + gap_ms))
             # xprof's own blocked-input share + the stolen share (both of the profiled step)
             estimate = min(1.0, input_bound + stolen_fraction)
+            most = min(1.0, input_bound + c["ceiling_ms"] / (c["step_ms"] + gap_ms))
     events = sum(len(t) for t in tr.threads) / len(rows)  # host events a step: the profiler's cost (unprofiled.py)
-    unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms, events, program_facts.HOST_EVENT_COST_US)
+    unprof = unprofiled.host_estimate(estimate, prof_step_ms, step_time_ms, events, program_facts.HOST_EVENT_COST_US,
+                                      most)
     caveat = host_loader.traced_loader(xplanes) if unprof is not None and on_host else None  # a traced loader
     busy = None if on_host else devices.device_utilization(devs, devices.busy_ms_by_step(xplanes), rows)
     att = {
