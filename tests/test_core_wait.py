@@ -132,6 +132,16 @@ def test_a_python_inputs_cpu_counts_at_most_what_the_computes_own_cpu_leaves_of_
     assert steps(2.0)["stolen_ms"] == pytest.approx(own, abs=1e-3)
     # a compute as wide as the cores the whole phase: nothing could have been taken from it
     assert steps(20.0)["stolen_ms"] == 0.0
+    assert steps(12.0)["ceiling_ms"] == pytest.approx(3.2) and steps(2.0)["ceiling_ms"] == pytest.approx(7.2)
+
+
+def test_a_tf_data_maps_cpu_is_not_capped_by_the_computes_threads_cpu():
+    # the same record, the input a tf.data map (no py_function): its ops may run on TF's inter-op pool, the
+    # compute's threads, so their CPU is no bound (the stall program read 27 / 32 % against truths of 40 / 38 %
+    # capped); the fair-share rule stands: 7 ms × f (1/2) × C (2) × p (1/2) = 3.5 ms, above the "ceiling" 3.2
+    step = contention.step_contention({"traceEvents": _EVENTS}, thread_cpu=_python_record(12.0))["steps"][5]
+    assert step["stolen_ms"] == pytest.approx((7.0 - 2 * HOST_EVENT_COST_US / 1e3) * 0.5, abs=1e-3)
+    assert step["ceiling_ms"] == float("inf")
 
 
 def test_the_ceiling_reads_the_record():

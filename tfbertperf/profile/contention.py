@@ -73,14 +73,12 @@ comes from that CPU and not from wall time:
   MLP, p ≈ 0.07) lost ~0.5 ms a step to a map's ~1 ms of CPU, which this rule counts as ~0: its recorded threads'
   wait for a core counts instead where larger (profile/core_wait.py).
 
-Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the
-step's own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many
-cores are free, the two serialize.  So the measured CPU of an input thread that ran Python function ops, in the
-compute phase, costs the step whole, whatever p.  Measured (issue 29, a Keras fit behind a 4-way parallel map whose
-py_function sleeps, 12 steps; BENCHMARKS.md): the compute phase ran 5.5–9.9 ms against a 2.1 ms cached step, 1.7–2.2
-ms longer for each ms of that CPU, where the rule above (p ≈ 0) counted nothing: the input 18 pp low.  All of these
-at most what the compute's own CPU leaves of the phase (core_wait.ceiling: a Python generator's 7.2 ms of CPU a 9.9
-ms step beside a compute of 1.08 cores on 2 read 73 % "whole" against a truth of 42–48 %; capped, 50 %). A
+Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the step's
+own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many cores are
+free, the two serialize.  So the measured CPU of an input thread that ran Python function ops, in the compute phase,
+costs the step whole, whatever p (a Keras fit behind a 4-way parallel map whose py_function sleeps: 1.7–2.2 ms a ms,
+where p ≈ 0 counted nothing), at most what the compute's own CPU leaves of the phase (core_wait.ceiling: a Python
+generator's 7.2 ms a 9.9 ms step beside 1.08 compute cores on 2 read 73 % against 42–48 %; capped, 50 %).  A
 from_generator source's own loader (a PyDataset's threads and processes): profile/loaders.py.
 
 Without measured CPU (no threadcpu.json, or threads the record cannot name) busy periods stand in as below, but
@@ -231,9 +229,10 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
        source's own loader CPU counted (profile/loaders.py), "loader_wanted_ms": the CPU that loader wanted a step
        (loaders.wanted_us; None without a from_generator source or a record), "steps": {step_num: {"step_ms",
        "wait_ms" (blocked in get-next on the step's thread), "compute_phase_ms", "stolen_ms" ("waits_ms" of it: what
-       the recorded threads' waits for a core added to the fair-share rule, core_wait.py; at most "ceiling_ms",
-       inf without measured input CPU), "input_busy_ms" (union of busy input threads' time × threads, in the compute phase),
-       "input_cpu_ms" (measured input CPU in the compute phase; None when estimated), "compute_width" (W)}}}.
+       the recorded threads' waits for a core added to the fair-share rule, core_wait.py; its Python input's part at
+       most "ceiling_ms", inf without Python input), "input_busy_ms" (union of busy input threads' time × threads,
+       in the compute phase), "input_cpu_ms" (measured input CPU in the compute phase; None when estimated),
+       "compute_width" (W)}}}.
        Steps are the step-marker events (args step_num) of the host process.
     """
     threads = thread_table(trace)["threads"]
@@ -327,10 +326,11 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
                 active += iv.length(iv.intersect(activity, phase))
             k_bar = max(1.0, active / max(1e-9, iv.length(phase)))
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
-            # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole
-            stolen += (cpu_in - cpu_py) * fair * C * pool + cpu_py
-            most = core_wait.ceiling(iv.length(phase), compute_cores, C)  # the compute's own CPU: at most the rest
-            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share, most)
+            # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole, at most
+            # what the compute's own CPU leaves of the phase (core_wait.ceiling; "ceiling_ms" where there was Python)
+            stolen, most = core_wait.with_python(stolen + (cpu_in - cpu_py) * fair * C * pool, cpu_py,
+                                                 core_wait.ceiling(iv.length(phase), compute_cores, C))
+            stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share)
         wait_us = sum(b - a for a, b in waits)
         out[num] = {
             "step_ms": (end - start) / 1e3,

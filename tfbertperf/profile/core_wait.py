@@ -31,14 +31,15 @@ that MLP −2.7, −2.6, +0.5 pp from truths of ~20 % (before −16.2, −15.8, 
 3.2 pp (5.7); a per-example parse in front of a small model +5.5 / +2.9 pp (−6.5 / −6.8).  Without run-queue
 figures (psutil's fallback records none) the rule is contention.py's alone.
 
-Both at most a ceiling the record also gives: the compute's own CPU.  The process's threads other than the input's
-ran Y cores' worth of CPU over the window (compute_cores: the training thread, TF's pools, oneDNN's); without the
-input they would still run it, on C cores at best in Y ÷ C of the phase, so the input took at most 1 − Y ÷ C of
-the phase (ceiling).  A bound from the CPU alone, true whatever the rules model: it binds where a compute wide
-enough to fill the cores meets an input whose CPU the rules count at a millisecond of the step each — a Python
-generator's (contention.py: the interpreter lock), a keras-hub tokenizer's waits.  Measured (issue 29): a Keras fit
-behind `Dataset.from_generator` doing 7.2 ms of Python a 9.9 ms step beside 1.08 compute cores on 2 read 73 % against
-a truth of 42–48 %; capped, 50 %.
+The Python input's CPU that contention.py counts whole (the interpreter lock) is at most a ceiling the record also
+gives: the compute's own CPU.  The process's threads other than the input's ran Y cores' worth of CPU over the
+window (compute_cores: the training thread, TF's pools, oneDNN's); without the input they would still run it, on C
+cores at best in Y ÷ C of the phase, so the input took at most 1 − Y ÷ C of the phase (ceiling).  Measured (issue
+29): a Keras fit behind `Dataset.from_generator` doing 7.2 ms of Python a 9.9 ms step beside 1.08 compute cores on 2
+read 73 % against a truth of 42–48 %; capped, 50 %.  Only that part: Y is a bound's only where no input work runs
+on the compute's threads, and a tf.data map's ops can (its function on TF's inter-op pool, `tf_Compute`): on the
+stall program (a CPU-heavy parallel map before a custom loop) a ceiling on all of the input's CPU read 27 / 32 %
+against truths of 40 / 38 % (37 / 36 % without it).
 """
 
 from __future__ import annotations
@@ -73,12 +74,20 @@ def input_share_of_wait(record: dict | None, traced: set[int], inputs: set[int],
     return waited / (seconds * 1e3), x / ran
 
 
-def larger(rule_us: float, cpu_in_us: float, waits_us: float, most_us: float = float("inf")) -> tuple[float, float]:
+def larger(rule_us: float, cpu_in_us: float, waits_us: float) -> tuple[float, float]:
     """(a step's stolen µs, the part of it the waits added to the rule): the larger of the fair-share rule's reading
-    and the recorded threads' waits' input share, the latter at most the input's CPU in the phase, and the two at
-    most `most_us` (ceiling: what the compute's own CPU leaves of the phase) (module docstring)."""
-    stolen = min(max(rule_us, min(cpu_in_us, waits_us)), most_us)
-    return stolen, max(0.0, stolen - rule_us)
+    and the recorded threads' waits' input share, the latter at most the input's CPU in the phase (module
+    docstring)."""
+    stolen = max(rule_us, min(cpu_in_us, waits_us))
+    return stolen, stolen - rule_us
+
+
+def with_python(counted_us: float, python_us: float, most_us: float) -> tuple[float, float]:
+    """(a step's stolen µs with its Python input's CPU counted whole, at most `most_us` — the rest counted as it
+    was —, the ceiling where the step had Python input, else inf) (module docstring)."""
+    if python_us <= 0:
+        return counted_us, float("inf")
+    return max(counted_us, min(counted_us + python_us, most_us)), most_us
 
 
 def compute_cores(record: dict | None, inputs: set[int]) -> float | None:
