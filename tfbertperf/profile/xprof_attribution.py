@@ -80,7 +80,8 @@ def _contention_for(trace: dict, step_names: set[int], thread_cpu: dict | None =
         "wait_ms": statistics.fmean(s["wait_ms"] for s in steps),
         "stolen_ms": statistics.fmean(s["stolen_ms"] for s in steps),
         "waits_ms": statistics.fmean(s.get("waits_ms", 0.0) for s in steps),  # of it: contention's core_wait part
-        "ceiling_ms": float("inf") if threads[0] else statistics.fmean(s.get("ceiling_ms", 1e300) for s in steps),
+        # the Python input's ceiling (contention.py, core_wait.ceiling), inf without one
+        "ceiling_ms": float("inf") if threads[0] else statistics.fmean(s["ceiling_ms"] for s in steps),
         "step_ms": statistics.fmean(s["step_ms"] for s in steps),
         "input_cpu_ms": threads[1] if threads[0] else statistics.fmean(cpu) if cpu else None,
         "basis": "measured loader" if threads[0] else res["input_cpu_basis"] + (" loader" if res.get("python_loader")
