@@ -14,6 +14,9 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
                  tf.data's own
   map_small      (not in the default list) the same pipeline before three 256-wide layers: small ops one after another
                  on the threads the capture records (profile/undecided.py, "input CPU beside the compute")
+  jpeg           (not in the default list) the tf.data guide's image pipeline: JPEG bytes decoded, padded, randomly
+                 cropped, flipped and brightened in `map(num_parallel_calls=AUTOTUNE)`, shuffled, `prefetch(AUTOTUNE)`,
+                 in front of a small CNN (oneDNN's parallel regions: the pool share p ≈ 0.9)
   generator      (not in the default list) a Python generator behind `Dataset.from_generator`: per example a regex word
                  split, a vocabulary lookup and bigram hashing in Python (the interpreter lock held), batched and
                  prefetched, in front of an embedding + 3×512 MLP that wants both cores (profile/core_wait.py ceiling)
@@ -57,7 +60,7 @@ BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
-EXTRA_SHAPES = ("map", "map_small", "generator")
+EXTRA_SHAPES = ("map", "map_small", "generator", "jpeg")
 
 
 def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
@@ -77,6 +80,8 @@ def build(shape: str, wait_ms: float):
         return _tokenize()
     if shape == "generator":
         return _generator()
+    if shape == "jpeg":
+        return _jpeg()
     xs, ys = _examples(2048)
     inputs = keras.Input((FEATURES,))
     if shape == "parse":
@@ -133,6 +138,29 @@ def _tokenize():
     inputs = keras.Input((128,), dtype="int32")
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(len(vocab), 128)(inputs))
     return _mlp(inputs, x, 512, 2), ds
+
+
+def _jpeg():
+    rng, size = np.random.default_rng(0), 96
+    # smooth synthetic photos (low-frequency noise, upsampled), JPEG-encoded as a dataset on disk would hold them
+    small = rng.integers(0, 255, (512, 12, 12, 3)).astype("uint8")
+    jpegs = [tf.io.encode_jpeg(im, quality=90).numpy()
+             for im in tf.cast(tf.image.resize(small, (size, size), method="bicubic"), tf.uint8)]
+
+    def augment(b, label):
+        im = tf.io.decode_jpeg(b, channels=3)
+        im = tf.image.random_crop(tf.image.resize_with_crop_or_pad(im, size + 8, size + 8), (size, size, 3))
+        im = tf.image.random_flip_left_right(im)
+        return tf.image.random_brightness(tf.image.convert_image_dtype(im, tf.float32), 0.2), label
+
+    ds = (tf.data.Dataset.from_tensor_slices((jpegs, rng.integers(0, 2, 512).astype("int32"))).repeat().shuffle(256)
+          .map(augment, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
+          .prefetch(tf.data.AUTOTUNE))
+    model = keras.Sequential([keras.Input((size, size, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.MaxPooling2D(), keras.layers.Conv2D(32, 3, activation="relu"),
+                              keras.layers.MaxPooling2D(), keras.layers.Conv2D(32, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+    return model, ds
 
 
 def _generator():
