@@ -9,9 +9,10 @@ image and text were written and measured before any change to the attribution mo
   fit:SHAPE  tests/programs/keras_fit_shapes.py: a user's own Keras `model.fit` (SHAPE: wait_serial, wait_parallel,
          parse, tokenize, compute; `fit` = all five; map, map_small, generator, jpeg besides) with
          ProfileCallback(probe=True) — reported as truth, the callback's measured what-if (the step file) and
-         analyze's estimate from the capture alone (the step file moved aside), with both verdicts, the load, and the truth's two halves (measured before and after the
-         fit: how far the truth itself moves on this machine) (issue 29); the truth is measured twice, in a bare
-         loop of model.train_function and inside model.fit (keras_fit_shapes.FitTruth), errors shown against both.
+         analyze's estimate from the capture alone (the step file moved aside), with both verdicts, the load, and the
+         truth's two halves (measured before and after the fit: how far the truth itself moves on this machine)
+         (issue 29); the truth is measured twice, in a bare loop of model.train_function and inside model.fit
+         (keras_fit_shapes.FitTruth), errors shown against both.
 Per repetition, in a fresh interpreter:
   truth  = (T − T_c) / T, stall pipeline vs the same model fed from memory, alternating unprofiled blocks;
   xprof  = xprof's own input share of the profiled step (attribution.input_bound_fraction);
