@@ -322,3 +322,17 @@ def test_the_tfdata_maps_bench_refuses_bad_flags_in_one_line(args, said):
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert line == f"bench_tfdata_maps: {said}", line
+
+
+def test_a_damaged_thread_record_beside_a_gzipped_capture_is_one_line_naming_it(tmp_path):
+    """A shared `.xplane.pb.gz` is read as it is, and the thread-CPU record beside it with it (0642c2d: it was looked
+    for beside the temporary copy, so a damaged one went unread and the capture was read with estimated CPU)."""
+    import shutil
+
+    src = ROOT / "tests" / "fixtures" / "cpu-keras-generator"
+    shutil.copy(src / "vm.xplane.pb.gz", tmp_path / "vm.xplane.pb.gz")
+    (tmp_path / "threadcpu.json").write_text("{not json")
+    proc = _console("analyze", [str(tmp_path / "vm.xplane.pb.gz")], tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"tfbertperf: error: {tmp_path / 'threadcpu.json'}: damaged thread-CPU record"), lines
