@@ -117,21 +117,28 @@ def build(shape: str, wait_ms: float):
     return _mlp(inputs, inputs, 1024, 4), ds.batch(BATCH, drop_remainder=True).prefetch(2)
 
 
-def _tokenize():
+def _english() -> tuple[str, list[str]]:
+    """Python's pydoc topics (real English, always present): the whole text, and its sentences shuffled once — the
+    topics run from prose to code listings, so in their own order a batch's cost depends on where the iterator is,
+    and T measured at one place would not be T at another."""
     import pydoc_data.topics as topics
+
+    text = " ".join(topics.topics.values())
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
+    np.random.default_rng(0).shuffle(sentences)
+    return text, sentences
+
+
+def _tokenize():
     from collections import Counter
 
     import keras_hub
 
-    text = " ".join(topics.topics.values())
+    text, sentences = _english()
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w, _ in Counter(re.findall(r"[a-z]+", text.lower()))
                                                                .most_common(4000)]
     pre = keras_hub.models.BertTextClassifierPreprocessor(
         tokenizer=keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True), sequence_length=128)
-    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
-    # shuffled once: the topics run from prose to code listings, so in their own order a batch's tokenizing cost
-    # depends on where the iterator is, and T measured at one place would not be T at another
-    np.random.default_rng(0).shuffle(sentences)
     labels = np.arange(len(sentences)) % 2
     ds = tf.data.Dataset.from_tensor_slices((sentences, labels.astype("int32"))).repeat()
     ds = ds.map(lambda s, y: (pre(s)["token_ids"], y)).batch(BATCH, drop_remainder=True).prefetch(2)
@@ -164,11 +171,7 @@ def _jpeg():
 
 
 def _generator():
-    import pydoc_data.topics as topics
-
-    text = " ".join(topics.topics.values())
-    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if len(s) > 20]
-    np.random.default_rng(0).shuffle(sentences)  # prose and code listings mixed: an even cost per batch
+    text, sentences = _english()
     vocab: dict[str, int] = {}
     for w in re.findall(r"[a-z]+", text.lower()):
         vocab.setdefault(w, len(vocab) + 1)
