@@ -17,6 +17,13 @@ Shapes (the input pipeline in front of a small Keras model, all on this host's C
   jpeg           (not in the default list) the tf.data guide's image pipeline: JPEG bytes decoded, padded, randomly
                  cropped, flipped and brightened in `map(num_parallel_calls=AUTOTUNE)`, shuffled, `prefetch(AUTOTUNE)`,
                  in front of a small CNN (oneDNN's parallel regions: the pool share p ≈ 0.9)
+  audio          (not in the default list) TensorFlow's simple-audio tutorial: per-example `tf.signal.stft` of
+                 one-second 16 kHz waveforms (tones and noise) to log-mel spectrograms in
+                 `map(num_parallel_calls=AUTOTUNE)`, `prefetch(AUTOTUNE)`, before its CNN (Resizing, Conv2D ×2,
+                 Dense 128)
+  textcnn        (not in the default list) Keras' text-classification-from-scratch example: a `TextVectorization`
+                 layer mapped over batches of raw English (Python's pydoc topics, several sentences an example),
+                 `prefetch(10)`, before its Embedding + Conv1D ×2 + Dense model
   generator      (not in the default list) a Python generator behind `Dataset.from_generator`: per example a regex word
                  split, a vocabulary lookup and bigram hashing in Python (the interpreter lock held), batched and
                  prefetched, in front of an embedding + 3×512 MLP that wants both cores (profile/core_wait.py ceiling)
@@ -60,7 +67,7 @@ BATCH, FEATURES, CACHED, SETTLE = 32, 64, 8, 3
 SETTLE_REAL, SETTLE_MAX = 10, 60
 RECOVER = 8  # real steps left untimed after a cached block (prefetch 2, a map up to 4 wide, one batch in the making)
 SHAPES = ("wait_serial", "wait_parallel", "parse", "tokenize", "compute")
-EXTRA_SHAPES = ("map", "map_small", "generator", "jpeg")
+EXTRA_SHAPES = ("map", "map_small", "generator", "jpeg", "audio", "textcnn")
 
 
 def _mlp(inputs, x, hidden: int, layers: int) -> keras.Model:
@@ -82,6 +89,10 @@ def build(shape: str, wait_ms: float):
         return _generator()
     if shape == "jpeg":
         return _jpeg()
+    if shape == "audio":
+        return _audio()
+    if shape == "textcnn":
+        return _textcnn()
     xs, ys = _examples(2048)
     inputs = keras.Input((FEATURES,))
     if shape == "parse":
@@ -168,6 +179,44 @@ def _jpeg():
                               keras.layers.MaxPooling2D(), keras.layers.Conv2D(32, 3, activation="relu"),
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
     return model, ds
+
+
+def _audio():
+    rng, rate = np.random.default_rng(0), 16000
+    t = np.arange(rate) / rate
+    # tones at random pitches with harmonics and noise: one second of "speech-like" audio each
+    waves = np.stack([np.sin(2 * np.pi * f * t) + 0.3 * np.sin(4 * np.pi * f * t) + 0.2 * rng.standard_normal(rate)
+                      for f in rng.uniform(100, 2000, 256)]).astype("float32")
+    mel = tf.signal.linear_to_mel_weight_matrix(64, 257, rate, 20.0, 7600.0)
+
+    def spectrogram(w, label):
+        s = tf.abs(tf.signal.stft(w, frame_length=400, frame_step=160, fft_length=512))
+        return tf.math.log(tf.tensordot(s, mel, 1) + 1e-6)[..., tf.newaxis], label
+
+    ds = (tf.data.Dataset.from_tensor_slices((waves, rng.integers(0, 2, 256).astype("int32"))).repeat()
+          .map(spectrogram, num_parallel_calls=tf.data.AUTOTUNE).batch(BATCH, drop_remainder=True)
+          .prefetch(tf.data.AUTOTUNE))
+    model = keras.Sequential([keras.Input((98, 64, 1)), keras.layers.Resizing(32, 32), keras.layers.Normalization(),
+                              keras.layers.Conv2D(32, 3, activation="relu"),
+                              keras.layers.Conv2D(64, 3, activation="relu"),
+                              keras.layers.MaxPooling2D(), keras.layers.Flatten(),
+                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(2)])
+    return model, ds
+
+
+def _textcnn():
+    _, sentences = _english()
+    docs = [" ".join(sentences[i:i + 20]) for i in range(0, len(sentences) - 20, 20)]
+    vectorize = keras.layers.TextVectorization(max_tokens=20000, output_sequence_length=256)
+    vectorize.adapt(docs)
+    ds = (tf.data.Dataset.from_tensor_slices((docs, (np.arange(len(docs)) % 2).astype("int32"))).repeat()
+          .batch(BATCH, drop_remainder=True).map(lambda x, y: (vectorize(tf.expand_dims(x, -1)), y)).prefetch(10))
+    inputs = keras.Input((256,), dtype="int64")
+    x = keras.layers.Embedding(20000, 128)(inputs)
+    x = keras.layers.Conv1D(128, 7, padding="valid", activation="relu", strides=3)(x)
+    x = keras.layers.Conv1D(128, 7, padding="valid", activation="relu", strides=3)(x)
+    x = keras.layers.Dense(128, activation="relu")(keras.layers.GlobalMaxPooling1D()(x))
+    return keras.Model(inputs, keras.layers.Dense(2)(x)), ds
 
 
 def _generator():

@@ -56,22 +56,18 @@ comes from that CPU and not from wall time:
   phase (≥ 1), the fair-share loss per core-millisecond the input threads used is f = (W + k̄ − C) / (k̄ × C), at
   least 0: while k input threads run beside a compute W wide on C cores, they use k·C/(W+k) cores and the
   compute loses 1 − C/(W+k) of its progress.  How much of that loss reaches the step depends on how the compute
-  runs.  Work in parallel regions (oneDNN's OpenMP threads, Eigen's intra-op pool: an op split in C equal parts
-  that all must finish) is held up whole by a preempted part — the other parts' threads wait — so each input
-  core-millisecond there costs the step a millisecond (the lock-step limit, f × C = 1 for W = C).  Work on the
-  threads the capture records (the training thread, the inter-op threads: small ops one after another, each
-  waiting on the last) leaves cores idle between its ops, and the input's work fills those gaps.  So
-      stolen = X × f × C × p,
-  p the share of the compute's measured CPU on threads the capture records no event for (those pools).
-  Chosen (issue 29) on 33 captures of two own Keras fit programs (tests/programs/keras_fit_shapes.py and
-  keras_fit_rule_shapes.py: a per-example parse and a keras-hub tokenizer in front of small models, and a
-  compute-bound MLP) against their truths: the per-core-millisecond cost the truths needed was 0.27–0.85 and
-  followed p (0.15 → ~0.3, 0.39 → ~0.35, 0.57 → ~0.45, 0.78 → ~0.75), where the former rule, X × f × (1 + (C − 1)
-  × p) = 1/C per core-ms plus the pools' lock-step share, read the heavier tokenizer 11–26 pp high (it assumed a
-  compute as wide as the cores all the time; its compute-only runs use 0.65–0.9 of the 2 cores).  Scored on fresh
-  repetitions of both programs: BENCHMARKS.md, issue 29.  A compute nearly all on the recorded threads (a 256-wide
-  MLP, p ≈ 0.07) lost ~0.5 ms a step to a map's ~1 ms of CPU, which this rule counts as ~0: its recorded threads'
-  wait for a core counts instead where larger (profile/core_wait.py).
+  runs.  Work in parallel regions (oneDNN's threads, Eigen's intra-op pool: an op split in parts that all must
+  finish) can be held up whole by a preempted part (the lock-step limit: a millisecond a core-millisecond); a
+  compute that keeps the cores busy and balances its work loses the core's share, 1/C; work on the threads the
+  capture records (small ops one after another, each waiting on the last) leaves cores idle that the input fills.
+  So  stolen = X × f × C × (FLOOR / C + LOCKSTEP × p)  (core_wait.per_core_ms), p the share of the compute's
+  measured CPU on threads the capture records no event for (those pools).  The cost per core-millisecond the
+  truths needed (issue 29, tests/programs/keras_fit_shapes.py and keras_fit_rule_shapes.py) was 0.48–0.76 over p
+  0.08–0.89, and grew with p only weakly: the rule before, X × f × C × p, fitted on parses and tokenizers (p
+  0.15–0.78), read convolution nets at p ≈ 0.9 (the guide's JPEG and audio pipelines) 7 and 13 pp high; with
+  FLOOR, LOCKSTEP fitted on the same captures they read +1 and +5 (BENCHMARKS.md, "a convolution's parallel
+  regions").  A compute nearly all on the recorded threads loses more where the cores are contended one op at a
+  time: their wait for a core counts instead where larger (profile/core_wait.py).
 
 Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the step's
 own thread (the training loop, Keras' callbacks, the function call) waits for the same lock: however many cores are
@@ -328,7 +324,8 @@ def step_contention(trace: dict, cores: int | None = None, thread_cpu: dict | No
             fair = max(0.0, width + k_bar - C) / (k_bar * C)
             # a py_function thread's CPU holds the interpreter lock the step's own Python waits for: whole, at most
             # what the compute's own CPU leaves of the phase (core_wait.ceiling; "ceiling_ms" where there was Python)
-            stolen, most = core_wait.with_python(stolen + (cpu_in - cpu_py) * fair * C * pool, cpu_py,
+            stolen, most = core_wait.with_python(stolen + (cpu_in - cpu_py) * fair * C
+                                                 * core_wait.per_core_ms(pool, C), cpu_py,
                                                  core_wait.ceiling(iv.length(phase), compute_cores, C))
             stolen, queued = core_wait.larger(stolen, cpu_in, rq_rate * iv.length(phase) * rq_share)
         wait_us = sum(b - a for a, b in waits)
