@@ -45,9 +45,9 @@ against truths of 40 / 38 % (37 / 36 % without it).
 from __future__ import annotations
 
 # contention.py's cost of a core-millisecond of input CPU beside a compute as wide as the cores: FLOOR / C + LOCKSTEP
-# × p (per_core_ms).  Fitted (weighted least squares of the cost each capture's truth needed) on 65 captures of six
-# own-fit shapes (the guide's map before 256- and 512-wide MLPs, two per-example parses, two keras-hub tokenizers);
-# scored on 18 fresh captures of three shapes held out (BENCHMARKS.md, "a convolution's parallel regions").
+# × p (per_core_ms).  Fitted (weighted least squares of the cost each capture's truth needed) on 51 captures of six
+# own-fit shapes (the guide's map before 256- and 512-wide MLPs, two per-example parses, two keras-hub tokenizers) on
+# 2 cores; scored on 15 fresh captures of three shapes held out (BENCHMARKS.md, "a convolution's parallel regions").
 FLOOR, LOCKSTEP = 0.83, 0.28
 
 
@@ -84,7 +84,7 @@ def per_core_ms(pool: float, cores: int) -> float:
     """The step's milliseconds a millisecond of input CPU costs beside a compute as wide as the `cores`, a share
     `pool` of its CPU in parallel regions (contention.py's p): FLOOR ÷ C — the share of a core the input takes from
     a compute that keeps the cores busy — and LOCKSTEP × p, a parallel region held up by its preempted part
-    (module docstring: the measured costs 0.48–0.76 for p 0.08–0.89, not p itself)."""
+    (contention.py: the costs the truths needed, 0.48–0.85 for p 0.08–0.89, followed p only in part)."""
     return FLOOR / max(1, cores) + LOCKSTEP * pool
 
 

@@ -7,7 +7,7 @@ Programs (--programs, comma-separated; each reported on its own):
   text   tests/programs/text_tokenize.py: an embedding + conv text classifier, tokenization in a map.
 image and text were written and measured before any change to the attribution model (issue 16).
   fit:SHAPE  tests/programs/keras_fit_shapes.py: a user's own Keras `model.fit` (SHAPE: wait_serial, wait_parallel,
-         parse, tokenize, compute; `fit` = all five; map, map_small, generator, jpeg besides) with
+         parse, tokenize, compute; `fit` = all five; map, map_small, generator, jpeg, audio, textcnn besides) with
          ProfileCallback(probe=True) — reported as truth, the callback's measured what-if (the step file) and
          analyze's estimate from the capture alone (the step file moved aside), with both verdicts, the load, and the
          truth's two halves (measured before and after the fit: how far the truth itself moves on this machine)
