@@ -203,6 +203,6 @@ def test_a_convolution_nets_parallel_regions_cost_less_than_lock_step():
     each input core-ms at p (lock-step: 0.89 ms) and read 32.0 % against truths of 19.0 / 19.8 %; the truths needed
     ~0.53, and core_wait.per_core_ms counts 0.83 / 2 + 0.28 × 0.89 = 0.66."""
     assert core_wait.per_core_ms(0.89, 2) == pytest.approx(0.664, abs=1e-3)
-    assert core_wait.per_core_ms(0.0, 1) == pytest.approx(0.83)  # one core: the input takes the compute's only core
+    assert core_wait.per_core_ms(0.0, 1) == pytest.approx(0.83)  # one core: the core's share is FLOOR itself
     _, truth, est = _read_alone("cpu-keras-audio")
     assert abs(est - truth["truth_loop"]) < 0.06 and abs(est - truth["truth_fit"]) < 0.06, (est, truth)

@@ -84,7 +84,7 @@ def per_core_ms(pool: float, cores: int) -> float:
     """The step's milliseconds a millisecond of input CPU costs beside a compute as wide as the `cores`, a share
     `pool` of its CPU in parallel regions (contention.py's p): FLOOR ÷ C — the share of a core the input takes from
     a compute that keeps the cores busy — and LOCKSTEP × p, a parallel region held up by its preempted part
-    (contention.py: the costs the truths needed, 0.48–0.85 for p 0.08–0.89, followed p only in part)."""
+    (contention.py: the costs the truths needed, 0.48–0.85 for p 0.08–0.93, followed p only in part)."""
     return FLOOR / max(1, cores) + LOCKSTEP * pool
 
 
