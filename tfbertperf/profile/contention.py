@@ -66,8 +66,8 @@ comes from that CPU and not from wall time:
   0.48–0.85 over p 0.08–0.93, and p told it only in part: MLPs with big matmuls needed ~p (0.76–0.85 at p ≈ 0.77),
   2-D convolution nets at p 0.88–0.93 0.49–0.68.  The rule before, X × f × C × p, read the guide's JPEG and audio
   CNNs 6 and 15 pp high; with FLOOR, LOCKSTEP fitted on parses and tokenizers they read +0 and +6 on fresh captures,
-  and the stall program's MLP 10 pp low (4 before; BENCHMARKS.md, "a convolution's parallel
-  regions").  A compute nearly all on the recorded threads loses more where the cores are contended one op at a
+  and the stall program's MLP 5–10 pp low (4 before; BENCHMARKS.md, "a convolution's parallel
+  regions", and its foreign-program row).  A compute nearly all on the recorded threads loses more where the cores are contended one op at a
   time: their wait for a core counts instead where larger (profile/core_wait.py).
 
 Python input work holds the interpreter lock.  A `tf.py_function` / `numpy_function` body runs Python, and the step's
